@@ -1,0 +1,131 @@
+"""Command line: parse arguments, call the library, print. No analysis lives here."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
+from .stage import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
+
+
+def _stage_config(args) -> StageConfig:
+    if getattr(args, "spec", None):
+        from .spec import load
+        cfg = load(args.spec).config
+    else:
+        cfg = StageConfig()
+    return StageConfig(
+        domain=args.domain if args.domain is not None else cfg.domain,
+        batch=args.batch if args.batch is not None else cfg.batch,
+        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages)
+
+
+def add_stage_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("stage ranges")
+    g.add_argument("--spec", help="stage spec TOML (annotations/*.toml) naming domain, batch range and stages")
+    g.add_argument("--domain", help=f"NVTX domain of the stage ranges (default {DEFAULT_DOMAIN!r}; '' = default domain)")
+    g.add_argument("--batch", help=f"name of the outer batch range (default {DEFAULT_BATCH!r}, message 'pooler n=K')")
+    g.add_argument("--stages", help=f"comma-separated stage names (default {','.join(DEFAULT_STAGES)})")
+    g.add_argument("--requests", type=int, help="total requests in the capture, when batch ranges carry no size")
+
+
+def cmd_analyze(args) -> int:
+    from . import report
+    from .analysis import analyze
+
+    cfg = _stage_config(args)
+    results = []
+    for path in args.captures:
+        results.append(_analyze_one(path, cfg, args).result)
+    text = None
+    if args.format == "json":
+        import json
+        text = json.dumps(results[0] if len(results) == 1 else results, indent=2) + "\n"
+    elif args.format == "markdown":
+        text = "\n".join(report.render_markdown(r) for r in results)
+    elif args.format == "csv":
+        text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
+                       for i, r in enumerate(results))
+    if text is not None:
+        _emit(text, args.output)
+        if args.format == "csv" or args.output:
+            for r in results:
+                for w in r["warnings"]:
+                    print(f"warning: {w}", file=sys.stderr)
+    else:
+        for r in results:
+            report.render_terminal(r)
+    if args.strict and any(r["warnings"] for r in results):
+        n = sum(len(r["warnings"]) for r in results)
+        print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)
+        return EXIT_STRICT
+    return 0
+
+
+def _analyze_one(path, cfg, args):
+    from .analysis import analyze
+
+    if not sys.stderr.isatty() or args.format != "table" and not args.output:
+        return analyze(path, cfg, requests=args.requests)
+    from rich.console import Console
+    console = Console(stderr=True)
+    with console.status(f"reading {os.path.basename(path)}") as status:
+        return analyze(path, cfg, requests=args.requests,
+                       on_step=lambda s: status.update(f"reading {os.path.basename(path)}: {s}"))
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
+                                "from Nsight Systems captures.")
+    p.add_argument("--version", action="version", version=f"clef-prof {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    a = sub.add_parser("analyze", help="per-request stage spans, H2D copies, kernels and GPU overlap of a capture")
+    a.add_argument("captures", nargs="+", metavar="CAPTURE.sqlite", help="nsys SQLite export(s)")
+    a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table")
+    a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
+    a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
+    add_stage_options(a)
+    a.set_defaults(func=cmd_analyze)
+
+    from . import slicing
+    slicing.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ClefError as exc:
+        print(f"clef-prof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("clef-prof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # one line, never a traceback, unless asked for
+        if args.debug:
+            raise
+        print(f"clef-prof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

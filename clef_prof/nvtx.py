@@ -1,0 +1,116 @@
+"""Read NVTX ranges of one domain from an export, with names resolved and filtering in SQL."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .capture import Capture
+
+RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
+DOMAIN_CREATE = 75
+SAMPLING_DOMAINS = ("Python Backtrace", "Python Periodic Sampling")
+PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _glob_escape(s: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in s)
+
+
+def _name_expr(cap: Capture, alias: str) -> tuple[str, str]:
+    """SQL for a row's message: a registered string (textId) wins over ASCII text."""
+    if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
+        return (f"COALESCE(s_{alias}.value, {alias}.text, '')",
+                f"LEFT JOIN StringIds s_{alias} ON s_{alias}.id = {alias}.textId")
+    return f"COALESCE({alias}.text, '')", ""
+
+
+def _domain_filter(cap: Capture, domain: str) -> tuple[str, str]:
+    """A WITH clause and join condition that keep rows of `domain` (per process)."""
+    if domain == "":
+        return "", "COALESCE(e.domainId, 0) = 0"
+    dname, djoin = _name_expr(cap, "d")
+    cte = (f"WITH dom AS (SELECT DISTINCT d.domainId AS did, (d.globalTid >> 24) AS pk "
+           f"FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE} AND {dname} = {_lit(domain)}) ")
+    return cte, "e.domainId IN (SELECT did FROM dom WHERE dom.pk = (e.globalTid >> 24))"
+
+
+@dataclass
+class Ranges:
+    """Closed-form NVTX ranges: parallel arrays, one entry per range."""
+
+    start: np.ndarray
+    end: np.ndarray
+    gtid: np.ndarray
+    cross_thread: np.ndarray   # ended on another thread (start/end ranges)
+    name: np.ndarray           # object array of str
+    payload: np.ndarray        # first integer payload, 0 when none
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, idx) -> "Ranges":
+        return Ranges(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+
+def read_ranges(cap: Capture, domain: str, exact: list[str], prefixes: list[str]) -> Ranges:
+    """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`."""
+    cols = cap.columns("NVTX_EVENTS")
+    name, njoin = _name_expr(cap, "e")
+    cte, dcond = _domain_filter(cap, domain)
+    payload = [c for c in PAYLOAD_COLUMNS if c in cols]
+    pexpr = f"COALESCE({', '.join('e.' + c for c in payload)}, 0)" if payload else "0"
+    xt = "COALESCE(e.endGlobalTid, 0)" if "endGlobalTid" in cols else "0"
+    conds = []
+    if exact:
+        conds.append(f"nm IN ({', '.join(_lit(n) for n in exact)})")
+    for p in prefixes:
+        conds.append(f"nm GLOB {_lit(_glob_escape(p) + ' *')}")
+    where = " OR ".join(conds) or "1"
+    sql = (f"{cte}SELECT start, en, gtid, xt, nm, pl FROM ("
+           f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {xt} AS xt, "
+           f"{name} AS nm, {pexpr} AS pl FROM NVTX_EVENTS e {njoin} "
+           f"WHERE e.eventType IN {RANGE_TYPES} AND {dcond}) WHERE {where}")
+    r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload"], {"name": "str"})
+    gtid = r["gtid"]
+    return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"])
+
+
+@dataclass
+class NvtxCensus:
+    """What NVTX the capture holds at all, for validation messages."""
+
+    ranges: int                 # range rows in any domain
+    user_domains: list[str]     # domain names created, sampling domains excluded
+    marks: int                  # user marks (sampling domains excluded)
+
+
+def census(cap: Capture) -> NvtxCensus:
+    dname, djoin = _name_expr(cap, "d")
+    doms = [r[0] for r in cap.rows(
+        f"SELECT DISTINCT {dname} FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE}")]
+    user = sorted(d for d in doms if d not in SAMPLING_DOMAINS)
+    n_ranges = cap.count("NVTX_EVENTS", f"WHERE eventType IN {RANGE_TYPES}")
+    sampling_ids = cap.rows(
+        f"SELECT DISTINCT d.domainId FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE} "
+        f"AND {dname} IN ({', '.join(_lit(s) for s in SAMPLING_DOMAINS)})")
+    excl = ",".join(str(int(r[0])) for r in sampling_ids) or "NULL"
+    marks = cap.count("NVTX_EVENTS", f"WHERE eventType = 34 AND COALESCE(domainId, 0) NOT IN ({excl})")
+    return NvtxCensus(n_ranges, user, marks)
+
+
+def names_seen(cap: Capture, limit: int = 12) -> list[tuple[str, str, int]]:
+    """(domain, name, count) of the most frequent range names, for 'nothing matched' hints."""
+    name, njoin = _name_expr(cap, "e")
+    dname, djoin = _name_expr(cap, "d")
+    sql = (f"SELECT COALESCE(dn.dname, ''), r.nm, count(*) FROM "
+           f"(SELECT {name} AS nm, e.domainId AS did, (e.globalTid >> 24) AS pk FROM NVTX_EVENTS e {njoin} "
+           f"WHERE e.eventType IN {RANGE_TYPES}) r LEFT JOIN "
+           f"(SELECT DISTINCT d.domainId AS did, (d.globalTid >> 24) AS pk, {dname} AS dname FROM NVTX_EVENTS d {djoin} "
+           f"WHERE d.eventType = {DOMAIN_CREATE}) dn ON dn.did = r.did AND dn.pk = r.pk "
+           f"GROUP BY 1, 2 ORDER BY 3 DESC LIMIT {int(limit)}")
+    return [(d, n, int(c)) for d, n, c in cap.rows(sql)]

@@ -1,0 +1,145 @@
+"""Turn NVTX ranges into batch instances and stage instances.
+
+A batch is an outer range named `pooler` (message `pooler n=K`); stages are ranges named
+`parse`, `index`, ... Each stage instance is placed in the innermost batch range that holds
+it on the same thread. Ranges cut by the capture edges are dropped and counted.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .capture import Capture
+from .intervals import innermost_containing
+from .nvtx import Ranges, read_ranges
+
+DEFAULT_DOMAIN = "clef"
+DEFAULT_BATCH = "pooler"
+DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
+
+_SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Which NVTX domain, batch range and stage names describe the server's pooler."""
+
+    domain: str = DEFAULT_DOMAIN
+    batch: str = DEFAULT_BATCH
+    stages: tuple[str, ...] = DEFAULT_STAGES
+
+
+def batch_size_from_message(names: np.ndarray) -> np.ndarray:
+    """`n=K` (or size=/batch=/requests=) in each message; -1 where absent."""
+    out = np.full(len(names), -1, dtype=np.int64)
+    for i, text in enumerate(pd.unique(names)):
+        m = _SIZE_RE.search(text)
+        if m:
+            out[names == text] = int(m.group(1))
+    return out
+
+
+@dataclass
+class Stages:
+    """Batches and stage instances of one capture, plus what was dropped and why."""
+
+    config: StageConfig
+    batches: pd.DataFrame            # start, end, gtid, size, size_source
+    instances: pd.DataFrame          # stage, start, end, gtid, batch (-1 when outside any batch)
+    cut: dict[str, int] = field(default_factory=dict)         # name -> ranges cut at the edges
+    cross_thread: int = 0
+    outside_batch: int = 0           # stage instances on a batch thread, between batches
+    requests_source: str | None = None
+    requests_override: int | None = None
+
+    @property
+    def requests(self) -> int | None:
+        if self.requests_override is not None:
+            return int(self.requests_override)
+        if self.requests_source is None:
+            return None
+        return int(self.batches["size"].sum())
+
+    def drop_batches(self, mask: np.ndarray) -> "Stages":
+        """A copy without the masked batches and the stage instances inside them."""
+        keep = ~np.asarray(mask, dtype=bool)
+        remap = np.full(len(self.batches) + 1, -1, dtype=np.int64)
+        remap[:-1][keep] = np.arange(int(keep.sum()))
+        b = self.instances["batch"].to_numpy()
+        inst = self.instances[(b < 0) | keep[np.maximum(b, 0)]].copy()
+        inst["batch"] = remap[inst["batch"].to_numpy()]
+        return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
+                      dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
+                      self.requests_override)
+
+
+def _match(names: np.ndarray, wanted: str) -> np.ndarray:
+    names = names.astype(str)
+    return (names == wanted) | np.char.startswith(names, wanted + " ")
+
+
+def build(cap: Capture, config: StageConfig, requests_override: int | None = None) -> Stages:
+    r = read_ranges(cap, config.domain, [config.batch, *config.stages], [config.batch, *config.stages])
+    end_of_session = cap.duration_ns
+    cut_mask = (r.end < r.start) | (r.end < 0)
+    if end_of_session is not None:
+        cut_mask |= r.end >= end_of_session
+    cut: dict[str, int] = {}
+
+    is_batch = _match(r.name, config.batch)
+    stage_code = np.full(len(r), -1, dtype=np.int64)
+    for code, name in enumerate(config.stages):
+        stage_code[_match(r.name, name) & ~is_batch] = code
+
+    def count_cut(mask, label_of):
+        for i in np.flatnonzero(mask):
+            cut[label_of(i)] = cut.get(label_of(i), 0) + 1
+
+    label = lambda i: config.batch if is_batch[i] else config.stages[stage_code[i]]  # noqa: E731
+    count_cut(cut_mask, label)
+
+    b = r.take(is_batch & ~cut_mask)
+    size = batch_size_from_message(b.name)
+    source = "message n=K"
+    if len(b) and (size < 0).any():
+        if (b.payload > 0).all():
+            size, source = b.payload.astype(np.int64), "payload"
+        else:
+            source = None
+    elif len(b) == 0:
+        source = None
+    if requests_override is not None:
+        source = "--requests"
+    batches = pd.DataFrame({"start": b.start, "end": b.end, "gtid": b.gtid,
+                            "size": np.where(size < 0, 0, size)}).sort_values(["start", "gtid"], kind="stable")
+    batches = batches.reset_index(drop=True)
+
+    s_mask = (stage_code >= 0) & ~cut_mask
+    s = r.take(s_mask)
+    codes = stage_code[s_mask]
+    bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
+                                s.gtid, s.start, s.end)
+    # a stage instance on a batch thread before its first batch or after its last one is a
+    # range whose batch was cut by the capture edge: drop it and count it
+    edge = np.zeros(len(s), dtype=bool)
+    outside = np.zeros(len(s), dtype=bool)
+    if len(batches):
+        g = batches.groupby("gtid").agg(first=("start", "min"), last=("end", "max"))
+        on_batch_thread = np.isin(s.gtid, g.index.to_numpy())
+        first = g["first"].reindex(s.gtid).to_numpy()
+        last = g["last"].reindex(s.gtid).to_numpy()
+        loose = on_batch_thread & (bidx < 0)
+        edge = loose & ((s.start < first) | (s.end > last))
+        outside = loose & ~edge
+        count_cut(edge, lambda i: config.stages[codes[i]])
+    keep = ~edge
+    instances = pd.DataFrame({
+        "stage": pd.Categorical.from_codes(codes[keep], categories=list(config.stages)),
+        "start": s.start[keep], "end": s.end[keep], "gtid": s.gtid[keep], "batch": bidx[keep],
+    })
+    return Stages(config=config, batches=batches, instances=instances, cut=cut,
+                  cross_thread=int(r.cross_thread.sum()), outside_batch=int(outside.sum()),
+                  requests_source=source, requests_override=requests_override)

@@ -1,0 +1,135 @@
+"""Capture checks: each returns warning lines, so no figure is printed silently wrong."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import cuda as cu
+from .capture import Capture
+from .nvtx import NvtxCensus, names_seen
+from .stage import Stages
+
+NO_CUDA = ("CUDA was not traced (no CUPTI_ACTIVITY_KIND_RUNTIME table): H2D, kernel and overlap figures "
+           "are not shown; record with `-t cuda,nvtx`")
+NVTX_VERSION_HINT = ("nsys <= 2023.4 records nothing from Python `nvtx` >= 0.2.12 (it rejects the payload "
+                     "extension, 'compatibility ID 260 != 259'): pip install 'nvtx==0.2.11', or annotate with "
+                     "clef_prof.stage(), which every nsys records; `clef-prof doctor` checks this")
+
+
+def nvtx_presence(cap: Capture, nv: NvtxCensus, stages: Stages) -> list[str]:
+    cfg = stages.config
+    if nv.ranges == 0 and not nv.user_domains and nv.marks == 0:
+        return ["no NVTX at all: the capture has no user NVTX ranges, marks or domains; annotate the stages "
+                "(clef_prof.stage or `clef-prof inject`) and record with `-t nvtx`"]
+    if nv.ranges == 0:
+        doms = ", ".join(repr(d) for d in nv.user_domains) or "none"
+        return [f"NVTX domains were created ({doms}) but no range was recorded. {NVTX_VERSION_HINT}"]
+    if len(stages.batches) == 0 and len(stages.instances) == 0 and not stages.cut:
+        seen = names_seen(cap)
+        listing = ", ".join(f"{(d + ':') if d else ''}{n} ({c})" for d, n, c in seen) or "none"
+        dom = f"domain {cfg.domain!r}" if cfg.domain else "the default domain"
+        return [f"no range named {cfg.batch!r} or {', '.join(cfg.stages)} in {dom}; ranges seen "
+                f"(domain:name (count)): {listing}; set --domain/--batch/--stages or --spec"]
+    out = []
+    if len(stages.batches) == 0:
+        out.append(f"no batch range {cfg.batch!r} found: stage instances are counted alone and the request "
+                   "count is unknown unless --requests N is given")
+    elif stages.requests_source is None and stages.requests_override is None:
+        out.append(f"batch size not found in the {cfg.batch!r} ranges (no 'n=K' in the message, no integer payload): "
+                   "per-request figures need --requests N")
+    if stages.cut:
+        parts = ", ".join(f"{k}: {v}" for k, v in stages.cut.items())
+        out.append(f"{sum(stages.cut.values())} ranges cut at the capture edges were excluded ({parts})")
+    if stages.outside_batch:
+        out.append(f"{stages.outside_batch} stage instances lie between {cfg.batch!r} ranges on a batch thread; "
+                   "they count in stage totals but in no batch")
+    if stages.cross_thread:
+        out.append(f"{stages.cross_thread} ranges ended on another thread than they started on; their host span is "
+                   "kept, CUDA calls are placed by the starting thread")
+    missing = [s for s in cfg.stages if not (stages.instances["stage"] == s).any()]
+    if missing and len(stages.instances):
+        out.append(f"stages with no range in the capture: {', '.join(missing)}")
+    return out
+
+
+def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[str]]:
+    """Drop batches that start after the last CUDA record: the CUDA stream was lost or killed."""
+    b = stages.batches
+    if cuda_last_end is None or len(b) == 0:
+        return stages, []
+    silent = b["start"].to_numpy() > cuda_last_end
+    if not silent.any() or silent.all():
+        return stages, []
+    # once loss is evident, the batch cut by the last CUDA record is partial too
+    late = b["end"].to_numpy() > cuda_last_end
+    last_nvtx = int(b["end"].max())
+    msg = (f"CUDA records stop at {cuda_last_end / 1e9:.3f} s but NVTX goes on to {last_nvtx / 1e9:.3f} s: a lost or "
+           f"killed capture; {int(late.sum())} batches ending after the last CUDA record were excluded")
+    return stages.drop_batches(late), [msg]
+
+
+def unpaired(calls: pd.DataFrame, transfers: pd.DataFrame, kernels: pd.DataFrame, mode) -> list[str]:
+    """Launches and copies in stages whose GPU record is missing: lost CUPTI records."""
+    out = []
+    if len(calls) == 0:
+        return out
+    n_staged_slots = calls["slot"].max()
+    staged = calls[calls["slot"] < n_staged_slots]
+    paired_calls = set(transfers["call"].to_numpy().tolist()) | set(kernels["call"].to_numpy().tolist()) \
+        if len(staged) < 2_000_000 else None
+    if paired_calls is None:
+        return out
+    idx = staged.index.to_numpy()
+    for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
+        sel = idx[staged["kind"].to_numpy() == kind]
+        if len(sel) == 0:
+            continue
+        missing = int((~np.isin(sel, np.fromiter(paired_calls, dtype=np.int64, count=len(paired_calls)))).sum())
+        if missing:
+            out.append(f"{missing} of {len(sel)} {label} in the pooler have no GPU record: CUDA records were lost "
+                       "or the capture stopped early")
+    if len(transfers) and (transfers["call"] < 0).any():
+        out.append(f"{int((transfers['call'] < 0).sum())} memcpy records have no launching API call in the capture; "
+                   "they count in totals, outside every stage")
+    return out
+
+
+def stage_layout(cap: Capture, stages: Stages) -> list[str]:
+    """Stages spread over several threads or processes: handled per thread, and said."""
+    inst = stages.instances
+    if len(inst) == 0:
+        return []
+    gtids = np.unique(np.concatenate([inst["gtid"].to_numpy(), stages.batches["gtid"].to_numpy()]))
+    pids = np.unique(gtids >> 24)
+    if len(gtids) <= 1:
+        return []
+    per_stage = inst.groupby("stage", observed=True)["gtid"].nunique()
+    spread = ", ".join(f"{s}: {n} threads" for s, n in per_stage.items() if n > 1)
+    return [f"stage ranges lie on {len(gtids)} threads in {len(pids)} processes"
+            f"{' (' + spread + ')' if spread else ''}; CUDA work is attributed per thread"]
+
+
+def thread_facts(cap: Capture, stages: Stages, gtids: np.ndarray) -> list[dict]:
+    """pid, tid, process and thread names, and instances of each thread holding stage ranges."""
+    if len(gtids) == 0:
+        return []
+    names = cap.strings
+    tnames = {}
+    if cap.has("ThreadNames"):
+        ids = ",".join(str(int(g)) for g in gtids)
+        for name_id, gtid in cap.rows(f"SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IN ({ids})"):
+            tnames[int(gtid)] = names.get(int(name_id), "")
+    pnames = {}
+    if cap.has("PROCESSES") and "globalPid" in cap.columns("PROCESSES"):
+        pids = ",".join(str(int((g >> 24) << 24)) for g in gtids)
+        for gpid, name in cap.rows(f"SELECT globalPid, name FROM PROCESSES WHERE globalPid IN ({pids})"):
+            pnames[int(gpid)] = name
+    inst, b = stages.instances, stages.batches
+    out = []
+    for g in gtids:
+        g = int(g)
+        per = inst[inst["gtid"] == g].groupby("stage", observed=True).size()
+        out.append({"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "process": pnames.get((g >> 24) << 24),
+                    "thread": tnames.get(g), "batches": int((b["gtid"] == g).sum()),
+                    "stage_instances": {str(k): int(v) for k, v in per.items()}})
+    return out

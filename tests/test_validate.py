@@ -1,0 +1,59 @@
+"""Validation warnings on real captures, and on real captures damaged the way lost data looks."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+
+from clef_prof.analysis import analyze
+from clef_prof.stage import StageConfig
+from test_bad_input import run_cli
+
+
+def test_wrong_names_lists_names_seen(capture):
+    r = analyze(str(capture("cpu23-inline")), StageConfig(stages=("tokenize", "embed"), batch="step")).result
+    assert r["batches"] == 0 and r["requests"] is None
+    (w,) = [w for w in r["warnings"] if w.startswith("no range named")]
+    assert "clef:parse (41)" in w and "clef:head (41)" in w
+
+
+def test_wrong_domain(capture):
+    r = analyze(str(capture("gpu-q1c16-main")), StageConfig(domain="other")).result
+    assert any("no range named" in w and "clef:transfer (282)" in w for w in r["warnings"])
+
+
+def test_strict_exits_2_and_json_carries_warnings(capture):
+    p = run_cli("analyze", capture("cpu23-inline"), "--format", "json", "--strict")
+    assert p.returncode == 2
+    out = json.loads(p.stdout)
+    assert out["warnings"] and "CUDA was not traced" in out["warnings"][0]
+    assert "--strict" in p.stderr
+
+
+def test_strict_passes_a_clean_capture(capture):
+    assert run_cli("analyze", capture("gpu-q1c16-pr"), "--strict", "-f", "json").returncode == 0
+
+
+def test_lost_cuda_tail(capture, tmp_path):
+    """CUDA records that stop before NVTX does: the batches after them are excluded and said."""
+    f = tmp_path / "lost.sqlite"
+    shutil.copyfile(capture("gpu-q1c16-pr"), f)
+    cut = 1_000_000_000
+    with sqlite3.connect(f) as con:
+        for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+            con.execute(f"DELETE FROM {t} WHERE start > ?", (cut,))
+        late = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE 'pooler %' "
+                           "AND [end] > (SELECT max([end]) FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]
+    r = analyze(str(f)).result
+    assert late > 20
+    assert r["batches"] == 276 - late
+    (w,) = [w for w in r["warnings"] if "CUDA records stop" in w]
+    assert f"{late} batches" in w
+    assert r["per_request"]["h2d_copies"] == 3.0  # figures over the batches that kept their CUDA records
+
+
+def test_requests_override(capture):
+    r = analyze(str(capture("gpu-q1c16-main")), requests=1000).result
+    assert r["requests"] == 1000 and r["requests_source"] == "--requests"
+    assert r["per_request"]["h2d_copies"] == 13.68
