@@ -8,6 +8,9 @@ import sys
 from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
 from .stage import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
+# modules that each define add_parser(subparsers) for one or more subcommands
+COMMAND_MODULES = ("slicing",)
+
 
 def _stage_config(args) -> StageConfig:
     if getattr(args, "spec", None):
@@ -101,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_stage_options(a)
     a.set_defaults(func=cmd_analyze)
 
-    from . import slicing
-    slicing.add_parser(sub)
+    import importlib
+    for name in COMMAND_MODULES:
+        importlib.import_module(f".{name}", __package__).add_parser(sub)
     return p
 
 
