@@ -13,9 +13,9 @@ import pandas as pd
 
 from . import cuda as cu
 from .attribute import place, slots
-from .capture import Capture
+from .capture import Export
 from .errors import CaptureError
-from .metrics import NS_PER_MS, cuda_counts, host_stats, per_batch_durations, safe_div
+from .metrics import NS_PER_MS, cuda_counts, host_stats, per_batch, per_batch_durations, safe_div
 from .nvtx import census
 from .overlap import busy_union, covered_by
 from .stage import StageConfig, Stages, build
@@ -39,6 +39,7 @@ class Analysis:
     transfers: pd.DataFrame = field(repr=False)
     kernels: pd.DataFrame = field(repr=False)
     gpu_busy: pd.DataFrame = field(repr=False)
+    per_batch: pd.DataFrame = field(repr=False, default=None)
 
     @property
     def warnings(self) -> list[str]:
@@ -48,7 +49,7 @@ class Analysis:
 def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None = None,
             on_step: Callable[[str], None] | None = None) -> Analysis:
     step = on_step or (lambda _s: None)
-    with Capture.open(path) as cap:
+    with Export.open(path) as cap:
         step("schema")
         if not cap.has("NVTX_EVENTS"):
             if not cap.tables:
@@ -60,7 +61,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
         return _analyze(cap, config, requests, step)
 
 
-def _analyze(cap: Capture, config: StageConfig, requests: int | None, step) -> Analysis:
+def _analyze(cap: Export, config: StageConfig, requests: int | None, step) -> Analysis:
     warnings: list[str] = []
     step("nvtx")
     nv = census(cap)
@@ -116,11 +117,17 @@ def _analyze(cap: Capture, config: StageConfig, requests: int | None, step) -> A
 
     step("metrics")
     warnings += validate.stage_layout(cap, stages)
-    result = _result(cap, stages, counts, busy_df, traced, mode, warnings)
-    return Analysis(cap.path, config, result, stages, calls_df, transfers, kernels, busy_df)
+    cov = None
+    if traced:
+        busy = busy_union(busy_df["gpid"].to_numpy() >> 24, busy_df["start"].to_numpy(), busy_df["end"].to_numpy())
+        b = stages.batches
+        cov = covered_by(busy, b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy())
+    table = per_batch(stages, calls_df if traced else None, transfers if traced else None, cov)
+    result = _result(cap, stages, counts, busy_df, cov, traced, mode, warnings)
+    return Analysis(cap.path, config, result, stages, calls_df, transfers, kernels, busy_df, table)
 
 
-def _result(cap: Capture, stages: Stages, counts, busy_df: pd.DataFrame, traced: bool, mode,
+def _result(cap: Export, stages: Stages, counts, busy_df: pd.DataFrame, cov, traced: bool, mode,
             warnings: list[str]) -> dict:
     cfg = stages.config
     req = stages.requests
@@ -170,8 +177,6 @@ def _result(cap: Capture, stages: Stages, counts, busy_df: pd.DataFrame, traced:
                "gpu_busy_ms_in_pooler_span_per_request": None, "gpu_busy_ms_per_request": None}
     if traced and len(b):
         gpk = busy_df["gpid"].to_numpy() >> 24
-        busy = busy_union(gpk, busy_df["start"].to_numpy(), busy_df["end"].to_numpy())
-        cov = covered_by(busy, b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy())
         frac = cov / np.maximum(bdur, 1)
         staged = busy_df["slot"].to_numpy() < n_st + 1
         own = busy_union(gpk[staged], busy_df["start"].to_numpy()[staged], busy_df["end"].to_numpy()[staged])
@@ -210,7 +215,7 @@ def _result(cap: Capture, stages: Stages, counts, busy_df: pd.DataFrame, traced:
     }
 
 
-def _capture_facts(cap: Capture, stages: Stages, traced: bool, mode) -> dict:
+def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
     inst, b = stages.instances, stages.batches
     starts = np.concatenate([inst["start"].to_numpy(), b["start"].to_numpy()])
     ends = np.concatenate([inst["end"].to_numpy(), b["end"].to_numpy()])

@@ -53,7 +53,7 @@ def check_file(path: str) -> None:
 
 
 @dataclass
-class Capture:
+class Export:
     """A read-only handle on one export: tables, columns, metadata and columnar queries."""
 
     path: str
@@ -61,7 +61,7 @@ class Capture:
     _adbc_conn: object = field(repr=False, default=None)
 
     @classmethod
-    def open(cls, path: str) -> "Capture":
+    def open(cls, path: str) -> "Export":
         path = os.fspath(path)
         check_file(path)
         try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .capture import Capture
+from .capture import Export
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -53,14 +53,14 @@ def api_kind(name: str) -> int:
     return 0
 
 
-def cuda_traced(cap: Capture) -> bool:
+def cuda_traced(cap: Export) -> bool:
     """True when the capture traced CUDA (the RUNTIME table, or the capture settings, say so)."""
     if cap.has(RUNTIME):
         return True
     return bool(cap.capture_flag("COLLECT_CUDA_TRACE")) and cap.has(KERNEL)
 
 
-def graph_trace_mode(cap: Capture) -> str | None:
+def graph_trace_mode(cap: Export) -> str | None:
     """'graph' or 'node' as recorded (or inferred), None without CUDA trace."""
     if not cuda_traced(cap):
         return None
@@ -86,7 +86,7 @@ class Calls:
     last_end: int | None       # end of the last CUDA API row of any kind
 
 
-def read_calls(cap: Capture) -> Calls:
+def read_calls(cap: Export) -> Calls:
     kinds = {i: api_kind(v) for i, v in cap.strings.items()}
     ids = {k: [i for i, kd in kinds.items() if kd == k] for k in KIND_NAMES}
     wanted = [i for lst in ids.values() for i in lst]
@@ -100,7 +100,7 @@ def read_calls(cap: Capture) -> Calls:
     return Calls(r["start"], r["end"], r["gtid"], r["corr"], kind, None if last is None else int(last))
 
 
-def _gpu(cap: Capture, table: str, extra: list[tuple[str, str, int]]) -> pd.DataFrame:
+def _gpu(cap: Export, table: str, extra: list[tuple[str, str, int]]) -> pd.DataFrame:
     """start, end, gpid, corr, device and `extra` (name, column, default) of one GPU table."""
     cols = cap.columns(table)
     spec = [("start", "start", 0), ("end", "end", 0), ("gpid", "globalPid", 0),
@@ -111,20 +111,20 @@ def _gpu(cap: Capture, table: str, extra: list[tuple[str, str, int]]) -> pd.Data
     return pd.DataFrame(cap.read(f"SELECT {', '.join(exprs)} FROM {table}", [n for n, _, _ in spec]))
 
 
-def read_kernels(cap: Capture) -> pd.DataFrame:
+def read_kernels(cap: Export) -> pd.DataFrame:
     return _gpu(cap, KERNEL, [])
 
 
-def read_memcpy(cap: Capture) -> pd.DataFrame:
+def read_memcpy(cap: Export) -> pd.DataFrame:
     return _gpu(cap, MEMCPY, [("bytes", "bytes", 0), ("copyKind", "copyKind", 0), ("srcKind", "srcKind", 7),
                               ("dstKind", "dstKind", 7), ("copies", "copyCount", 1)])
 
 
-def read_memset(cap: Capture) -> pd.DataFrame:
+def read_memset(cap: Export) -> pd.DataFrame:
     return _gpu(cap, MEMSET, [])
 
 
-def read_graph_trace(cap: Capture) -> pd.DataFrame:
+def read_graph_trace(cap: Export) -> pd.DataFrame:
     return _gpu(cap, GRAPH_TRACE, [])
 
 

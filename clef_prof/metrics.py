@@ -63,3 +63,39 @@ def safe_div(a, b):
     if a is None or b in (None, 0):
         return None
     return a / b
+
+
+def per_batch(stages, calls: pd.DataFrame | None, transfers: pd.DataFrame | None,
+              gpu_covered_ns: np.ndarray | None) -> pd.DataFrame:
+    """One row per batch: size, host ns of the batch and of each stage, the CUDA work launched
+    inside it, and the ns of its host span during which the GPU was busy.
+
+    This is the unit that `compare` resamples; CUDA columns are absent without CUDA trace.
+    """
+    b = stages.batches
+    n = len(b)
+    out = pd.DataFrame({"start": b["start"].to_numpy(), "end": b["end"].to_numpy(), "gtid": b["gtid"].to_numpy(),
+                        "size": b["size"].to_numpy(), "host_ns": (b["end"] - b["start"]).to_numpy()})
+    inst = stages.instances
+    inside = inst[inst["batch"] >= 0]
+    dur = (inside["end"] - inside["start"]).to_numpy()
+    codes = inside["stage"].cat.codes.to_numpy()
+    for code, name in enumerate(stages.config.stages):
+        m = codes == code
+        out[f"{name}_ns"] = np.bincount(inside["batch"].to_numpy()[m], weights=dur[m], minlength=n)[:n].astype(np.int64)
+    if calls is not None:
+        in_b = calls["batch"].to_numpy() >= 0
+        kind = calls["kind"].to_numpy()
+        cb = calls["batch"].to_numpy()
+        out["kernel_launches"] = np.bincount(cb[in_b & (kind == LAUNCH)], minlength=n)[:n]
+        out["graph_launches"] = np.bincount(cb[in_b & (kind == GRAPH)], minlength=n)[:n]
+        tb = transfers["batch"].to_numpy()
+        ck = transfers["copyKind"].to_numpy()
+        cn = transfers["copies"].to_numpy()
+        by = transfers["bytes"].to_numpy()
+        for label, kd in (("h2d", HTOD), ("d2h", DTOH)):
+            m = (tb >= 0) & (ck == kd)
+            out[f"{label}_copies"] = np.bincount(tb[m], weights=cn[m], minlength=n)[:n].astype(np.int64)
+            out[f"{label}_bytes"] = np.bincount(tb[m], weights=by[m], minlength=n)[:n].astype(np.int64)
+        out["gpu_busy_ns"] = gpu_covered_ns if gpu_covered_ns is not None else 0
+    return out

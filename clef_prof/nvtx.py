@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .capture import Capture
+from .capture import Export
 
 RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
 DOMAIN_CREATE = 75
@@ -21,7 +21,7 @@ def _glob_escape(s: str) -> str:
     return "".join(f"[{c}]" if c in "*?[]" else c for c in s)
 
 
-def _name_expr(cap: Capture, alias: str) -> tuple[str, str]:
+def _name_expr(cap: Export, alias: str) -> tuple[str, str]:
     """SQL for a row's message: a registered string (textId) wins over ASCII text."""
     if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
         return (f"COALESCE(s_{alias}.value, {alias}.text, '')",
@@ -29,7 +29,7 @@ def _name_expr(cap: Capture, alias: str) -> tuple[str, str]:
     return f"COALESCE({alias}.text, '')", ""
 
 
-def _domain_filter(cap: Capture, domain: str) -> tuple[str, str]:
+def _domain_filter(cap: Export, domain: str) -> tuple[str, str]:
     """A WITH clause and join condition that keep rows of `domain` (per process)."""
     if domain == "":
         return "", "COALESCE(e.domainId, 0) = 0"
@@ -57,7 +57,7 @@ class Ranges:
         return Ranges(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
 
 
-def read_ranges(cap: Capture, domain: str, exact: list[str], prefixes: list[str]) -> Ranges:
+def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str]) -> Ranges:
     """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`."""
     cols = cap.columns("NVTX_EVENTS")
     name, njoin = _name_expr(cap, "e")
@@ -89,7 +89,7 @@ class NvtxCensus:
     marks: int                  # user marks (sampling domains excluded)
 
 
-def census(cap: Capture) -> NvtxCensus:
+def census(cap: Export) -> NvtxCensus:
     dname, djoin = _name_expr(cap, "d")
     doms = [r[0] for r in cap.rows(
         f"SELECT DISTINCT {dname} FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE}")]
@@ -103,7 +103,7 @@ def census(cap: Capture) -> NvtxCensus:
     return NvtxCensus(n_ranges, user, marks)
 
 
-def names_seen(cap: Capture, limit: int = 12) -> list[tuple[str, str, int]]:
+def names_seen(cap: Export, limit: int = 12) -> list[tuple[str, str, int]]:
     """(domain, name, count) of the most frequent range names, for 'nothing matched' hints."""
     name, njoin = _name_expr(cap, "e")
     dname, djoin = _name_expr(cap, "d")

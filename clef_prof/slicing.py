@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from .capture import Capture, _uri, check_file
+from .capture import Export, _uri, check_file
 from .errors import CaptureError
 from .scrub import scrub
 
@@ -25,7 +25,7 @@ def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
         raise CaptureError("slice: the output must be a new file, not the input")
     if t1_ns <= t0_ns:
         raise CaptureError("slice: --to must be after --from")
-    with Capture.open(src) as cap:
+    with Export.open(src) as cap:
         tables = set(cap.tables)
     if os.path.exists(dst):
         os.remove(dst)

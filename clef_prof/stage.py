@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .capture import Capture
+from .capture import Export
 from .intervals import innermost_containing
 from .nvtx import Ranges, read_ranges
 
@@ -81,7 +81,7 @@ def _match(names: np.ndarray, wanted: str) -> np.ndarray:
     return (names == wanted) | np.char.startswith(names, wanted + " ")
 
 
-def build(cap: Capture, config: StageConfig, requests_override: int | None = None) -> Stages:
+def build(cap: Export, config: StageConfig, requests_override: int | None = None) -> Stages:
     r = read_ranges(cap, config.domain, [config.batch, *config.stages], [config.batch, *config.stages])
     end_of_session = cap.duration_ns
     cut_mask = (r.end < r.start) | (r.end < 0)

@@ -1,11 +1,11 @@
-"""Capture checks: each returns warning lines, so no figure is printed silently wrong."""
+"""Export checks: each returns warning lines, so no figure is printed silently wrong."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from . import cuda as cu
-from .capture import Capture
+from .capture import Export
 from .nvtx import NvtxCensus, names_seen
 from .stage import Stages
 
@@ -16,7 +16,7 @@ NVTX_VERSION_HINT = ("nsys <= 2023.4 records nothing from Python `nvtx` >= 0.2.1
                      "clef_prof.stage(), which every nsys records; `clef-prof doctor` checks this")
 
 
-def nvtx_presence(cap: Capture, nv: NvtxCensus, stages: Stages) -> list[str]:
+def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     cfg = stages.config
     if nv.ranges == 0 and not nv.user_domains and nv.marks == 0:
         return ["no NVTX at all: the capture has no user NVTX ranges, marks or domains; annotate the stages "
@@ -94,7 +94,7 @@ def unpaired(calls: pd.DataFrame, transfers: pd.DataFrame, kernels: pd.DataFrame
     return out
 
 
-def stage_layout(cap: Capture, stages: Stages) -> list[str]:
+def stage_layout(cap: Export, stages: Stages) -> list[str]:
     """Stages spread over several threads or processes: handled per thread, and said."""
     inst = stages.instances
     if len(inst) == 0:
@@ -109,7 +109,7 @@ def stage_layout(cap: Capture, stages: Stages) -> list[str]:
             f"{' (' + spread + ')' if spread else ''}; CUDA work is attributed per thread"]
 
 
-def thread_facts(cap: Capture, stages: Stages, gtids: np.ndarray) -> list[dict]:
+def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
     """pid, tid, process and thread names, and instances of each thread holding stage ranges."""
     if len(gtids) == 0:
         return []
