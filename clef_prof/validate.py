@@ -1,4 +1,4 @@
-"""Export checks: each returns warning lines, so no figure is printed silently wrong."""
+"""Capture checks: each returns warning lines, so no figure is printed silently wrong."""
 from __future__ import annotations
 
 import numpy as np
