@@ -6,7 +6,7 @@ import os
 import sys
 
 from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
-from .stage import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
+from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
 # modules that each define add_parser(subparsers) for one or more subcommands
 COMMAND_MODULES = ("slicing",)

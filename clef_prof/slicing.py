@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from .capture import Export, _uri, check_file
 from .errors import CaptureError
-from .scrub import scrub
 
 API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME",)
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -20,6 +18,9 @@ GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 
 
 def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
+    from .capture import Export, _uri, check_file
+    from .scrub import scrub
+
     check_file(src)
     if os.path.abspath(src) == os.path.abspath(dst):
         raise CaptureError("slice: the output must be a new file, not the input")

@@ -13,23 +13,11 @@ import numpy as np
 import pandas as pd
 
 from .capture import Export
+from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig  # noqa: F401
 from .intervals import innermost_containing
 from .nvtx import Ranges, read_ranges
 
-DEFAULT_DOMAIN = "clef"
-DEFAULT_BATCH = "pooler"
-DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
-
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    """Which NVTX domain, batch range and stage names describe the server's pooler."""
-
-    domain: str = DEFAULT_DOMAIN
-    batch: str = DEFAULT_BATCH
-    stages: tuple[str, ...] = DEFAULT_STAGES
 
 
 def batch_size_from_message(names: np.ndarray) -> np.ndarray:
