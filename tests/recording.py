@@ -1,0 +1,56 @@
+"""Record real CPU captures with the project's Nsight Systems (scripts/install-nsys.sh)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NSYS_DIR = ROOT / ".nsys"
+
+
+def nsys_path(version: str) -> Path:
+    """The nsys CLI of a version, or fail (in CI) / skip (elsewhere) when it is not installed."""
+    p = NSYS_DIR / version / "nsys"
+    if not p.exists():
+        msg = f"Nsight Systems {version} is not installed: run scripts/install-nsys.sh"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return p
+
+
+def nvtx_python(version: str) -> Path:
+    """A venv python with the `nvtx` package at `version` (made once, under .nsys/)."""
+    venv = NSYS_DIR / f"venv-nvtx-{version}"
+    py = venv / "bin" / "python"
+    if not py.exists() or subprocess.run([py, "-c", "import nvtx"], capture_output=True).returncode:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"nvtx=={version}"],
+                       check=True)
+    return py
+
+
+def record(program: str, out: Path, version: str = "2023.4", python: Path | str = sys.executable,
+           nsys_args: tuple[str, ...] = (), env: dict | None = None, timeout: int = 180) -> Path:
+    """Run `program` (Python source) under `nsys profile -t nvtx,osrt` and export it to SQLite."""
+    nsys = nsys_path(version)
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / "prog.py"
+    src.write_text(textwrap.dedent(program))
+    rep = out / "cap"
+    run_env = {**os.environ, **(env or {})}
+    p = subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", *nsys_args,
+                        "-o", rep, "--force-overwrite", "true", python, src],
+                       capture_output=True, text=True, timeout=timeout, env=run_env, cwd=out)
+    # with --duration nsys ends the app and passes on its signal exit: the report is what counts
+    assert (out / "cap.nsys-rep").exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    sqlite = out / "cap.sqlite"
+    p = subprocess.run([nsys, "export", "--type", "sqlite", "-o", sqlite, "--force-overwrite", "true",
+                        out / "cap.nsys-rep"], capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0 and sqlite.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    return sqlite
