@@ -1,0 +1,65 @@
+"""Two-level bootstrap of ratio-of-sums metrics, vectorised with NumPy.
+
+One replicate of an arm: draw C captures with replacement from the arm's C captures, then, for
+each drawn capture, draw its n batch instances with replacement. A capture drawn m times thus
+contributes the sum of m independent batch resamples. The replicate's sums of every per-batch
+column come out at once as an integer weights matrix times the columns (`W @ X`); a per-request
+metric is then sum(numerator) / sum(denominator) over the replicate, e.g. sum(transfer_ns) /
+sum(size).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# at most this many weights (replicates x batches of one capture) are held at once
+_CHUNK_CELLS = 4_000_000
+
+
+def arm_rngs(seed: int, n_arms: int) -> list[np.random.Generator]:
+    """One independent, reproducible stream per arm (by the arm's position)."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n_arms)]
+
+
+def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: int) -> np.ndarray:
+    """(n_boot, K) column sums of two-level bootstrap replicates.
+
+    blocks: one (n_c, K) float array per capture (rows: batch instances, columns: per-batch values).
+    """
+    n_caps = len(blocks)
+    k = blocks[0].shape[1]
+    sums = np.zeros((n_boot, k), dtype=np.float64)
+    # level 1: how often each capture is drawn in each replicate
+    picks = rng.integers(0, n_caps, size=(n_boot, n_caps))
+    times = np.zeros((n_boot, n_caps), dtype=np.int64)
+    np.add.at(times, (np.repeat(np.arange(n_boot), n_caps), picks.ravel()), 1)
+    # level 2: for every draw of capture c, n_c batch instances with replacement
+    for c, x in enumerate(blocks):
+        n = len(x)
+        if n == 0:
+            continue
+        step = max(1, _CHUNK_CELLS // n)
+        for lo in range(0, n_boot, step):
+            hi = min(n_boot, lo + step)
+            reps = np.repeat(np.arange(hi - lo), times[lo:hi, c])      # replicate of each draw
+            if len(reps) == 0:
+                continue
+            idx = rng.integers(0, n, size=(len(reps), n))
+            flat = (reps[:, None] * n + idx).ravel()
+            w = np.bincount(flat, minlength=(hi - lo) * n).reshape(hi - lo, n)
+            sums[lo:hi] += w @ x
+    return sums
+
+
+def ratio(sums: np.ndarray, num: int, den: int, scale: float = 1.0) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return sums[:, num] / sums[:, den] * scale
+
+
+def percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float] | None:
+    """The central `confidence` percentile interval of the finite values (None if there are none)."""
+    v = values[np.isfinite(values)]
+    if len(v) == 0:
+        return None
+    a = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(v, [a, 1.0 - a])
+    return float(lo), float(hi)
