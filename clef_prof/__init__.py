@@ -8,6 +8,13 @@ import types as _types
 
 __version__ = "0.1.0"
 
+
+def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builtin, on purpose
+    """Analyze an nsys SQLite export once and return a `clef_prof.model.Capture` (DataFrames)."""
+    from .model import open as _open
+    return _open(path, **kw)
+
+
 _ANNOTATIONS = ("stage", "batch")
 
 
