@@ -17,7 +17,10 @@ domain "clef" unless told otherwise, their names registered once per domain; a b
 is `pooler n=K` (ASCII, plus ` rid=a,b,...` when request ids are given) with payload K,
 which is what `clef-prof analyze` reads.
 
-With no profiler attached every call returns after one flag check.
+`push(name)` / `pop()` are the same ranges for code that cannot use a `with` block.
+
+With no profiler attached every call returns after one flag check (a decorated function
+only forwards the call).
 
 Sync code (`with`, decorated functions) uses push/pop ranges, which nest per thread.
 Coroutines use start/end ranges instead (`async with`, decorated `async def`): several
@@ -50,7 +53,7 @@ class Stage:
     One object per (name, domain), shared by all threads: it holds no per-call state.
     """
 
-    __slots__ = ("name", "domain", "_on", "_d", "_h")
+    __slots__ = ("name", "domain", "_on", "_d", "_h", "_push", "_pop")
 
     def __init__(self, name: str, domain: str = DEFAULT_DOMAIN):
         self.name = name
@@ -58,15 +61,16 @@ class Stage:
         self._d = _nc.Domain(domain)
         self._h = self._d.register(name)
         self._on = _nc.enabled()
+        self._push, self._pop = self._d.bind(self._h)
 
     def __enter__(self):
         if self._on:
-            self._d.push(self._h)
+            self._push()
         return self
 
     def __exit__(self, *exc):
         if self._on:
-            self._d.pop()
+            self._pop()
         return False
 
     async def __aenter__(self):
@@ -83,29 +87,38 @@ class Stage:
         return False
 
     def __call__(self, fn):
-        """Decorate `fn` so that each call runs inside this stage."""
+        """Decorate `fn` so that each call runs inside this stage. Always a new function
+        (functools.wraps); with no profiler attached it only forwards the call."""
         import inspect
         if inspect.iscoroutinefunction(fn):
+            d, h, on = self._d, self._h, self._on
+
             @functools.wraps(fn)
             async def run_async(*args, **kwargs):
-                if not self._on:
+                if not on:
                     return await fn(*args, **kwargs)
-                rid = self._d.start(self._h)
+                rid = d.start(h)
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    self._d.end(rid)
+                    d.end(rid)
             return run_async
+
+        if not self._on:
+            @functools.wraps(fn)
+            def forward(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return forward
+
+        push, pop = self._push, self._pop
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if not self._on:
-                return fn(*args, **kwargs)
-            self._d.push(self._h)
+            push()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._d.pop()
+                pop()
         return run
 
     def __repr__(self) -> str:
@@ -147,25 +160,25 @@ class batch:
             n = len(request_ids)
         self.n, self.request_ids, self.name, self.domain = n, request_ids, name, domain
         self._rid = 0
+        if _nc._state == "fresh":
+            _nc.enabled()
 
     def _args(self):
         return batch_message(self.name, self.n, self.request_ids), (None if self.n is None else int(self.n))
 
     def __enter__(self):
-        if _nc.enabled():
-            msg, payload = self._args()
-            _nc.Domain(self.domain).push(msg, payload)
+        if _nc._ON:
+            _nc.Domain(self.domain).push(*self._args())
         return self
 
     def __exit__(self, *exc):
-        if _nc.enabled():
+        if _nc._ON:
             _nc.Domain(self.domain).pop()
         return False
 
     async def __aenter__(self):
-        if _nc.enabled():
-            msg, payload = self._args()
-            self._rid = _nc.Domain(self.domain).start(msg, payload)
+        if _nc._ON:
+            self._rid = _nc.Domain(self.domain).start(*self._args())
         return self
 
     async def __aexit__(self, *exc):

@@ -359,7 +359,7 @@ def add_parser(sub) -> None:
 
 
 def _config(args):
-    from .stage import StageConfig
+    from .stages import StageConfig
 
     cfg = StageConfig()
     if args.spec:

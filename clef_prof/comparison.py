@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .arm import Arms, CaptureRef, CompareError
-from .stage import StageConfig
+from .stages import StageConfig
 
 SCHEMA = "clef-prof/compare/1"
 NS_PER_MS = 1e6

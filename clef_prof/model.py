@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .analysis import Analysis, analyze
-from .stage import StageConfig
+from .stages import StageConfig
 
 __all__ = ["Capture", "open", "clear_cache", "arm_means", "parse_rids", "COPY_DIRECTIONS", "MEMORY_KINDS", "API_KINDS"]
 

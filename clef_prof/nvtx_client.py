@@ -23,13 +23,16 @@ Initialisation runs once, under a lock, when the first Domain is created (or ena
 called). With no injection configured, or when loading fails, the module flag `_ON` stays
 False and every Domain method returns after that single check: no ctypes call is made.
 
-The hot calls are made through PYFUNCTYPE prototypes, which keep the GIL for the duration
-of the (short) call, as the compiled `nvtx` package does: releasing and re-taking the GIL
-twice per range would let other Python threads preempt the annotated one inside a stage.
+The injection's functions are called through PYFUNCTYPE prototypes, which keep the GIL
+during the (sub-microsecond) call, as the compiled `nvtx` package does. CFUNCTYPE would
+release it around each call, and when another Python thread took it meanwhile, the
+annotated thread would wait to get it back (up to the 5 ms switch interval) right at a
+range boundary, inflating the very spans being measured.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from ctypes import (CFUNCTYPE, POINTER, PYFUNCTYPE, Structure, Union, c_char_p, c_double, c_int,
@@ -114,7 +117,7 @@ _PROTOS = {
 
 _ON = False                 # True once an injection accepted us; the only check on the no-op path
 _lock = threading.Lock()
-_state = "fresh"            # fresh -> done (under _lock)
+_state = "fresh"            # "done" once _initialize has run (set under _lock)
 _error: str | None = None   # why the client is off, when a load was attempted and failed
 _keep: list[object] = []    # ctypes objects the injection holds pointers to: never freed
 _domains: dict[str, "Domain"] = {}
@@ -124,12 +127,16 @@ _create = _register = _start = None
 _push = _pop = _mark = _end = None
 
 
+def _noop() -> None:
+    return None
+
+
 def _load_injection():
     """The injection's init function and a label, or (None, reason)."""
     path = os.environ.get("NVTX_INJECTION64_PATH")
     if path:
         try:
-            lib = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+            lib = ctypes.CDLL(path)
         except OSError as e:
             return None, f"cannot load NVTX_INJECTION64_PATH={path}: {e}"
         try:
@@ -142,51 +149,65 @@ def _load_injection():
         return None, None
 
 
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()    # a fork while another thread held it would leave it held forever
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def _initialize() -> None:
-    global _ON, _state, _error
+    global _state
     with _lock:
-        if _state != "fresh":
-            return
-        _state = "done"
-        init, label = _load_injection()
-        if init is None:
-            _error = label
-            return
-        slots = {m: (c_void_p * n)() for m, n in MODULE_SIZES.items()}
-        tables = {}
-        for m, n in MODULE_SIZES.items():
-            t = (POINTER(c_void_p) * (n + 1))()   # [0] and [n] stay NULL, as in nvtxImpl.h
-            for i in range(1, n):
-                t[i] = ctypes.pointer(c_void_p.from_buffer(slots[m], i * ctypes.sizeof(c_void_p)))
-            tables[m] = t
+        if _state == "fresh":
+            try:
+                _attach()
+            finally:
+                _state = "done"     # after _ON: a reader that sees "done" sees the final _ON
 
-        def get_module_function_table(module, out_table, out_size):
-            t = tables.get(module)
-            if t is None:
-                return 0
-            if out_size:
-                out_size[0] = MODULE_SIZES[module]
-            if out_table:
-                out_table[0] = ctypes.cast(t, _FnTable)
-            return 1
 
-        callbacks = _ExportTableCallbacks(ctypes.sizeof(_ExportTableCallbacks),
-                                          _GetModuleFunctionTable(get_module_function_table))
-        version = _ExportTableVersionInfo(ctypes.sizeof(_ExportTableVersionInfo), NVTX_VERSION, 0,
-                                          _SetInjectionNvtxVersion(lambda v: None))
-        exports = {ETID_CALLBACKS: ctypes.addressof(callbacks), ETID_VERSIONINFO: ctypes.addressof(version)}
-        get_export_table = _GetExportTable(lambda etid: exports.get(etid))
-        _keep.extend((slots, tables, callbacks, version, get_export_table, init))
-        try:
-            ok = init(get_export_table)
-        except Exception as e:  # a foreign library: never let profiling break the program
-            _error = f"InitializeInjectionNvtx2 raised {e!r} ({label})"
-            return
-        if not ok:
-            _error = f"InitializeInjectionNvtx2 returned 0 ({label})"
-            return
-        _bind(slots[MODULE_CORE2])
-        _ON = True
+def _attach() -> None:
+    global _ON, _error
+    init, label = _load_injection()
+    if init is None:
+        _error = label
+        return
+    slots = {m: (c_void_p * n)() for m, n in MODULE_SIZES.items()}
+    tables = {}
+    for m, n in MODULE_SIZES.items():
+        t = (POINTER(c_void_p) * (n + 1))()   # [0] and [n] stay NULL, as in nvtxImpl.h
+        for i in range(1, n):
+            t[i] = ctypes.pointer(c_void_p.from_buffer(slots[m], i * ctypes.sizeof(c_void_p)))
+        tables[m] = t
+
+    def get_module_function_table(module, out_table, out_size):
+        t = tables.get(module)
+        if t is None:
+            return 0
+        if out_size:
+            out_size[0] = MODULE_SIZES[module]
+        if out_table:
+            out_table[0] = ctypes.cast(t, _FnTable)
+        return 1
+
+    callbacks = _ExportTableCallbacks(ctypes.sizeof(_ExportTableCallbacks),
+                                      _GetModuleFunctionTable(get_module_function_table))
+    version = _ExportTableVersionInfo(ctypes.sizeof(_ExportTableVersionInfo), NVTX_VERSION, 0,
+                                      _SetInjectionNvtxVersion(lambda v: None))
+    exports = {ETID_CALLBACKS: ctypes.addressof(callbacks), ETID_VERSIONINFO: ctypes.addressof(version)}
+    get_export_table = _GetExportTable(lambda etid: exports.get(etid))
+    _keep.extend((slots, tables, callbacks, version, get_export_table, init))
+    try:
+        ok = init(get_export_table)
+    except Exception as e:  # a foreign library: never let profiling break the program
+        _error = f"InitializeInjectionNvtx2 raised {e!r} ({label})"
+        return
+    if not ok:
+        _error = f"InitializeInjectionNvtx2 returned 0 ({label})"
+        return
+    _bind(slots[MODULE_CORE2])
+    _ON = True
 
 
 def _bind(core2) -> None:
@@ -215,7 +236,10 @@ def init_error() -> str | None:
 
 
 class StringHandle:
-    """A string registered in a domain, with a prebuilt event-attributes struct naming it."""
+    """A string registered in a domain, with a prebuilt event-attributes struct naming it.
+
+    value is the tool's handle; 0 when the client is off or the tool does not register
+    strings, and then the struct carries the text as an ASCII message instead."""
 
     __slots__ = ("text", "value", "attr")
 
@@ -252,7 +276,8 @@ def _attributes(message, payload: int | None, color: int | None) -> EventAttribu
 
 
 class Domain:
-    """An NVTX domain, one object per name (Domain("clef") is Domain("clef")).
+    """An NVTX domain, one object per name (Domain("clef") is Domain("clef")); the name ""
+    is NVTX's default domain.
 
     Messages are a str (sent as ASCII each time) or a StringHandle from register() (sent as
     a registered-string id: cheaper, and what nsys stores once in StringIds). Push and pop
@@ -272,7 +297,7 @@ class Domain:
                 d = object.__new__(cls)
                 d.name = name
                 d._strings = {}
-                d.handle = (_create(name.encode()) or None) if _create else None
+                d.handle = (_create(name.encode()) or None) if _create and name else None
                 _domains[name] = d
         return d
 
@@ -293,6 +318,18 @@ class Domain:
         if not _ON:
             return -2
         return _push(self.handle, _attributes(message, payload, color))
+
+    def bind(self, message: "str | StringHandle", payload: int | None = None, color: int | None = None):
+        """(push, pop): zero-argument callables that open a range of `message` and close it.
+
+        The attributes are built once and the callables are C-level partials of the
+        injection's functions, so a range costs the two foreign calls and nothing more.
+        Both are no-ops when the client is off.
+        """
+        if not _ON:
+            return _noop, _noop
+        return (functools.partial(_push, self.handle, _attributes(message, payload, color)),
+                functools.partial(_pop, self.handle))
 
     def pop(self) -> int:
         """Close this thread's innermost range of this domain."""

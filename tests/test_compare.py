@@ -20,7 +20,7 @@ from clef_prof.arm import CompareError, collect
 from clef_prof.bootstrap import arm_rngs, percentile_interval, resampled_sums
 from clef_prof.cli import main
 from clef_prof.compare import evaluate_gates, parse_gate, render_markdown
-from clef_prof.stage import StageConfig
+from clef_prof.stages import StageConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"

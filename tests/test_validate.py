@@ -6,7 +6,7 @@ import shutil
 import sqlite3
 
 from clef_prof.analysis import analyze
-from clef_prof.stage import StageConfig
+from clef_prof.stages import StageConfig
 from test_bad_input import run_cli
 
 
