@@ -1,0 +1,243 @@
+"""Find Nsight Systems' `nsys`, probe what it supports, and build its command lines.
+
+Standard library only: `clef-prof record` runs on GPU machines that have no pandas.
+
+Where nsys is looked for, first hit wins:
+1. `--nsys PATH` (the binary, or a folder holding `nsys`, `bin/nsys` or `target-linux-x64/nsys`);
+2. the environment variable CLEF_PROF_NSYS (same forms);
+3. `nsys` on PATH;
+4. the project's `.nsys/<version>/nsys` (scripts/install-nsys.sh), newest version first;
+5. the usual install places (/usr/local/cuda/bin, /opt/nvidia/nsight-systems/*/bin).
+
+Switches differ between releases (2022.4 has no Python sampling, and its `nsys launch`
+crashes on `--wait=primary`), so each optional switch is checked against `nsys profile --help`
+/ `nsys launch --help` before it is used, and left out with a note when it is unknown.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .errors import ClefError
+
+ENV_NSYS = "CLEF_PROF_NSYS"
+PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(PKG_DIR)
+HOW_TO_GET = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian/Ubuntu the "
+              "`nsight-systems` package, or `bash scripts/install-nsys.sh` in a clef-prof checkout) and put "
+              f"`nsys` on PATH, set {ENV_NSYS}=/path/to/nsys, or pass --nsys PATH")
+
+
+class NsysMissing(ClefError):
+    """No usable nsys binary."""
+
+
+def _candidates_in(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return [os.path.join(path, p) for p in ("nsys", "bin/nsys", "target-linux-x64/nsys")]
+    return [path]
+
+
+def _usable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _project_nsys() -> list[str]:
+    found = []
+    for root in dict.fromkeys([REPO_DIR, os.getcwd()]):
+        found += glob.glob(os.path.join(root, ".nsys", "*", "nsys"))
+
+    def key(p):
+        ver = os.path.basename(os.path.dirname(p))
+        return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.\-]", ver))
+    return sorted(set(found), key=key, reverse=True)
+
+
+def locate(explicit: str | None = None) -> str:
+    """The path of the nsys to use, or NsysMissing with how to get one (one line)."""
+    for label, value in (("--nsys", explicit), (ENV_NSYS, os.environ.get(ENV_NSYS))):
+        if value:
+            for c in _candidates_in(os.path.expanduser(value)):
+                if _usable(c):
+                    return os.path.abspath(c)
+            raise NsysMissing(f"nsys not found at {value} (from {label}); {HOW_TO_GET}")
+    on_path = shutil.which("nsys")
+    if on_path:
+        return on_path
+    for c in _project_nsys():
+        if _usable(c):
+            return c
+    for pattern in ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+                    "/opt/nvidia/nsight-systems-cli/*/bin/nsys"):
+        for c in sorted(glob.glob(pattern), reverse=True):
+            if _usable(c):
+                return c
+    raise NsysMissing(f"nsys (Nsight Systems) is not installed: {HOW_TO_GET}")
+
+
+def _run_text(argv: list[str], timeout: float = 60) -> str:
+    try:
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                           errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NsysMissing(f"{argv[0]} does not run ({exc}); {HOW_TO_GET}") from None
+    return p.stdout + p.stderr
+
+
+@lru_cache(maxsize=None)
+def _probe(path: str) -> tuple[str, str, str]:
+    version = _run_text([path, "--version"]).strip()
+    if "Nsight Systems" not in version and not re.search(r"\d{4}\.\d", version):
+        raise NsysMissing(f"{path} is not an Nsight Systems CLI (`--version` said: {version[:120]!r}); {HOW_TO_GET}")
+    return version, _run_text([path, "profile", "--help"]), _run_text([path, "launch", "--help"])
+
+
+@dataclass
+class Nsys:
+    """An nsys binary and the switches it knows."""
+
+    path: str
+    version_text: str = ""
+    profile_help: str = field(default="", repr=False)
+    launch_help: str = field(default="", repr=False)
+    probed: bool = True
+
+    @classmethod
+    def find(cls, explicit: str | None = None) -> "Nsys":
+        path = locate(explicit)
+        return cls(path, *_probe(path))
+
+    @classmethod
+    def assumed(cls, path: str = "nsys") -> "Nsys":
+        """Stand-in for --dry-run without nsys: every switch is assumed to exist."""
+        return cls(path, "", "", "", probed=False)
+
+    @property
+    def version(self) -> str | None:
+        m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", self.version_text)
+        return m.group(1) if m else None
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in (self.version or "0").split(".")[:3])
+
+    def supports(self, switch: str, command: str = "profile") -> bool:
+        if not self.probed:
+            return True
+        text = self.profile_help if command == "profile" else self.launch_help
+        return re.search(rf"(^|[\s,])--{re.escape(switch)}\b", text, re.M) is not None
+
+    @property
+    def install_root(self) -> str:
+        """The folder holding target-linux-x64/ (so nsys' helper processes can be told apart)."""
+        real = os.path.realpath(self.path)
+        if os.path.basename(os.path.dirname(real)).startswith("target-"):
+            return os.path.dirname(os.path.dirname(real))
+        if os.path.isdir(os.path.join(os.path.dirname(real), "target-linux-x64")):
+            return os.path.dirname(real)
+        return os.path.dirname(real)
+
+
+def session_state(nsys_path: str, session: str) -> str | None:
+    """The state `nsys sessions list` shows for a session (Configured, StartRange, RangeCollection,
+    RangeGeneration, RangeImportation, Launched, ...), or None when it is not listed."""
+    try:
+        p = subprocess.run([nsys_path, "sessions", "list"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=20, errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] == session:
+            return parts[2]
+    return None
+
+
+@dataclass
+class TraceOptions:
+    """What to record: the switches shared by `nsys profile` and `nsys launch`."""
+
+    trace: str = "cuda,nvtx,osrt"
+    python_sampling_hz: int = 100          # 0: off
+    cuda_graph_trace: str | None = "graph"
+    trace_fork: bool = True
+    sample: str | None = "none"            # CPU IP sampling (`-s`); profile/start only
+    cpuctxsw: str | None = "none"
+    extra: list[str] = field(default_factory=list)   # passed verbatim (profile / launch)
+
+
+def _trace_switches(nsys: Nsys, opts: TraceOptions, command: str, notes: list[str]) -> list[str]:
+    out = [f"--trace={opts.trace}"]
+    if opts.python_sampling_hz:
+        if nsys.supports("python-sampling", command):
+            out += ["--python-sampling=true", f"--python-sampling-frequency={int(opts.python_sampling_hz)}"]
+        else:
+            notes.append(f"nsys {nsys.version or '?'} has no --python-sampling (2022.4 lacks it, 2023.4 has it): "
+                         "recorded without it")
+    if opts.cuda_graph_trace and "cuda" in opts.trace.split(","):
+        if nsys.supports("cuda-graph-trace", command):
+            out.append(f"--cuda-graph-trace={opts.cuda_graph_trace}")
+        else:
+            notes.append(f"nsys {nsys.version or '?'} has no --cuda-graph-trace: left out")
+    if opts.trace_fork:
+        if nsys.supports("trace-fork-before-exec", command):
+            out.append("--trace-fork-before-exec=true")
+        else:
+            notes.append(f"nsys {nsys.version or '?'} has no --trace-fork-before-exec: left out")
+    return out
+
+
+def _sampling_switches(opts: TraceOptions) -> list[str]:
+    out = []
+    if opts.sample:
+        out.append(f"--sample={opts.sample}")
+    if opts.cpuctxsw:
+        out.append(f"--cpuctxsw={opts.cpuctxsw}")
+    return out
+
+
+def profile_command(nsys: Nsys, opts: TraceOptions, output: str, server: list[str], *, session: str,
+                    capture_range: str = "cudaProfilerApi", capture_range_end: str = "stop",
+                    nvtx_capture: str | None = None, notes: list[str] | None = None) -> list[str]:
+    """`nsys profile` whose window is opened by the application (cudaProfilerStart or an NVTX range)."""
+    notes = [] if notes is None else notes
+    cmd = [nsys.path, "profile"]
+    if nsys.supports("session-new"):
+        cmd.append(f"--session-new={session}")
+    cmd += _trace_switches(nsys, opts, "profile", notes) + _sampling_switches(opts)
+    cmd += [f"--capture-range={capture_range}", f"--capture-range-end={capture_range_end}"]
+    if capture_range == "nvtx":
+        cmd.append(f"--nvtx-capture={nvtx_capture}")
+    cmd += [*opts.extra, f"--output={output}", "--force-overwrite=true", *server]
+    return cmd
+
+
+def launch_command(nsys: Nsys, opts: TraceOptions, server: list[str], *, session: str,
+                   notes: list[str] | None = None) -> list[str]:
+    """`nsys launch`: inject at start-up, collect nothing until `nsys start`."""
+    notes = [] if notes is None else notes
+    return [nsys.path, "launch", f"--session-new={session}", *_trace_switches(nsys, opts, "launch", notes),
+            *opts.extra, *server]
+
+
+def start_command(nsys: Nsys, opts: TraceOptions, output: str, *, session: str) -> list[str]:
+    return [nsys.path, "start", f"--session={session}", *_sampling_switches(opts), f"--output={output}",
+            "--force-overwrite=true"]
+
+
+def stop_command(nsys: Nsys, *, session: str) -> list[str]:
+    return [nsys.path, "stop", f"--session={session}"]
+
+
+def export_command(nsys: Nsys, report: str, sqlite: str) -> list[str]:
+    return [nsys.path, "export", "--type=sqlite", "--quiet=true", "--force-overwrite=true", f"--output={sqlite}", report]
+
+
+def quote(cmd: list[str]) -> str:
+    return shlex.join(cmd)

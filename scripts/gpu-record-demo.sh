@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Record the demo server's two variants on a GPU machine with `clef-prof record`, using an
+# Nsight Systems that was copied there (no nsys of its own, no pip downloads needed).
+#
+# Usage:
+#   scripts/gpu-record-demo.sh NSYS_DIR OUT_DIR [extra `clef-prof record` options...]
+#
+#   NSYS_DIR  an unpacked Nsight Systems 2023.4: the folder holding `nsys` (the wrapper that
+#             scripts/install-nsys.sh writes), or its target-linux-x64/ folder, or the nsys
+#             binary itself. nsys turns its raw .qdstrm into a .nsys-rep with QdstrmImporter,
+#             which it looks for in target-linux-x64/../host-linux-x64/: copy that folder too,
+#             or you get a .qdstrm and no report.
+#   OUT_DIR   where the captures go: OUT_DIR/main/ and OUT_DIR/pr/, each with capture.nsys-rep,
+#             capture.sqlite, manifest.json and the logs; with AB=N also OUT_DIR/ab/ (N rounds).
+#
+# Env: WARMUP (s, default 15), DURATION (s, default 3), PORT (default 8765), CONCURRENCY
+#      (default 16), WINDOW (default profiler-api: POST /start_profile -> cudaProfilerStart),
+#      PYTHON (default python3), AB (rounds of `clef-prof ab`, default 0 = none),
+#      CHECK_GPU (default 1; 0 skips the torch/CUDA check, e.g. to try the script with WINDOW=nsys
+#      on a CPU machine).
+#
+# Needs: Python 3 with torch (CUDA) and numpy; nothing else (record, the load generator and the
+# demo server are standard library; pandas is only needed to analyze, which can run elsewhere).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[ $# -ge 2 ] || { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+NSYS_IN=$1 OUT=$2
+shift 2
+PY=${PYTHON:-python3}
+WARMUP=${WARMUP:-15} DURATION=${DURATION:-3} PORT=${PORT:-8765} CONCURRENCY=${CONCURRENCY:-16}
+WINDOW=${WINDOW:-profiler-api} AB=${AB:-0} CHECK_GPU=${CHECK_GPU:-1}
+
+die() { echo "gpu-record-demo: $*" >&2; exit 1; }
+
+# locate nsys in what was handed over
+NSYS=
+for c in "$NSYS_IN" "$NSYS_IN/nsys" "$NSYS_IN/target-linux-x64/nsys" "$NSYS_IN/bin/nsys"; do
+  if [ -f "$c" ] && [ -x "$c" ]; then NSYS=$(readlink -f "$c"); break; fi
+done
+[ -n "$NSYS" ] || die "no executable nsys in $NSYS_IN (looked for nsys, target-linux-x64/nsys, bin/nsys)"
+"$NSYS" --version >/dev/null 2>&1 || die "$NSYS --version fails (missing libraries? try: ldd $NSYS)"
+echo "nsys: $NSYS ($("$NSYS" --version 2>&1 | head -n1))"
+REAL=$(readlink -f "$NSYS")
+case $REAL in */target-linux-x64/nsys)
+  IMPORTER=$(dirname "$(dirname "$REAL")")/host-linux-x64/QdstrmImporter
+  [ -x "$IMPORTER" ] || echo "gpu-record-demo: WARNING: no $IMPORTER: nsys will leave a .qdstrm and no .nsys-rep" >&2 ;;
+esac
+
+# the Python side
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+cd "$ROOT"
+[ "$CHECK_GPU" = 0 ] || "$PY" - <<'EOF' || die "this Python cannot run the demo on a GPU (see above)"
+import sys
+import torch
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
+      + (f" ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else ""))
+sys.exit(0 if torch.cuda.is_available() else 1)
+EOF
+
+# `python3 -m clef_prof record` is the documented form; should the CLI ever fail to load here
+# (it must not need pandas, but), the modules' own entry points do the same
+if "$PY" -m clef_prof --help >/dev/null 2>&1; then
+  RECORD=(-m clef_prof record) AB_CMD=(-m clef_prof ab) DEMO="-m clef_prof demo-server"
+else
+  echo "gpu-record-demo: note: '$PY -m clef_prof' does not load here; using python -m clef_prof.record" >&2
+  RECORD=(-m clef_prof.record) AB_CMD=(-m clef_prof.ab) DEMO="-m clef_prof.demo_server"
+fi
+
+mkdir -p "$OUT"
+common=(--nsys "$NSYS" --window "$WINDOW" --warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY"
+        --url "http://127.0.0.1:$PORT" "$@")
+rc=0
+for variant in main pr; do
+  echo "== $variant -> $OUT/$variant"
+  # shellcheck disable=SC2086
+  "$PY" "${RECORD[@]}" --out "$OUT/$variant" "${common[@]}" \
+      -- "$PY" $DEMO --variant "$variant" --port "$PORT" || rc=1
+done
+if [ "$AB" -gt 0 ]; then
+  echo "== ab, $AB rounds -> $OUT/ab"
+  "$PY" "${AB_CMD[@]}" --rounds "$AB" --order ABBA --out "$OUT/ab" "${common[@]}" \
+      --arm "main=$PY $DEMO --variant main --port $PORT" \
+      --arm "pr=$PY $DEMO --variant pr --port $PORT" || rc=1
+fi
+
+echo
+echo "captures:"
+find "$OUT" -name manifest.json -print | sort | while read -r m; do
+  "$PY" - "$m" <<'EOF'
+import json, os, sys
+m = json.load(open(sys.argv[1]))
+c = (m.get("client") or {}).get("capture") or (m.get("client") or {}).get("window") or {}
+print(f"  {os.path.dirname(sys.argv[1])}: status {m.get('status')}, export {m.get('export')}, "
+      f"client completions in the capture {c.get('completions')}, server counted "
+      f"{(m.get('server_counts') or {}).get('requests')}")
+EOF
+done
+echo "next (where pandas is installed): clef-prof analyze $OUT/main/capture.sqlite $OUT/pr/capture.sqlite"
+echo "                                  clef-prof compare --arm main=$OUT/main --arm pr=$OUT/pr"
+exit $rc
