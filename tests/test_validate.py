@@ -57,3 +57,27 @@ def test_requests_override(capture):
     r = analyze(str(capture("gpu-q1c16-main")), requests=1000).result
     assert r["requests"] == 1000 and r["requests_source"] == "--requests"
     assert r["per_request"]["h2d_copies"] == 13.68
+
+
+def _with_manifest(capture, tmp_path, **manifest):
+    f = tmp_path / "capture.sqlite"
+    shutil.copyfile(capture("gpu-q1c16-main"), f)
+    (tmp_path / "manifest.json").write_text(json.dumps({"export": "capture.sqlite", "status": "ok",
+                                                        "load": {"concurrency": 16}, **manifest}))
+    return analyze(str(f)).result
+
+
+def test_manifest_agrees_with_client_completions(capture, truth, tmp_path):
+    """The shared capture's own client view: 1515 completions between the acks, 1520 requests."""
+    done = truth("gpu-q1c16-main")["client"]["completed_strictly_between_start_and_stop_acks"]
+    r = _with_manifest(capture, tmp_path, client={"window": {"completions": done}},
+                       server_counts={"requests": 1520}, window={"mode": "profiler-api"})
+    assert r["manifest"].endswith("manifest.json")
+    assert r["warnings"] == []
+
+
+def test_manifest_disagreement_and_dead_server_warn(capture, tmp_path):
+    r = _with_manifest(capture, tmp_path, client={"window": {"completions": 1200}})
+    assert any("client completed 1200" in w for w in r["warnings"])
+    r = _with_manifest(capture, tmp_path, status="server died")
+    assert any("'server died'" in w for w in r["warnings"])
