@@ -2,52 +2,105 @@
 
 Reading happens in `capture`/`nvtx`/`cuda`; this module wires the steps together and
 assembles the JSON contract documented in the README.
+
+CUDA tables are streamed: the API calls, then the GPU activity tables, are read in rowid
+windows on reader threads and reduced window by window (placed in stages, paired, counted,
+merged into GPU busy time), so memory stays bounded by the window size plus about 11 bytes
+per API call of interest, whatever the capture size. The row-level frames of an `Analysis`
+(`calls`, `transfers`, `kernels`, `gpu_busy`) are not kept: they are read again from the
+export the first time one is used (`analyze(..., rows=True)` reads them at once).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from . import cuda as cu
-from .attribute import place, slots
+from .attribute import Placer, slots
 from .capture import Export
 from .errors import CaptureError
-from .metrics import NS_PER_MS, cuda_counts, host_stats, per_batch, per_batch_durations, safe_div
+from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
-from .overlap import busy_union, covered_by
-from .stage import StageConfig, Stages, build
+from .overlap import BusyStream, Unordered
+from .stages import StageConfig, Stages, build
 from . import validate
 
 SCHEMA = "clef-prof/analyze/1"
 CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
                    "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
                    "memcpy_calls", "memset_calls", "sync_calls")
+ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
+GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
 
-@dataclass
 class Analysis:
-    """Everything `analyze` found: the JSON-ready `result` and the frames behind it."""
+    """Everything `analyze` found: the JSON-ready `result` and the frames behind it.
 
-    path: str
-    config: StageConfig
-    result: dict
-    stages: Stages
-    calls: pd.DataFrame = field(repr=False)
-    transfers: pd.DataFrame = field(repr=False)
-    kernels: pd.DataFrame = field(repr=False)
-    gpu_busy: pd.DataFrame = field(repr=False)
-    per_batch: pd.DataFrame = field(repr=False, default=None)
+    `result`, `stages` and `per_batch` are computed by `analyze`. The row-level frames
+    `calls` (one row per CUDA API call of interest), `transfers` (memcpy rows), `kernels`
+    and `gpu_busy` (every GPU interval) hold a row per event, which does not fit in memory
+    for multi-GB captures: they are read from the export when first used (the file must
+    still be there), or at once with `analyze(..., rows=True)`.
+    """
+
+    def __init__(self, path: str, config: StageConfig, result: dict, stages: Stages,
+                 calls: pd.DataFrame | None = None, transfers: pd.DataFrame | None = None,
+                 kernels: pd.DataFrame | None = None, gpu_busy: pd.DataFrame | None = None,
+                 per_batch: pd.DataFrame | None = None, traced: bool = True):
+        self.path = path
+        self.config = config
+        self.result = result
+        self.stages = stages
+        self.per_batch = per_batch
+        self._traced = traced
+        given = {"calls": calls, "transfers": transfers, "kernels": kernels, "gpu_busy": gpu_busy}
+        self._frames = given if all(v is not None for v in given.values()) else None
+
+    def __repr__(self) -> str:
+        return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.get('requests')!r})"
 
     @property
     def warnings(self) -> list[str]:
         return self.result["warnings"]
 
+    @property
+    def rows_loaded(self) -> bool:
+        return self._frames is not None
+
+    def load_rows(self) -> "Analysis":
+        """Read the row-level frames now (from `path`); a no-op once they are loaded."""
+        if self._frames is None:
+            if not self._traced:
+                self._frames = {k: pd.DataFrame() for k in ROW_FRAMES}
+            else:
+                with Export.open(self.path) as cap:
+                    self._frames = row_frames(cap, self.stages)
+        return self
+
+    @property
+    def calls(self) -> pd.DataFrame:
+        return self.load_rows()._frames["calls"]
+
+    @property
+    def transfers(self) -> pd.DataFrame:
+        return self.load_rows()._frames["transfers"]
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        return self.load_rows()._frames["kernels"]
+
+    @property
+    def gpu_busy(self) -> pd.DataFrame:
+        return self.load_rows()._frames["gpu_busy"]
+
 
 def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None = None,
-            on_step: Callable[[str], None] | None = None) -> Analysis:
+            on_step: Callable[[str], None] | None = None, rows: bool = False) -> Analysis:
+    """Analyze one export. `rows=True` also keeps the row-level frames, from the same read
+    (for notebooks and comparisons that use them: one pass instead of two)."""
     step = on_step or (lambda _s: None)
     with Export.open(path) as cap:
         step("schema")
@@ -58,76 +111,264 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
                 raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
             raise CaptureError(f"{path}: the export has no NVTX_EVENTS table: record with `nsys profile -t nvtx,...` "
                                "and annotate the stages (see `clef-prof doctor`)")
-        return _analyze(cap, config, requests, step)
+        analysis = _analyze(cap, config, requests, step, rows)
+    _check_manifest(analysis)
+    return analysis
 
 
-def _analyze(cap: Export, config: StageConfig, requests: int | None, step) -> Analysis:
+def _check_manifest(analysis: Analysis) -> None:
+    """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
+    from . import manifest as mf
+
+    found = mf.find_for(analysis.path)
+    if found is None:
+        return
+    try:
+        warnings = mf.check_manifest(analysis.result, mf.read(found))
+    except (OSError, ValueError) as exc:
+        warnings = [f"the manifest beside the export cannot be read ({exc})"]
+    analysis.result["manifest"] = found
+    analysis.result["warnings"].extend(warnings)
+
+
+def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:
     warnings: list[str] = []
-    step("nvtx")
-    nv = census(cap)
-    stages = build(cap, config, requests)
-    warnings += validate.nvtx_presence(cap, nv, stages)
-
     traced = cu.cuda_traced(cap)
-    mode = cu.graph_trace_mode(cap)
     n_slots = len(config.stages) + 2
-    empty = pd.DataFrame()
-    calls_df, transfers, kernels, busy_df = empty, empty, empty, empty
-    counts = None
+    stream = plan = None
     if traced:
-        step("cuda api")
-        calls = cu.read_calls(cap)
-        stages, w = validate.lost_tail(stages, calls.last_end)
-        warnings += w
-        step("attribute")
-        c_slot, c_batch = place(stages, calls.gtid, calls.start, calls.end)
-        calls_df = pd.DataFrame({"start": calls.start, "end": calls.end, "gtid": calls.gtid, "corr": calls.corr,
-                                 "kind": calls.kind, "slot": c_slot, "batch": c_batch})
-        step("gpu activity")
-        memcpy = cu.read_memcpy(cap)
-        kern = cu.read_kernels(cap)
-        memset = cu.read_memset(cap)
-        graphs = cu.read_graph_trace(cap)
-        step("pair")
-        outside = n_slots - 1
-
-        def link(df):
-            call = cu.pair(df, calls)
-            df["call"] = call
-            df["slot"] = np.where(call >= 0, c_slot[np.maximum(call, 0)], outside)
-            df["batch"] = np.where(call >= 0, c_batch[np.maximum(call, 0)], -1)
-            df["api_kind"] = np.where(call >= 0, calls.kind[np.maximum(call, 0)], 0)
-            return df
-
-        transfers, kernels, graphs = link(memcpy), link(kern), link(graphs)
-        kernels["from_graph"] = kernels["api_kind"].to_numpy() == cu.GRAPH
-        counts = cuda_counts(
-            n_slots, calls.kind, c_slot,
-            transfers["slot"].to_numpy(), transfers["copyKind"].to_numpy(), transfers["srcKind"].to_numpy(),
-            transfers["dstKind"].to_numpy(), transfers["copies"].to_numpy(), transfers["bytes"].to_numpy(),
-            kernels["slot"].to_numpy(), kernels["from_graph"].to_numpy(), graphs["slot"].to_numpy())
-        parts = [d[["gpid", "start", "end", "slot", "batch"]].assign(kind=k) for d, k in
-                 ((kern, "kernel"), (memcpy, "memcpy"), (memset if len(memset) else None, "memset"), (graphs, "graph"))
-                 if d is not None and len(d)]
-        busy_df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-            {c: np.zeros(0, np.int64) for c in ("gpid", "start", "end", "slot", "batch")})
-        warnings += validate.unpaired(calls_df, transfers, kernels, mode)
-    else:
-        warnings.append(validate.NO_CUDA)
+        # start reading the CUDA tables on the reader threads now, while NVTX is read here
+        lookup, wanted = cu.kind_lut(cap)
+        calls_q = cu.call_queries(cap, wanted)
+        plan = _gpu_plan(cap, keep)
+        stream = cap.stream([*calls_q, *plan[0]])
+    try:
+        step("nvtx")
+        nv = census(cap)
+        stages = build(cap, config, requests)
+        warnings += validate.nvtx_presence(cap, nv, stages)
+        mode = cu.graph_trace_mode(cap)
+        tally = cov = own_ns = frames = None
+        if traced:
+            step("cuda api")
+            stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
+            warnings += w
+            step("gpu activity")
+            cov, own_ns, unpaired_memcpy, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
+            warnings += _unpaired(calls, unpaired_memcpy)
+            if keep:
+                frames = _frames(calls, gpu_rows)
+        else:
+            warnings.append(validate.NO_CUDA)
+            if keep:
+                frames = {k: pd.DataFrame() for k in ROW_FRAMES}
+    finally:
+        if stream is not None:
+            stream.close()
 
     step("metrics")
     warnings += validate.stage_layout(cap, stages)
-    cov = None
-    if traced:
-        busy = busy_union(busy_df["gpid"].to_numpy() >> 24, busy_df["start"].to_numpy(), busy_df["end"].to_numpy())
-        b = stages.batches
-        cov = covered_by(busy, b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy())
-    table = per_batch(stages, calls_df if traced else None, transfers if traced else None, cov)
-    result = _result(cap, stages, counts, busy_df, cov, traced, mode, warnings)
-    return Analysis(cap.path, config, result, stages, calls_df, transfers, kernels, busy_df, table)
+    table = per_batch_table(stages, tally.batch if traced else None, cov)
+    result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
+    out = Analysis(cap.path, config, result, stages, per_batch=table, traced=traced)
+    out._frames = frames
+    return out
 
 
-def _result(cap: Export, stages: Stages, counts, busy_df: pd.DataFrame, cov, traced: bool, mode,
+def row_frames(cap: Export, stages: Stages) -> dict[str, pd.DataFrame]:
+    """The row-level frames of a traced capture, placed with `stages` (the batches `analyze`
+    kept): calls, transfers, kernels and gpu_busy, one row per event, in table order."""
+    n_slots = len(stages.config.stages) + 2
+    lookup, wanted = cu.kind_lut(cap)
+    plan = _gpu_plan(cap, keep=True)
+    with cap.stream([*cu.call_queries(cap, wanted), *plan[0]]) as stream:
+        calls, tally, _ = _place_calls(stages, n_slots, lookup, stream, keep=True)
+        *_, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep=True)
+    return _frames(calls, gpu_rows)
+
+
+@dataclass
+class _Calls:
+    """What the GPU pass needs of each API call of interest, in call order (~11 bytes a call);
+    with `rows` (keep mode) the calls' own columns too."""
+
+    index: cu.CallIndex
+    slot: np.ndarray        # int8/int16
+    batch: np.ndarray       # int32
+    kind: np.ndarray        # int8
+    paired: np.ndarray      # bool: a kernel or memcpy row names this call
+    rows: dict[str, np.ndarray] | None = None
+
+
+def _call_pass(cap: Export, stages: Stages, n_slots: int, lookup, calls_q, stream, keep: bool = False):
+    """Stream the API calls of interest: place them in stages, count them per slot and batch,
+    and keep what pairing needs. Batches after the last CUDA record are dropped first
+    (`validate.lost_tail`); the full-table scan that finds that record only runs when some
+    batch starts after the last call of interest (then the calls are read again)."""
+    calls, tally, last = _place_calls(stages, n_slots, lookup, stream, keep)
+    b_start = stages.batches["start"].to_numpy()
+    warnings: list[str] = []
+    if len(b_start) and (last is None or (b_start > last).any()):
+        stages2, warnings = validate.lost_tail(stages, cu.last_api_end(cap))
+        if stages2 is not stages:
+            stages = stages2
+            with cap.stream(calls_q) as again:
+                calls, tally, _ = _place_calls(stages, n_slots, lookup, again, keep)
+    return stages, calls, tally, warnings
+
+
+def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = False):
+    """Consume the call windows at the head of `stream` (tag ("calls", i))."""
+    placer = Placer(stages)
+    tally = CudaTally(n_slots, len(stages.batches))
+    index = cu.CallIndex()
+    slot_t = np.int8 if n_slots < 128 else np.int16
+    slots_, batches_, kinds_ = [], [], []
+    kept: dict[str, list] = {k: [] for k in ("start", "end", "gtid", "corr")}
+    last = None
+    for tag, r in stream:
+        if tag[0] != "calls":
+            stream.push_back(tag, r)
+            break
+        kind = lookup(r["nameId"])
+        slot, batch = placer(r["gtid"], r["start"], r["end"])
+        tally.add_calls(kind, slot, batch)
+        index.add(r["corr"], r["gtid"] >> 24)
+        slots_.append(slot.astype(slot_t))
+        batches_.append(batch.astype(np.int32))
+        kinds_.append(kind)
+        if keep:
+            for k in kept:
+                kept[k].append(r[k])
+        if len(r["end"]):
+            e = int(r["end"].max())
+            last = e if last is None else max(last, e)
+    index.freeze()
+    kind = _cat(kinds_, np.int8)
+    rows = {k: _cat(v, np.int64) for k, v in kept.items()} if keep else None
+    calls = _Calls(index, _cat(slots_, slot_t), _cat(batches_, np.int32), kind, np.zeros(len(kind), dtype=bool), rows)
+    return calls, tally, last
+
+
+def _gpu_plan(cap: Export, keep: bool):
+    """(the GPU table windows in reading order, which tables carry process ids)."""
+    tables = [t for t in cu.GPU_TABLES if cap.has(t)]
+    # the same number of windows for every table, so that they advance together in time
+    spans = [r[1] - r[0] + 1 for r in (cap.rowid_range(t) for t in tables) if r is not None]
+    parts = max(1, -(-max(spans) // GPU_WINDOW)) if spans else 1
+    queries = {t: cu.gpu_queries(cap, t, parts, device=keep) for t in tables}
+    # window i of n of each table, in order of (i + 1) / n
+    order = sorted((q for qs in queries.values() for q in qs), key=lambda q: ((q.tag[1] + 1) / q.tag[2], q.tag[0]))
+    pid = {t: cu.has_pid(cap, t) for t in tables if queries[t]}
+    return order, pid
+
+
+def _gpu_pass(cap: Export, stages: Stages, calls: _Calls, tally: CudaTally, n_slots: int, plan, stream,
+              keep: bool = False):
+    """Stream the GPU tables, interleaved so that they advance together in time: pair each
+    row with its call, count it, and merge it into GPU busy time. Returns (busy ns per batch,
+    busy ns of the work launched in stages, memcpy rows with no call, rows kept per table).
+    A table found out of start order makes it read them all again, holding the busy intervals."""
+    order, pid = plan
+    try:
+        return _gpu_stream(stages, calls, tally, n_slots, stream, pid, ordered=True, keep=keep)
+    except Unordered:
+        stream.close()
+        with cap.stream(order) as again:
+            return _gpu_stream(stages, calls, tally, n_slots, again, pid, ordered=False, keep=keep)
+
+
+def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, pid, ordered: bool, keep: bool):
+    n_stages = n_slots - 2
+    outside = n_slots - 1
+    b = stages.batches
+    busy = BusyStream(b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy(), list(pid), ordered)
+    gpu = CudaTally(n_slots, len(b))
+    unpaired_memcpy = 0
+    kept: dict[str, list[dict]] = {}
+    for (table, i, n), r in stream:
+        gpk = r["gpid"] >> 24
+        call = calls.index.lookup(r["corr"], gpk if pid[table] else None)
+        ok = call >= 0
+        c = np.maximum(call, 0)
+        slot = np.where(ok, calls.slot[c], outside).astype(np.int64)
+        batch = np.where(ok, calls.batch[c], -1).astype(np.int64) if keep or table == cu.MEMCPY else None
+        api_kind = np.where(ok, calls.kind[c], 0).astype(np.int8) if keep or table == cu.KERNEL else None
+        if table == cu.MEMCPY:
+            gpu.add_copies(slot, batch, r["copyKind"], r["srcKind"], r["dstKind"], r["copies"], r["bytes"])
+            unpaired_memcpy += int((~ok).sum())
+            calls.paired[call[ok]] = True
+        elif table == cu.KERNEL:
+            gpu.add_kernels(slot, api_kind == cu.GRAPH)
+            calls.paired[call[ok]] = True
+        elif table == cu.GRAPH_TRACE:
+            gpu.add_graph_rows(slot)
+        busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1)
+        if i == n - 1:
+            busy.done(table)
+        if keep:
+            kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
+    cov, own_ns = busy.finish()
+    for key, v in gpu.slot.items():
+        tally.slot[key] += v
+    for key, v in gpu.batch.items():
+        tally.batch[key] += v
+    return cov, own_ns, unpaired_memcpy, (kept if keep else None)
+
+
+def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, pd.DataFrame]:
+    """The row-level frames from a keep-mode pass (columns and dtypes as they always were)."""
+    r = calls.rows
+    calls_df = pd.DataFrame({"start": r["start"], "end": r["end"], "gtid": r["gtid"], "corr": r["corr"],
+                             "kind": calls.kind, "slot": calls.slot.astype(np.int64),
+                             "batch": calls.batch.astype(np.int64)})
+
+    def table(name: str) -> pd.DataFrame:
+        spec = [("start", 0), ("end", 0), ("gpid", 0), ("corr", 0), ("device", 0)]
+        spec += [(n, 0) for n, _, _ in cu.GPU_TABLES[name]]
+        chunks = gpu_rows.get(name, [])
+        cols = [n for n, _ in spec]
+        df = pd.DataFrame({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
+        for c, dt in (("call", np.int64), ("slot", np.int64), ("batch", np.int64), ("api_kind", np.int8)):
+            df[c] = _cat([ch[c] for ch in chunks], dt)
+        return df
+
+    transfers, kernels, memset, graphs = (table(t) for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
+    kernels["from_graph"] = kernels["api_kind"].to_numpy() == cu.GRAPH
+    parts = [d[["gpid", "start", "end", "slot", "batch"]].assign(kind=k) for d, k in
+             ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
+    busy_df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        {c: np.zeros(0, np.int64) for c in ("gpid", "start", "end", "slot", "batch")})
+    return {"calls": calls_df, "transfers": transfers, "kernels": kernels, "gpu_busy": busy_df}
+
+
+def _unpaired(calls: _Calls, unpaired_memcpy: int) -> list[str]:
+    """Launches and copies in stages whose GPU record is missing: lost CUPTI records.
+    (`validate.unpaired` on the row frames, computed from the streamed pairing.)"""
+    out = []
+    if len(calls.slot) == 0:
+        return out
+    staged = calls.slot < calls.slot.max()
+    for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
+        sel = staged & (calls.kind == kind)
+        total = int(sel.sum())
+        if total == 0:
+            continue
+        missing = int((sel & ~calls.paired).sum())
+        if missing:
+            out.append(f"{missing} of {total} {label} in the pooler have no GPU record: CUDA records were lost "
+                       "or the capture stopped early")
+    if unpaired_memcpy:
+        out.append(f"{unpaired_memcpy} memcpy records have no launching API call in the capture; "
+                   "they count in totals, outside every stage")
+    return out
+
+
+def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced: bool, mode,
             warnings: list[str]) -> dict:
     cfg = stages.config
     req = stages.requests
@@ -176,11 +417,7 @@ def _result(cap: Export, stages: Stages, counts, busy_df: pd.DataFrame, cov, tra
     overlap = {"gpu_busy_fraction_of_pooler_span": None, "gpu_busy_fraction_p50": None,
                "gpu_busy_ms_in_pooler_span_per_request": None, "gpu_busy_ms_per_request": None}
     if traced and len(b):
-        gpk = busy_df["gpid"].to_numpy() >> 24
         frac = cov / np.maximum(bdur, 1)
-        staged = busy_df["slot"].to_numpy() < n_st + 1
-        own = busy_union(gpk[staged], busy_df["start"].to_numpy()[staged], busy_df["end"].to_numpy()[staged])
-        own_ns = sum(int((me - ms).sum()) for ms, me in own.values())
         overlap = {"gpu_busy_fraction_of_pooler_span": float(cov.sum() / max(bdur.sum(), 1)),
                    "gpu_busy_fraction_p50": float(np.percentile(frac, 50)),
                    "gpu_busy_ms_in_pooler_span_per_request": safe_div(float(cov.sum()) / NS_PER_MS, req),

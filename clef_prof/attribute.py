@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intervals import innermost_containing
-from .stage import Stages
+from .intervals import Containment
+from .stages import Stages
 
 
 def slots(stages: Stages) -> list[str]:
@@ -13,19 +13,34 @@ def slots(stages: Stages) -> list[str]:
     return [*stages.config.stages, f"{stages.config.batch} (no stage)", "outside"]
 
 
+class Placer:
+    """`place` with the stage and batch ranges prepared once, for calls read chunk by chunk."""
+
+    def __init__(self, stages: Stages):
+        inst, bat = stages.instances, stages.batches
+        self.n_stages = len(stages.config.stages)
+        key = np.concatenate([inst["gtid"].to_numpy(), bat["gtid"].to_numpy()])
+        s = np.concatenate([inst["start"].to_numpy(), bat["start"].to_numpy()])
+        e = np.concatenate([inst["end"].to_numpy(), bat["end"].to_numpy()])
+        self.empty = len(key) == 0
+        self.threads = np.unique(key)
+        self.containment = None if self.empty else Containment(key, s, e)
+        self.unit_slot = np.concatenate([inst["stage"].cat.codes.to_numpy().astype(np.int64),
+                                         np.full(len(bat), self.n_stages, dtype=np.int64)])
+        self.unit_batch = np.concatenate([inst["batch"].to_numpy(), np.arange(len(bat), dtype=np.int64)])
+
+    def __call__(self, gtid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        outside = self.n_stages + 1
+        if self.empty:
+            return np.full(len(start), outside, dtype=np.int64), np.full(len(start), -1, dtype=np.int64)
+        unit = self.containment.find(gtid, start, end)
+        inside = unit >= 0
+        u = np.maximum(unit, 0)
+        slot = np.where(inside, self.unit_slot[u], outside)
+        batch = np.where(inside, self.unit_batch[u], -1)
+        return slot, batch
+
+
 def place(stages: Stages, gtid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(slot, batch) of each call. slot indexes `slots(stages)`; batch is -1 outside batches."""
-    inst, bat = stages.instances, stages.batches
-    key = np.concatenate([inst["gtid"].to_numpy(), bat["gtid"].to_numpy()])
-    s = np.concatenate([inst["start"].to_numpy(), bat["start"].to_numpy()])
-    e = np.concatenate([inst["end"].to_numpy(), bat["end"].to_numpy()])
-    n_stages = len(stages.config.stages)
-    if len(key) == 0:
-        return np.full(len(start), n_stages + 1, dtype=np.int64), np.full(len(start), -1, dtype=np.int64)
-    unit = innermost_containing(key, s, e, gtid, start, end)
-    unit_slot = np.concatenate([inst["stage"].cat.codes.to_numpy().astype(np.int64),
-                                np.full(len(bat), n_stages, dtype=np.int64)])
-    unit_batch = np.concatenate([inst["batch"].to_numpy(), np.arange(len(bat), dtype=np.int64)])
-    slot = np.where(unit >= 0, unit_slot[np.maximum(unit, 0)], n_stages + 1)
-    batch = np.where(unit >= 0, unit_batch[np.maximum(unit, 0)], -1)
-    return slot, batch
+    return Placer(stages)(gtid, start, end)

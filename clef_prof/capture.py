@@ -9,15 +9,32 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import urllib.parse
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
 from .errors import CaptureError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
+BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
+# reader threads (ADBC releases the GIL while SQLite reads); CLEF_PROF_READERS overrides
+READERS = int(os.environ.get("CLEF_PROF_READERS") or max(1, min(2, os.cpu_count() or 1)))
+
+
+class Query(NamedTuple):
+    """One columnar read: `tag` travels with the result, for the caller's bookkeeping."""
+
+    tag: object
+    sql: str
+    names: list[str]
+    dtypes: dict[str, str] | None = None
 
 try:  # columnar reads; optional at import time so the error path stays clean
     import adbc_driver_sqlite.dbapi as _adbc
@@ -59,6 +76,10 @@ class Export:
     path: str
     _conn: sqlite3.Connection = field(repr=False, default=None)
     _adbc_conn: object = field(repr=False, default=None)
+    _local: threading.local = field(repr=False, default_factory=threading.local)
+    _pool_conns: list = field(repr=False, default_factory=list)
+    _rowid_ranges: dict = field(repr=False, default_factory=dict)
+    memo: dict = field(repr=False, default_factory=dict)     # per-export results of small queries
 
     @classmethod
     def open(cls, path: str) -> "Export":
@@ -73,6 +94,9 @@ class Export:
         return cap
 
     def close(self) -> None:
+        for conn in self._pool_conns:
+            conn.close()
+        self._pool_conns.clear()
         if self._adbc_conn is not None:
             self._adbc_conn.close()
             self._adbc_conn = None
@@ -99,6 +123,29 @@ class Export:
         if table not in self.tables:
             return []
         return [r[1] for r in self.rows(f'PRAGMA table_info("{table}")')]
+
+    def rowid_range(self, table: str) -> tuple[int, int] | None:
+        """(min, max) rowid of a table, None when empty or absent. Two queries: SQLite answers
+        a lone min() or max() of the rowid with one B-tree seek, but both at once with a scan."""
+        if table not in self.tables:
+            return None
+        if table not in self._rowid_ranges:
+            lo = self.rows(f'SELECT min(rowid) FROM "{table}"')[0][0]
+            hi = self.rows(f'SELECT max(rowid) FROM "{table}"')[0][0]
+            self._rowid_ranges[table] = None if lo is None else (int(lo), int(hi))
+        return self._rowid_ranges[table]
+
+    def rowid_windows(self, table: str, rows: int | None = None, parts: int | None = None) -> list[str]:
+        """WHERE conditions that split a table into consecutive rowid windows (in rowid order,
+        which is time order in nsys exports), `rows` rowids each or `parts` windows."""
+        rng = self.rowid_range(table)
+        if rng is None:
+            return []
+        lo, hi = rng
+        n = hi - lo + 1
+        parts = max(1, parts if parts is not None else -(-n // (rows or CHUNK_ROWS)))
+        step = -(-n // parts)
+        return [f"rowid >= {a} AND rowid < {min(a + step, hi + 1)}" for a in range(lo, hi + 1, step)]
 
     def count(self, table: str, where: str = "") -> int:
         if table not in self.tables:
@@ -160,7 +207,8 @@ class Export:
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
 
-    def read(self, sql: str, names: list[str], dtypes: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    def read(self, sql: str, names: list[str], dtypes: dict[str, str] | None = None,
+             threaded: bool = False) -> dict[str, np.ndarray]:
         """Run one query and return its columns as NumPy arrays (NULL read as 0 / '').
 
         Every selected column must be named in `names`, in order. Integer columns should be
@@ -169,7 +217,7 @@ class Export:
         dtypes = dtypes or {}
         try:
             if _adbc is not None:
-                table = self._arrow(sql)
+                table = self._arrow(sql, threaded)
                 out = {}
                 for i, name in enumerate(names):
                     col = table.column(i)
@@ -191,15 +239,99 @@ class Export:
                 out[name] = np.fromiter((r[i] if r[i] is not None else 0 for r in rows), dtype=dt, count=len(rows))
         return out
 
-    def _arrow(self, sql: str):
-        if self._adbc_conn is None:
-            self._adbc_conn = _adbc.connect(_uri(self.path))
-        cur = self._adbc_conn.cursor()
+    def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
+        """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
+        return Stream(self, queries, READERS if workers is None else workers)
+
+    def _thread_conn(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = _adbc.connect(_uri(self.path))
+            self._pool_conns.append(conn)
+        return conn
+
+    def _arrow(self, sql: str, threaded: bool = False):
+        if threaded:
+            conn = self._thread_conn()
+        else:
+            if self._adbc_conn is None:
+                self._adbc_conn = _adbc.connect(_uri(self.path))
+            conn = self._adbc_conn
+        cur = conn.cursor()
         try:
+            try:    # big record batches: a window arrives as one batch, and converts without a copy
+                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            except Exception:  # pragma: no cover - an older driver without the option
+                pass
             cur.execute(sql)
             return cur.fetch_arrow_table()
         finally:
             cur.close()
+
+
+class Stream:
+    """(tag, columns) of a list of queries, in order, read ahead on `workers` threads (each with
+    its own connection) while the caller works on the previous result. Reading starts when the
+    stream is made, so the caller can do other work first. At most workers + 1 results wait at
+    a time: memory is bounded by the window size whatever the capture size."""
+
+    def __init__(self, cap: Export, queries: Iterable[Query], workers: int):
+        self.cap = cap
+        self.queries = iter(queries)
+        self.workers = workers
+        self.pending: deque = deque()
+        self.back: list = []
+        self.pool = None
+        if _adbc is not None and workers > 1:
+            self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="clef-read")
+            self._fill()
+
+    def _fill(self) -> None:
+        while len(self.pending) <= self.workers:
+            q = next(self.queries, None)
+            if q is None:
+                return
+            self.pending.append((q.tag, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> tuple[object, dict[str, np.ndarray]]:
+        if self.back:
+            return self.back.pop()
+        if self.pool is None:
+            q = next(self.queries)
+            return q.tag, self.cap.read(q.sql, q.names, q.dtypes)
+        if not self.pending:
+            self.close()
+            raise StopIteration
+        tag, fut = self.pending.popleft()
+        try:
+            res = fut.result()
+        except BaseException:
+            self.close()
+            raise
+        self._fill()
+        return tag, res
+
+    def push_back(self, tag, columns) -> None:
+        """Return one result to the front of the stream (read one too many)."""
+        self.back.append((tag, columns))
+
+    def close(self) -> None:
+        for _, fut in self.pending:
+            fut.cancel()
+        self.pending.clear()
+        self.back.clear()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _one_line(exc: Exception) -> str:

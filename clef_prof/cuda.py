@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .capture import Export
+from .capture import Export, Query
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -86,29 +86,101 @@ class Calls:
     last_end: int | None       # end of the last CUDA API row of any kind
 
 
-def read_calls(cap: Export) -> Calls:
+class KindLookup:
+    """nameId -> API call kind (int8): a dense table over StringIds ids, or a sorted one."""
+
+    def __init__(self, kinds: dict[int, int]):
+        self.keys = np.array(sorted(kinds), dtype=np.int64)
+        self.vals = np.array([kinds[k] for k in self.keys], dtype=np.int8)
+        self.dense = None
+        if len(self.keys) and 0 <= self.keys[0] and self.keys[-1] < (1 << 24):
+            self.dense = np.zeros(int(self.keys[-1]) + 1, dtype=np.int8)
+            self.dense[self.keys] = self.vals
+
+    def __call__(self, name_ids: np.ndarray) -> np.ndarray:
+        if len(name_ids) == 0 or len(self.keys) == 0:
+            return np.zeros(len(name_ids), np.int8)
+        if self.dense is not None:
+            return self.dense[np.clip(name_ids, 0, len(self.dense) - 1)]
+        pos = np.minimum(np.searchsorted(self.keys, name_ids), len(self.keys) - 1)
+        return np.where(self.keys[pos] == name_ids, self.vals[pos], 0).astype(np.int8)
+
+
+def kind_lut(cap: Export) -> tuple[KindLookup, list[int]]:
+    """(nameId -> kind lookup; the StringIds ids of the calls of interest)."""
     kinds = {i: api_kind(v) for i, v in cap.strings.items()}
-    ids = {k: [i for i, kd in kinds.items() if kd == k] for k in KIND_NAMES}
-    wanted = [i for lst in ids.values() for i in lst]
+    wanted = sorted(i for i, kd in kinds.items() if kd)
+    return KindLookup({i: kinds[i] for i in wanted}), wanted
+
+
+def _calls_sql(wanted: list[int], where: str = "") -> str:
     id_list = ",".join(str(i) for i in wanted) or "NULL"
-    r = cap.read(f'SELECT start, "end", globalTid, COALESCE(correlationId, 0), nameId FROM {RUNTIME} '
-                 f"WHERE nameId IN ({id_list})", ["start", "end", "gtid", "corr", "nameId"])
-    lut_keys = np.array(sorted(kinds), dtype=np.int64)
-    lut_vals = np.array([kinds[k] for k in lut_keys], dtype=np.int8)
-    kind = lut_vals[np.searchsorted(lut_keys, r["nameId"])] if len(r["nameId"]) else np.zeros(0, np.int8)
-    last = cap.rows(f'SELECT max("end") FROM {RUNTIME}')[0][0]
-    return Calls(r["start"], r["end"], r["gtid"], r["corr"], kind, None if last is None else int(last))
+    # no COALESCE: NULL reads as 0 anyway (capture.read), and each one costs a VM step per row
+    return (f'SELECT start, "end", globalTid, correlationId, '
+            f"nameId FROM {RUNTIME} WHERE nameId IN ({id_list}){' AND ' + where if where else ''}")
+
+
+CALL_COLUMNS = ["start", "end", "gtid", "corr", "nameId"]
+
+
+def call_queries(cap: Export, wanted: list[int]) -> list[Query]:
+    """The API calls of interest, in rowid windows (tag: ("calls", window number))."""
+    if not cap.has(RUNTIME):
+        return []
+    return [Query(("calls", i), _calls_sql(wanted, w), CALL_COLUMNS) for i, w in enumerate(cap.rowid_windows(RUNTIME))]
+
+
+def last_api_end(cap: Export) -> int | None:
+    """End of the last CUDA API row of any kind (a full scan of the runtime table)."""
+    last = cap.rows(f'SELECT max("end") FROM {RUNTIME}')[0][0] if cap.has(RUNTIME) else None
+    return None if last is None else int(last)
+
+
+def read_calls(cap: Export) -> Calls:
+    lut, wanted = kind_lut(cap)
+    r = cap.read(_calls_sql(wanted), CALL_COLUMNS)
+    kind = lut(r["nameId"])
+    return Calls(r["start"], r["end"], r["gtid"], r["corr"], kind, last_api_end(cap))
+
+
+MEMCPY_EXTRA = [("bytes", "bytes", 0), ("copyKind", "copyKind", 0), ("srcKind", "srcKind", 7),
+                ("dstKind", "dstKind", 7), ("copies", "copyCount", 1)]
+GPU_TABLES = {MEMCPY: MEMCPY_EXTRA, KERNEL: [], MEMSET: [], GRAPH_TRACE: []}
+
+
+def _gpu_spec(cap: Export, table: str, extra: list[tuple[str, str, int]], device: bool = True):
+    cols = cap.columns(table)
+    spec = [("start", "start", 0), ("end", "end", 0), ("gpid", "globalPid", 0), ("corr", "correlationId", 0),
+            *([("device", "deviceId", 0)] if device else []), *extra]
+    # NULL reads as 0 (capture.read): COALESCE only where the default is not 0
+    exprs = [(f'COALESCE("{c}", {d})' if d else f'"{c}"') if c in cols else str(d) for _, c, d in spec]
+    return cols, spec, f"SELECT {', '.join(exprs)} FROM {table}"
 
 
 def _gpu(cap: Export, table: str, extra: list[tuple[str, str, int]]) -> pd.DataFrame:
     """start, end, gpid, corr, device and `extra` (name, column, default) of one GPU table."""
-    cols = cap.columns(table)
-    spec = [("start", "start", 0), ("end", "end", 0), ("gpid", "globalPid", 0),
-            ("corr", "correlationId", 0), ("device", "deviceId", 0), *extra]
+    cols, spec, sql = _gpu_spec(cap, table, extra)
     if not cols:
         return pd.DataFrame({n: np.zeros(0, np.int64) for n, _, _ in spec})
-    exprs = [f'COALESCE("{c}", {d})' if c in cols else str(d) for _, c, d in spec]
-    return pd.DataFrame(cap.read(f"SELECT {', '.join(exprs)} FROM {table}", [n for n, _, _ in spec]))
+    return pd.DataFrame(cap.read(sql, [n for n, _, _ in spec]))
+
+
+def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool = False) -> list[Query]:
+    """One GPU table in rowid windows (`parts` of them, or windows of the default size), with
+    the device column only when asked (tag: (table, window, windows))."""
+    cols, spec, sql = _gpu_spec(cap, table, GPU_TABLES[table], device=device)
+    if not cols:
+        return []
+    windows = cap.rowid_windows(table, parts=parts)
+    return [Query((table, i, len(windows)), f"{sql} WHERE {w}", [n for n, _, _ in spec])
+            for i, w in enumerate(windows)]
+
+
+def has_pid(cap: Export, table: str) -> bool:
+    """Whether any row of a GPU table carries a process id (else rows pair on correlationId alone)."""
+    if "globalPid" not in cap.columns(table):
+        return False
+    return bool(cap.rows(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE COALESCE(globalPid, 0) != 0)")[0][0])
 
 
 def read_kernels(cap: Export) -> pd.DataFrame:
@@ -116,8 +188,7 @@ def read_kernels(cap: Export) -> pd.DataFrame:
 
 
 def read_memcpy(cap: Export) -> pd.DataFrame:
-    return _gpu(cap, MEMCPY, [("bytes", "bytes", 0), ("copyKind", "copyKind", 0), ("srcKind", "srcKind", 7),
-                              ("dstKind", "dstKind", 7), ("copies", "copyCount", 1)])
+    return _gpu(cap, MEMCPY, MEMCPY_EXTRA)
 
 
 def read_memset(cap: Export) -> pd.DataFrame:
@@ -138,9 +209,123 @@ def pair(gpu: pd.DataFrame, calls: Calls) -> np.ndarray:
     if len(gpu) == 0:
         return np.zeros(0, dtype=np.int64)
     no_pid = (gpu["gpid"].to_numpy() == 0).all()
-    api = pd.DataFrame({"pk": 0 if no_pid else process_key(calls.gtid), "corr": calls.corr,
-                        "call": np.arange(len(calls.corr))})
-    api = api.drop_duplicates(["pk", "corr"])
-    g = pd.DataFrame({"pk": 0 if no_pid else process_key(gpu["gpid"].to_numpy()), "corr": gpu["corr"].to_numpy()})
-    m = g.merge(api, on=["pk", "corr"], how="left", sort=False)
-    return m["call"].fillna(-1).to_numpy(dtype=np.int64)
+    index = CallIndex()
+    index.add(calls.corr, process_key(calls.gtid))
+    index.freeze()
+    return index.lookup(gpu["corr"].to_numpy(), None if no_pid else process_key(gpu["gpid"].to_numpy()))
+
+
+class CallIndex:
+    """(process, correlationId) -> call number, for pairing GPU rows with their API call.
+
+    Built chunk by chunk in call order; a key held by several calls pairs with the first one.
+    Compact: correlationIds are kept as uint32 offsets when their range allows (in nsys
+    exports they rise with time, so they are usually sorted already and need no index), and
+    processes as small codes only when there are several; about 4 bytes per call.
+    """
+
+    def __init__(self):
+        self._corr: list[tuple[int, np.ndarray]] = []         # (chunk minimum, offsets from it)
+        self._pk: list[tuple[int, int, np.ndarray | None]] = []  # (code, rows, codes or None: all `code`)
+        self._pk_codes: dict[int, int] = {}
+        self.n = 0
+
+    def add(self, corr: np.ndarray, pk: np.ndarray) -> None:
+        """Append the calls of one chunk. Copies what it keeps: a view would hold the chunk's
+        whole Arrow record batch in memory."""
+        corr = np.asarray(corr, dtype=np.int64)
+        pk = np.asarray(pk, dtype=np.int64)
+        if len(corr) == 0:
+            return
+        lo = int(corr.min())
+        span = int(corr.max()) - lo
+        self._corr.append((lo, (corr - lo).astype(np.uint32 if span < 2**32 else np.int64)))
+        if (pk == pk[0]).all():
+            self._pk.append((self._pk_codes.setdefault(int(pk[0]), len(self._pk_codes)), len(pk), None))
+        else:
+            uniq, inv = np.unique(pk, return_inverse=True)
+            codes = np.array([self._pk_codes.setdefault(int(p), len(self._pk_codes)) for p in uniq], dtype=np.int16)
+            self._pk.append((-1, len(pk), codes[inv]))
+        self.n += len(corr)
+
+    def freeze(self) -> None:
+        self.base = min((lo for lo, _ in self._corr), default=0)
+        top = max((lo + int(c.max()) for lo, c in self._corr), default=0)
+        self.span = top - self.base
+        self.corr = np.empty(self.n, dtype=np.uint32 if self.span < 2**32 else np.int64)
+        at = 0
+        for lo, c in self._corr:
+            np.add(c, lo - self.base, out=self.corr[at:at + len(c)], casting="unsafe")
+            at += len(c)
+        self._corr = []
+        self.pks = np.array(sorted(self._pk_codes, key=self._pk_codes.get), dtype=np.int64)
+        self.pkc = None                         # one process: no per-call code
+        if len(self.pks) > 1:
+            self.pkc = np.empty(self.n, dtype=np.int16)
+            at = 0
+            for code, rows, codes in self._pk:
+                self.pkc[at:at + rows] = code if codes is None else codes
+                at += rows
+        self._pk = []
+        self._by_pk = None
+        self._by_corr = None
+
+    @staticmethod
+    def _sorted(values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """(order or None when already sorted, sorted values); stable, so the first call wins."""
+        if len(values) < 2 or (values[1:] >= values[:-1]).all():
+            return None, values
+        order = np.argsort(values, kind="stable")
+        return order, values[order]
+
+    def _index_by_corr(self):
+        if self._by_corr is None:
+            self._by_corr = self._sorted(self.corr)
+        return self._by_corr
+
+    def _index_by_pk(self):
+        """Per process code: (rows of that process, order, sorted correlationIds)."""
+        if self._by_pk is None:
+            if self.pkc is None:
+                self._by_pk = [(None, *self._index_by_corr())]
+            else:
+                blocks = []
+                for code in range(len(self.pks)):
+                    rows = np.flatnonzero(self.pkc == code)
+                    blocks.append((rows, *self._sorted(self.corr[rows])))
+                self._by_pk = blocks
+        return self._by_pk
+
+    @staticmethod
+    def _search(rows, order, vals, q):
+        if len(vals) == 0:
+            return np.full(len(q), -1, dtype=np.int64)
+        pos = np.searchsorted(vals, q, side="left")
+        posc = np.minimum(pos, len(vals) - 1)
+        found = (pos < len(vals)) & (vals[posc] == q)
+        idx = posc if order is None else order[posc]
+        if rows is not None:
+            idx = rows[idx]
+        return np.where(found, idx, -1)
+
+    def lookup(self, corr: np.ndarray, pk: np.ndarray | None = None) -> np.ndarray:
+        """Call number of each (pk, corr) (of each corr when pk is None), -1 when none."""
+        corr = np.asarray(corr, dtype=np.int64)
+        if self.n == 0 or len(corr) == 0:
+            return np.full(len(corr), -1, dtype=np.int64)
+        q = corr - self.base
+        ok = (q >= 0) & (q <= self.span)
+        q = np.where(ok, q, 0).astype(self.corr.dtype)
+        if pk is None:
+            out = self._search(None, *self._index_by_corr(), q)
+        else:
+            pk = np.asarray(pk, dtype=np.int64)
+            out = np.full(len(corr), -1, dtype=np.int64)
+            for code, block in enumerate(self._index_by_pk()):
+                m = pk == self.pks[code]
+                if m.all():
+                    out = self._search(*block, q)
+                elif m.any():
+                    out[m] = self._search(*block, q[m])
+        out[~ok] = -1
+        return out

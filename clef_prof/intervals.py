@@ -47,61 +47,99 @@ def innermost_containing(outer_key, outer_start, outer_end, inner_key, inner_sta
     Outer intervals of one key must be properly nested (NVTX push/pop ranges are). At each
     nesting level they are disjoint, so one binary search per level finds the candidate.
     """
-    outer_key = np.asarray(outer_key)
-    res = np.full(len(inner_start), -1, dtype=np.int64)
-    if len(outer_start) == 0 or len(inner_start) == 0:
+    return Containment(outer_key, outer_start, outer_end).find(inner_key, inner_start, inner_end)
+
+
+class Containment:
+    """`innermost_containing` with the outer side prepared once, so that inner intervals can
+    be placed chunk by chunk (a stream of API calls) without re-sorting the outer ranges.
+
+    Per key (thread) and nesting level, the outer intervals are disjoint and sorted by start:
+    one binary search per level, innermost level first, finds the candidate.
+    """
+
+    def __init__(self, outer_key, outer_start, outer_end):
+        self.outer_key = np.asarray(outer_key)
+        self.outer_start = np.asarray(outer_start)
+        self.outer_end = np.asarray(outer_end)
+        # per key: [(order, sorted starts) for each level, innermost first]
+        self.blocks: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        if len(self.outer_start) == 0:
+            self.keys = np.zeros(0, dtype=np.int64)
+            return
+        depth = nesting_depth(self.outer_key, self.outer_start, self.outer_end)
+        self.keys, okey = np.unique(self.outer_key, return_inverse=True)
+        self.blocks = [[] for _ in range(len(self.keys))]
+        for level in range(int(depth.max()), -1, -1):
+            sel = np.flatnonzero(depth == level)
+            # composite sort: by key then start
+            order = sel[np.lexsort((self.outer_start[sel], okey[sel]))]
+            ok_sorted = okey[order]
+            bounds = np.searchsorted(ok_sorted, np.arange(len(self.keys) + 1), side="left")
+            for k in range(len(self.keys)):
+                a, b = bounds[k], bounds[k + 1]
+                if b > a:
+                    self.blocks[k].append((order[a:b], self.outer_start[order[a:b]]))
+
+    def find(self, inner_key, inner_start, inner_end) -> np.ndarray:
+        inner_key = np.asarray(inner_key)
+        inner_start = np.asarray(inner_start)
+        inner_end = np.asarray(inner_end)
+        n = len(inner_start)
+        res = np.full(n, -1, dtype=np.int64)
+        if not self.blocks or n == 0:
+            return res
+        keys = self.keys
+        ikey = np.searchsorted(keys, inner_key)
+        np.minimum(ikey, len(keys) - 1, out=ikey)
+        ikey_ok = keys[ikey] == inner_key
+        present = np.flatnonzero(np.bincount(ikey[ikey_ok], minlength=len(keys)))
+        for k in present:
+            if len(present) == 1 and ikey_ok.all():
+                idx = None                      # every inner interval is on this key
+                qs, qe = inner_start, inner_end
+            else:
+                idx = np.flatnonzero(ikey_ok & (ikey == k))
+                qs, qe = inner_start[idx], inner_end[idx]
+            r = np.full(len(qs), -1, dtype=np.int64)
+            todo = None                         # None: all of them
+            for order, starts in self.blocks[k]:
+                ts = qs if todo is None else qs[todo]
+                if len(ts) == 0:
+                    break
+                # last outer start <= inner start at this level, then: does it hold the end?
+                pos = np.searchsorted(starts, ts, side="right") - 1
+                valid = pos >= 0
+                cand = order[np.maximum(pos, 0)]
+                te = qe if todo is None else qe[todo]
+                hit = valid & (self.outer_end[cand] >= te)
+                if todo is None:
+                    r[hit] = cand[hit]
+                    todo = np.flatnonzero(~hit)
+                else:
+                    r[todo[hit]] = cand[hit]
+                    todo = todo[~hit]
+            if idx is None:
+                res = r
+            else:
+                res[idx] = r
         return res
-    depth = nesting_depth(outer_key, outer_start, outer_end)
-    keys, okey = np.unique(outer_key, return_inverse=True)
-    ikey = np.searchsorted(keys, inner_key)
-    ikey_ok = (ikey < len(keys)) & (keys[np.minimum(ikey, len(keys) - 1)] == inner_key)
-    for level in range(int(depth.max()), -1, -1):
-        sel = np.flatnonzero(depth == level)
-        # composite sort: by key then start
-        order = sel[np.lexsort((outer_start[sel], okey[sel]))]
-        ok_sorted = okey[order]
-        st_sorted = outer_start[order]
-        todo = np.flatnonzero((res < 0) & ikey_ok)
-        if len(todo) == 0:
-            break
-        # per key block boundaries
-        lo = np.searchsorted(ok_sorted, ikey[todo], side="left")
-        hi = np.searchsorted(ok_sorted, ikey[todo], side="right")
-        # within each block, last start <= inner start: search on (key, start) pairs
-        pos = _search_pairs(ok_sorted, st_sorted, ikey[todo], inner_start[todo]) - 1
-        valid = (pos >= lo) & (pos < hi)
-        cand = np.where(valid, order[np.clip(pos, 0, len(order) - 1)], -1)
-        hit = valid & (outer_end[np.maximum(cand, 0)] >= inner_end[todo])
-        res[todo[hit]] = cand[hit]
-    return res
-
-
-def _search_pairs(sorted_key, sorted_t, q_key, q_t) -> np.ndarray:
-    """searchsorted(side='right') on (key, t) pairs sorted lexicographically."""
-    lo = np.searchsorted(sorted_key, q_key, side="left")
-    hi = np.searchsorted(sorted_key, q_key, side="right")
-    out = lo.copy()
-    # keys are few; search each key's block with one vectorised call
-    for k in np.unique(q_key):
-        m = q_key == k
-        a, b = lo[m][0], hi[m][0]
-        out[m] = a + np.searchsorted(sorted_t[a:b], q_t[m], side="right")
-    return out
 
 
 def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into disjoint sorted ones (touching intervals merge)."""
     if len(start) == 0:
         return start.astype(np.int64), end.astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    s = start[order]
-    e = np.maximum.accumulate(end[order])
+    if len(start) > 1 and (start[1:] >= start[:-1]).all():     # GPU rows come sorted by start
+        s, e = start, np.maximum.accumulate(end)
+    else:
+        order = np.argsort(start, kind="stable")
+        s = start[order]
+        e = np.maximum.accumulate(end[order])
     new = np.r_[True, s[1:] > e[:-1]]
-    group = np.cumsum(new) - 1
-    ms = s[new]
-    me = np.zeros(len(ms), dtype=np.int64)
-    np.maximum.at(me, group, e)
-    return ms, me
+    # e is a running maximum, so a group's end is its last element's
+    last = np.r_[new[1:], True]
+    return s[new].astype(np.int64, copy=False), e[last].astype(np.int64, copy=False)
 
 
 def covered(ms: np.ndarray, me: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

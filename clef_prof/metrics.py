@@ -34,29 +34,79 @@ def cuda_counts(n_slots: int, call_kind: np.ndarray, call_slot: np.ndarray,
                 kernel_slot: np.ndarray, kernel_from_graph: np.ndarray,
                 graph_rows_slot: np.ndarray) -> dict[str, np.ndarray]:
     """Counts per slot. Copies count `copyCount` logical copies per row."""
-    def cnt(slot, weights=None):
-        return np.bincount(slot, weights=weights, minlength=n_slots)[:n_slots].astype(np.int64)
+    t = CudaTally(n_slots, 0)
+    t.add_calls(call_kind, call_slot, None)
+    t.add_copies(copy_slot, None, copy_kind, copy_src, copy_dst, copy_n, copy_bytes)
+    t.add_kernels(kernel_slot, kernel_from_graph)
+    t.add_graph_rows(graph_rows_slot)
+    return t.counts()
 
-    h2d = copy_kind == HTOD
-    d2h = copy_kind == DTOH
-    return {
-        "h2d_copies": cnt(copy_slot[h2d], copy_n[h2d]),
-        "h2d_bytes": cnt(copy_slot[h2d], copy_bytes[h2d]),
-        "h2d_pageable": cnt(copy_slot[h2d & (copy_src == PAGEABLE)], copy_n[h2d & (copy_src == PAGEABLE)]),
-        "h2d_pinned": cnt(copy_slot[h2d & (copy_src == PINNED)], copy_n[h2d & (copy_src == PINNED)]),
-        "d2h_copies": cnt(copy_slot[d2h], copy_n[d2h]),
-        "d2h_bytes": cnt(copy_slot[d2h], copy_bytes[d2h]),
-        "d2h_pageable": cnt(copy_slot[d2h & (copy_dst == PAGEABLE)], copy_n[d2h & (copy_dst == PAGEABLE)]),
-        "d2h_pinned": cnt(copy_slot[d2h & (copy_dst == PINNED)], copy_n[d2h & (copy_dst == PINNED)]),
-        "memcpy_calls": cnt(call_slot[call_kind == COPY]),
-        "kernel_launches": cnt(call_slot[call_kind == LAUNCH]),
-        "graph_launches": cnt(call_slot[call_kind == GRAPH]),
-        "memset_calls": cnt(call_slot[call_kind == SET]),
-        "sync_calls": cnt(call_slot[call_kind == SYNC]),
-        "gpu_kernels": cnt(kernel_slot),
-        "graph_kernels": cnt(kernel_slot[kernel_from_graph]),
-        "graph_executions": cnt(graph_rows_slot),
-    }
+
+COPY_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned",
+             "d2h_copies", "d2h_bytes", "d2h_pageable", "d2h_pinned")
+CALL_KEYS = {COPY: "memcpy_calls", LAUNCH: "kernel_launches", GRAPH: "graph_launches", SET: "memset_calls",
+             SYNC: "sync_calls"}
+BATCH_KEYS = ("kernel_launches", "graph_launches", "h2d_copies", "h2d_bytes", "d2h_copies", "d2h_bytes")
+
+
+class CudaTally:
+    """Per-slot and per-batch CUDA counts, accumulated chunk by chunk (int64 throughout)."""
+
+    def __init__(self, n_slots: int, n_batches: int):
+        self.n_slots, self.n_batches = n_slots, n_batches
+        self.slot = {k: np.zeros(n_slots, np.int64) for k in (*COPY_KEYS, *CALL_KEYS.values(), "gpu_kernels",
+                                                              "graph_kernels", "graph_executions")}
+        self.batch = {k: np.zeros(n_batches, np.int64) for k in BATCH_KEYS}
+
+    @staticmethod
+    def _cnt(idx: np.ndarray, n: int, weights=None) -> np.ndarray:
+        if len(idx) == 0:
+            return np.zeros(n, np.int64)
+        out = np.bincount(idx, weights=weights, minlength=n)[:n]
+        # float sums of int64 weights are exact per chunk (below 2**53)
+        return out.astype(np.int64) if weights is not None else out
+
+    def add_calls(self, kind: np.ndarray, slot: np.ndarray, batch: np.ndarray | None) -> None:
+        n = self.n_slots
+        by_kind = np.bincount(kind.astype(np.int64) * n + slot, minlength=(max(CALL_KEYS) + 1) * n)
+        for kd, key in CALL_KEYS.items():
+            self.slot[key] += by_kind[kd * n:(kd + 1) * n]
+        if batch is not None and self.n_batches:
+            inb = batch >= 0
+            for kd, key in ((LAUNCH, "kernel_launches"), (GRAPH, "graph_launches")):
+                self.batch[key] += self._cnt(batch[inb & (kind == kd)], self.n_batches)
+
+    def add_copies(self, slot, batch, copy_kind, src, dst, n, nbytes) -> None:
+        ns = self.n_slots
+        for label, kd, mem in (("h2d", HTOD, src), ("d2h", DTOH, dst)):
+            m = copy_kind == kd
+            if not m.any():
+                continue
+            sl, cn, by = slot[m], n[m], nbytes[m]
+            self.slot[f"{label}_copies"] += self._cnt(sl, ns, cn)
+            self.slot[f"{label}_bytes"] += self._cnt(sl, ns, by)
+            mm = mem[m]
+            for kind_label, mk in (("pageable", PAGEABLE), ("pinned", PINNED)):
+                k = mm == mk
+                self.slot[f"{label}_{kind_label}"] += self._cnt(sl[k], ns, cn[k])
+            if batch is not None and self.n_batches:
+                b = batch[m]
+                inb = b >= 0
+                self.batch[f"{label}_copies"] += self._cnt(b[inb], self.n_batches, cn[inb])
+                self.batch[f"{label}_bytes"] += self._cnt(b[inb], self.n_batches, by[inb])
+
+    def add_kernels(self, slot: np.ndarray, from_graph: np.ndarray) -> None:
+        self.slot["gpu_kernels"] += self._cnt(slot, self.n_slots)
+        self.slot["graph_kernels"] += self._cnt(slot[from_graph], self.n_slots)
+
+    def add_graph_rows(self, slot: np.ndarray) -> None:
+        self.slot["graph_executions"] += self._cnt(slot, self.n_slots)
+
+    def counts(self) -> dict[str, np.ndarray]:
+        keys = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes", "d2h_pageable",
+                "d2h_pinned", "memcpy_calls", "kernel_launches", "graph_launches", "memset_calls", "sync_calls",
+                "gpu_kernels", "graph_kernels", "graph_executions")
+        return {k: self.slot[k] for k in keys}
 
 
 def safe_div(a, b):
@@ -72,6 +122,20 @@ def per_batch(stages, calls: pd.DataFrame | None, transfers: pd.DataFrame | None
 
     This is the unit that `compare` resamples; CUDA columns are absent without CUDA trace.
     """
+    tally = None
+    if calls is not None:
+        tally = CudaTally(0, len(stages.batches))
+        tally.add_calls(calls["kind"].to_numpy(), np.zeros(len(calls), np.int64), calls["batch"].to_numpy())
+        tally.add_copies(np.zeros(len(transfers), np.int64), transfers["batch"].to_numpy(),
+                         transfers["copyKind"].to_numpy(), transfers["srcKind"].to_numpy(),
+                         transfers["dstKind"].to_numpy(), transfers["copies"].to_numpy(),
+                         transfers["bytes"].to_numpy())
+    return per_batch_table(stages, tally.batch if tally is not None else None, gpu_covered_ns)
+
+
+def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,
+                    gpu_covered_ns: np.ndarray | None) -> pd.DataFrame:
+    """`per_batch` from per-batch CUDA counts (`CudaTally.batch`); None without CUDA trace."""
     b = stages.batches
     n = len(b)
     out = pd.DataFrame({"start": b["start"].to_numpy(), "end": b["end"].to_numpy(), "gtid": b["gtid"].to_numpy(),
@@ -83,19 +147,8 @@ def per_batch(stages, calls: pd.DataFrame | None, transfers: pd.DataFrame | None
     for code, name in enumerate(stages.config.stages):
         m = codes == code
         out[f"{name}_ns"] = np.bincount(inside["batch"].to_numpy()[m], weights=dur[m], minlength=n)[:n].astype(np.int64)
-    if calls is not None:
-        in_b = calls["batch"].to_numpy() >= 0
-        kind = calls["kind"].to_numpy()
-        cb = calls["batch"].to_numpy()
-        out["kernel_launches"] = np.bincount(cb[in_b & (kind == LAUNCH)], minlength=n)[:n]
-        out["graph_launches"] = np.bincount(cb[in_b & (kind == GRAPH)], minlength=n)[:n]
-        tb = transfers["batch"].to_numpy()
-        ck = transfers["copyKind"].to_numpy()
-        cn = transfers["copies"].to_numpy()
-        by = transfers["bytes"].to_numpy()
-        for label, kd in (("h2d", HTOD), ("d2h", DTOH)):
-            m = (tb >= 0) & (ck == kd)
-            out[f"{label}_copies"] = np.bincount(tb[m], weights=cn[m], minlength=n)[:n].astype(np.int64)
-            out[f"{label}_bytes"] = np.bincount(tb[m], weights=by[m], minlength=n)[:n].astype(np.int64)
+    if batch_counts is not None:
+        for key in BATCH_KEYS:
+            out[key] = batch_counts[key]
         out["gpu_busy_ns"] = gpu_covered_ns if gpu_covered_ns is not None else 0
     return out

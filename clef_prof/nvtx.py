@@ -29,10 +29,26 @@ def _name_expr(cap: Export, alias: str) -> tuple[str, str]:
     return f"COALESCE({alias}.text, '')", ""
 
 
+def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:
+    """(domainId, process key, name) of each distinct domain-create row; one scan, kept."""
+    memo = cap.memo
+    if "nvtx_domains" not in memo:
+        dname, djoin = _name_expr(cap, "d")
+        memo["nvtx_domains"] = [tuple(r) for r in cap.rows(
+            f"SELECT DISTINCT d.domainId, (d.globalTid >> 24), {dname} FROM NVTX_EVENTS d {djoin} "
+            f"WHERE d.eventType = {DOMAIN_CREATE}")]
+    return memo["nvtx_domains"]
+
+
 def _domain_filter(cap: Export, domain: str) -> tuple[str, str]:
     """A WITH clause and join condition that keep rows of `domain` (per process)."""
     if domain == "":
         return "", "COALESCE(e.domainId, 0) = 0"
+    pairs = sorted({(did, pk) for did, pk, name in domains(cap) if name == domain and did is not None
+                    and pk is not None})
+    if len(pairs) <= 64:        # the usual case: a constant condition instead of a subquery per row
+        cond = " OR ".join(f"(e.domainId = {int(d)} AND (e.globalTid >> 24) = {int(p)})" for d, p in pairs)
+        return "", f"({cond or '0'})"
     dname, djoin = _name_expr(cap, "d")
     cte = (f"WITH dom AS (SELECT DISTINCT d.domainId AS did, (d.globalTid >> 24) AS pk "
            f"FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE} AND {dname} = {_lit(domain)}) ")
@@ -90,17 +106,15 @@ class NvtxCensus:
 
 
 def census(cap: Export) -> NvtxCensus:
-    dname, djoin = _name_expr(cap, "d")
-    doms = [r[0] for r in cap.rows(
-        f"SELECT DISTINCT {dname} FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE}")]
-    user = sorted(d for d in doms if d not in SAMPLING_DOMAINS)
-    n_ranges = cap.count("NVTX_EVENTS", f"WHERE eventType IN {RANGE_TYPES}")
-    sampling_ids = cap.rows(
-        f"SELECT DISTINCT d.domainId FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE} "
-        f"AND {dname} IN ({', '.join(_lit(s) for s in SAMPLING_DOMAINS)})")
-    excl = ",".join(str(int(r[0])) for r in sampling_ids) or "NULL"
-    marks = cap.count("NVTX_EVENTS", f"WHERE eventType = 34 AND COALESCE(domainId, 0) NOT IN ({excl})")
-    return NvtxCensus(n_ranges, user, marks)
+    doms = domains(cap)
+    user = sorted({name for _, _, name in doms} - set(SAMPLING_DOMAINS))
+    sampling_ids = sorted({int(did) for did, _, name in doms if name in SAMPLING_DOMAINS and did is not None})
+    excl = ",".join(str(i) for i in sampling_ids) or "NULL"
+    # both counts in one scan (count(*) WHERE c == sum(c): NULL and false rows add nothing)
+    n_ranges, marks = cap.rows(
+        f"SELECT sum(eventType IN {RANGE_TYPES}), sum(eventType = 34 AND COALESCE(domainId, 0) NOT IN ({excl})) "
+        f"FROM NVTX_EVENTS")[0]
+    return NvtxCensus(int(n_ranges or 0), user, int(marks or 0))
 
 
 def names_seen(cap: Export, limit: int = 12) -> list[tuple[str, str, int]]:

@@ -1,10 +1,19 @@
 """GPU busy time: the union of kernel, memcpy, memset and graph intervals per process, and
-how much of each host span it covers."""
+how much of each host span it covers.
+
+`BusyStream` computes the same figures from GPU rows read chunk by chunk, in bounded memory:
+nsys writes each activity table in start order, so once every table has been read past time
+W, the merged busy intervals that end before W are final; their coverage of the batch spans
+is added up and they are dropped. A table found out of order raises `Unordered`, and the
+caller starts over with `ordered=False` (everything is held until the end).
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from .intervals import covered, union
+
+COMPACT_AT = 1 << 22        # unordered mode: merge the held intervals when this many accumulate
 
 
 def busy_union(pk: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -32,3 +41,111 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     """Length of the union of the intervals."""
     ms, me = union(start, end)
     return int((me - ms).sum())
+
+
+class Unordered(Exception):
+    """A GPU table is not in start order: the streamed union cannot finalize early."""
+
+
+class _Held:
+    """Intervals not yet final, per process key."""
+
+    def __init__(self):
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.size = 0
+
+    def add(self, k: int, s: np.ndarray, e: np.ndarray) -> None:
+        if len(s):
+            self.parts.setdefault(k, []).append((s, e))
+            self.size += len(s)
+
+    def merged(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        parts = self.parts.get(k, [])
+        if len(parts) == 1:
+            s, e = parts[0]
+        else:
+            s = np.concatenate([p[0] for p in parts])
+            e = np.concatenate([p[1] for p in parts])
+        return union(s, e)
+
+
+class BusyStream:
+    """GPU busy coverage of batch spans, and the busy ns of the work launched in stages
+    (`staged`), from GPU rows fed chunk by chunk by `sources` (table names)."""
+
+    def __init__(self, batch_pk: np.ndarray, batch_start: np.ndarray, batch_end: np.ndarray,
+                 sources: list[str], ordered: bool = True):
+        self.ordered = ordered
+        self.cov = np.zeros(len(batch_start), dtype=np.int64)
+        self.own_ns = 0
+        self._a, self._b = np.asarray(batch_start), np.asarray(batch_end)
+        bpk = np.asarray(batch_pk)
+        self._batches = {int(k): np.flatnonzero(bpk == k) for k in np.unique(bpk)}
+        self._last: dict[str, float | None] = {s: None for s in sources}   # None: not started
+        self._all, self._own = _Held(), _Held()
+        self.peak_held = 0
+
+    def add(self, source: str, pk: np.ndarray, start: np.ndarray, end: np.ndarray, staged: np.ndarray) -> None:
+        if len(start) == 0:
+            return
+        if self.ordered:
+            last = self._last[source]
+            if (last is not None and start[0] < last) or (len(start) > 1 and (start[1:] < start[:-1]).any()):
+                raise Unordered(source)
+            self._last[source] = int(start[-1])
+        keys = [int(pk[0])] if (pk == pk[0]).all() else [int(k) for k in np.unique(pk)]
+        for k in keys:
+            m = None if len(keys) == 1 else (pk == k)
+            s, e, st = (start, end, staged) if m is None else (start[m], end[m], staged[m])
+            self._all.add(k, s, e)
+            self._own.add(k, s[st], e[st])
+        self.peak_held = max(self.peak_held, self._all.size + self._own.size)
+        if self.ordered:
+            if all(v is not None for v in self._last.values()):
+                self._finalize(min(self._last.values()))
+        elif self._all.size + self._own.size > COMPACT_AT:
+            self._compact()
+
+    def done(self, source: str) -> None:
+        """No more rows from `source`."""
+        self._last[source] = float("inf")
+
+    def finish(self) -> tuple[np.ndarray, int]:
+        """(busy ns within each batch span, busy ns of the staged work)."""
+        self._finalize(float("inf"))
+        return self.cov, self.own_ns
+
+    def _compact(self) -> None:
+        for held in (self._all, self._own):
+            for k in list(held.parts):
+                held.parts[k] = [held.merged(k)]
+            held.size = sum(len(p[0][0]) for p in held.parts.values())
+
+    def _finalize(self, w: float) -> None:
+        """Account for the merged intervals that end before w: no later row can touch them."""
+        for held, own in ((self._all, False), (self._own, True)):
+            size = 0
+            for k in list(held.parts):
+                ms, me = held.merged(k)
+                cut = len(me) if w == float("inf") else int(np.searchsorted(me, w, side="left"))
+                fs, fe = ms[:cut], me[:cut]
+                if cut:
+                    if own:
+                        self.own_ns += int((fe - fs).sum())
+                    else:
+                        self._cover(k, fs, fe)
+                if cut < len(ms):
+                    held.parts[k] = [(ms[cut:], me[cut:])]
+                    size += len(ms) - cut
+                else:
+                    del held.parts[k]
+            held.size = size
+
+    def _cover(self, k: int, ms: np.ndarray, me: np.ndarray) -> None:
+        idx = self._batches.get(k)
+        if idx is None or len(idx) == 0:
+            return
+        a, b = self._a[idx], self._b[idx]
+        m = (b > ms[0]) & (a < me[-1])
+        if m.any():
+            self.cov[idx[m]] += covered(ms, me, a[m], b[m])

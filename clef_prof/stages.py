@@ -22,12 +22,15 @@ _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
 
 def batch_size_from_message(names: np.ndarray) -> np.ndarray:
     """`n=K` (or size=/batch=/requests=) in each message; -1 where absent."""
-    out = np.full(len(names), -1, dtype=np.int64)
-    for i, text in enumerate(pd.unique(names)):
+    if len(names) == 0:
+        return np.full(0, -1, dtype=np.int64)
+    codes, uniq = pd.factorize(np.asarray(names, dtype=object))
+    size = np.full(len(uniq), -1, dtype=np.int64)
+    for i, text in enumerate(uniq):        # once per distinct message
         m = _SIZE_RE.search(text)
         if m:
-            out[names == text] = int(m.group(1))
-    return out
+            size[i] = int(m.group(1))
+    return size[codes]
 
 
 @dataclass
@@ -65,8 +68,23 @@ class Stages:
 
 
 def _match(names: np.ndarray, wanted: str) -> np.ndarray:
-    names = names.astype(str)
-    return (names == wanted) | np.char.startswith(names, wanted + " ")
+    """Names equal to `wanted` or starting with `wanted + ' '`."""
+    return _Names(names).match(wanted)
+
+
+class _Names:
+    """Range names factorized once, so that each match is decided per distinct name."""
+
+    def __init__(self, names: np.ndarray):
+        codes, uniq = pd.factorize(np.asarray(names, dtype=object))
+        self.codes = codes
+        self.uniq = np.asarray(uniq, dtype=object).astype(str)
+
+    def match(self, wanted: str) -> np.ndarray:
+        if len(self.codes) == 0:
+            return np.zeros(0, dtype=bool)
+        hit = (self.uniq == wanted) | np.char.startswith(self.uniq, wanted + " ")
+        return hit[self.codes]
 
 
 def build(cap: Export, config: StageConfig, requests_override: int | None = None) -> Stages:
@@ -77,10 +95,11 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
         cut_mask |= r.end >= end_of_session
     cut: dict[str, int] = {}
 
-    is_batch = _match(r.name, config.batch)
+    names = _Names(r.name)
+    is_batch = names.match(config.batch)
     stage_code = np.full(len(r), -1, dtype=np.int64)
     for code, name in enumerate(config.stages):
-        stage_code[_match(r.name, name) & ~is_batch] = code
+        stage_code[names.match(name) & ~is_batch] = code
 
     def count_cut(mask, label_of):
         for i in np.flatnonzero(mask):

@@ -7,7 +7,7 @@ import pandas as pd
 from . import cuda as cu
 from .capture import Export
 from .nvtx import NvtxCensus, names_seen
-from .stage import Stages
+from .stages import Stages
 
 NO_CUDA = ("CUDA was not traced (no CUPTI_ACTIVITY_KIND_RUNTIME table): H2D, kernel and overlap figures "
            "are not shown; record with `-t cuda,nvtx`")

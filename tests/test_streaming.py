@@ -1,0 +1,84 @@
+"""The streamed analysis gives the same figures whatever the window size, reader threads or
+table order, its lazy row frames equal the ones read at once, and analyze_many keeps order."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from clef_prof import analysis, capture as capture_mod
+from clef_prof.analysis import analyze
+from clef_prof.errors import CaptureError
+from clef_prof.parallel import analyze_many
+
+GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
+
+
+def _without_path(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "path"}
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_small_windows_and_one_reader_change_nothing(capture, monkeypatch, name):
+    path = str(capture(name))
+    ref = analyze(path)
+    monkeypatch.setattr(capture_mod, "CHUNK_ROWS", 997)
+    monkeypatch.setattr(analysis, "GPU_WINDOW", 1013)
+    for readers in (1, 3):
+        monkeypatch.setattr(capture_mod, "READERS", readers)
+        a = analyze(path)
+        assert a.result == ref.result
+        pd.testing.assert_frame_equal(a.per_batch, ref.per_batch)
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_lazy_row_frames_equal_rows_read_at_once(capture, name):
+    lazy = analyze(str(capture(name)))
+    assert not lazy.rows_loaded
+    eager = analyze(str(capture(name)), rows=True)
+    assert eager.rows_loaded and eager.result == lazy.result
+    for frame in ("calls", "transfers", "kernels", "gpu_busy"):
+        pd.testing.assert_frame_equal(getattr(lazy, frame), getattr(eager, frame), check_exact=True)
+    assert lazy.rows_loaded
+    t = lazy.transfers
+    assert int(t.loc[t["copyKind"] == 1, "copies"].sum()) == lazy.result["totals"]["h2d_copies"]
+    assert len(lazy.kernels) == lazy.result["totals"]["gpu_kernels"]
+
+
+def test_gpu_table_out_of_time_order_falls_back(capture, tmp_path, monkeypatch):
+    """A GPU table not in start order cannot be merged early: the pass starts over holding all."""
+    f = tmp_path / "reversed.sqlite"
+    shutil.copyfile(capture("gpu-q1c16-main"), f)
+    f.chmod(0o644)
+    with sqlite3.connect(f) as con:
+        con.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid DESC")
+        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k")
+    modes = []
+    stream = analysis._gpu_stream
+
+    def spy(*args, ordered, keep):
+        modes.append(ordered)
+        return stream(*args, ordered=ordered, keep=keep)
+
+    monkeypatch.setattr(analysis, "_gpu_stream", spy)
+    monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)
+    r = analyze(str(f)).result
+    assert modes == [True, False]
+    assert _without_path(r) == _without_path(analyze(str(capture("gpu-q1c16-main"))).result)
+
+
+def test_analyze_many_keeps_input_order_and_names_failures(capture):
+    paths = [str(capture("gpu-q1c16-pr")), str(capture("cpu23-inline")), "/nonexistent/x.sqlite",
+             str(capture("gpu25-q1c16-pr"))]
+    out = analyze_many(paths, jobs=2, errors="return")
+    assert isinstance(out[2], CaptureError) and str(out[2]).startswith("/nonexistent/x.sqlite")
+    for p, r in zip(paths, out):
+        if p != paths[2]:
+            assert r == analyze(p).result
+    with pytest.raises(CaptureError, match="/nonexistent/x.sqlite"):
+        analyze_many(paths, jobs=2)
+    assert analyze_many([]) == []
+    assert [r["requests"] for r in analyze_many(paths[:2], jobs=1)] == [1517, 400]
