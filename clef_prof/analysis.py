@@ -347,8 +347,8 @@ def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, pd.Data
 
 
 def _unpaired(calls: _Calls, unpaired_memcpy: int) -> list[str]:
-    """Launches and copies in stages whose GPU record is missing: lost CUPTI records.
-    (`validate.unpaired` on the row frames, computed from the streamed pairing.)"""
+    """Launches and copies in stages whose GPU record is missing: lost CUPTI records
+    (counted from the streamed pairing)."""
     out = []
     if len(calls.slot) == 0:
         return out

@@ -35,12 +35,13 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_analyze(args) -> int:
     from . import report
-    from .analysis import analyze
 
     cfg = _stage_config(args)
-    results = []
-    for path in args.captures:
-        results.append(_analyze_one(path, cfg, args).result)
+    if len(args.captures) == 1 and not args.dask:
+        results = [_analyze_one(args.captures[0], cfg, args).result]
+    else:
+        from .parallel import analyze_many
+        results = analyze_many(args.captures, cfg, args.requests, jobs=args.jobs, dask=args.dask)
     text = None
     if args.format == "json":
         import json
@@ -101,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table")
     a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
+    a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "
+                   "(default: one per CPU for big inputs, in-process for small ones)")
+    a.add_argument("--dask", metavar="SCHEDULER", help="analyze the captures on a Dask cluster (address, or 'local'); "
+                   "needs the dask.distributed package and paths every worker can read")
     add_stage_options(a)
     a.set_defaults(func=cmd_analyze)
 

@@ -150,7 +150,7 @@ def load_capture(export: str, config: StageConfig) -> CaptureData:
     """Analyze one export (module level, so that worker processes can run it)."""
     from .analysis import analyze
 
-    a = analyze(export, config)
+    a = analyze(export, config, rows=True)
     return CaptureData(export, a.result, batch_table(a))
 
 

@@ -589,7 +589,7 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return hit
-    cap = Capture(analyze(path, config, requests=requests))
+    cap = Capture(analyze(path, config, requests=requests, rows=True))
     if cache and key is not None:
         with _LOCK:
             _CACHE[key] = cap

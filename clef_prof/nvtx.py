@@ -109,11 +109,11 @@ def census(cap: Export) -> NvtxCensus:
     doms = domains(cap)
     user = sorted({name for _, _, name in doms} - set(SAMPLING_DOMAINS))
     sampling_ids = sorted({int(did) for did, _, name in doms if name in SAMPLING_DOMAINS and did is not None})
-    excl = ",".join(str(i) for i in sampling_ids) or "NULL"
+    user_mark = "eventType = 34"
+    if sampling_ids:
+        user_mark += f" AND COALESCE(domainId, 0) NOT IN ({','.join(str(i) for i in sampling_ids)})"
     # both counts in one scan (count(*) WHERE c == sum(c): NULL and false rows add nothing)
-    n_ranges, marks = cap.rows(
-        f"SELECT sum(eventType IN {RANGE_TYPES}), sum(eventType = 34 AND COALESCE(domainId, 0) NOT IN ({excl})) "
-        f"FROM NVTX_EVENTS")[0]
+    n_ranges, marks = cap.rows(f"SELECT sum(eventType IN {RANGE_TYPES}), sum({user_mark}) FROM NVTX_EVENTS")[0]
     return NvtxCensus(int(n_ranges or 0), user, int(marks or 0))
 
 

@@ -68,32 +68,6 @@ def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[s
     return stages.drop_batches(late), [msg]
 
 
-def unpaired(calls: pd.DataFrame, transfers: pd.DataFrame, kernels: pd.DataFrame, mode) -> list[str]:
-    """Launches and copies in stages whose GPU record is missing: lost CUPTI records."""
-    out = []
-    if len(calls) == 0:
-        return out
-    n_staged_slots = calls["slot"].max()
-    staged = calls[calls["slot"] < n_staged_slots]
-    paired_calls = set(transfers["call"].to_numpy().tolist()) | set(kernels["call"].to_numpy().tolist()) \
-        if len(staged) < 2_000_000 else None
-    if paired_calls is None:
-        return out
-    idx = staged.index.to_numpy()
-    for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
-        sel = idx[staged["kind"].to_numpy() == kind]
-        if len(sel) == 0:
-            continue
-        missing = int((~np.isin(sel, np.fromiter(paired_calls, dtype=np.int64, count=len(paired_calls)))).sum())
-        if missing:
-            out.append(f"{missing} of {len(sel)} {label} in the pooler have no GPU record: CUDA records were lost "
-                       "or the capture stopped early")
-    if len(transfers) and (transfers["call"] < 0).any():
-        out.append(f"{int((transfers['call'] < 0).sum())} memcpy records have no launching API call in the capture; "
-                   "they count in totals, outside every stage")
-    return out
-
-
 def stage_layout(cap: Export, stages: Stages) -> list[str]:
     """Stages spread over several threads or processes: handled per thread, and said."""
     inst = stages.instances

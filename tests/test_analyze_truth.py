@@ -80,3 +80,16 @@ def test_cpu_capture_host_totals_equal_sql(results, capture):
         assert r["stages"][stage]["instances"] == 41
     pooler_ns = sum(v for k, v in sql.items() if k.startswith("pooler "))
     assert r["pooler"]["host_ns_total"] == pooler_ns
+
+
+def test_cli_analyzes_several_captures_in_order(capture):
+    import json
+    import subprocess
+    import sys
+    paths = [capture("gpu-q1c16-pr"), capture("gpu-q1c16-main")]
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", *map(str, paths), "-f", "json", "--jobs", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [r["requests"] for r in out] == [1517, 1520]
+    assert [r["per_request"]["h2d_copies"] for r in out] == [3.0, 9.0]
