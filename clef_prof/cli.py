@@ -115,11 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_command(func, args) -> int:
+    """Run a subcommand: one line on stderr for user errors (their exit code), 130 on Ctrl-C,
+    and one line for internal errors too, unless --debug asks for the traceback."""
     try:
-        return args.func(args)
+        return func(args)
     except ClefError as exc:
         print(f"clef-prof: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -128,12 +128,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # one line, never a traceback, unless asked for
-        if args.debug:
+    except Exception as exc:
+        if getattr(args, "debug", False):
             raise
         print(f"clef-prof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
               file=sys.stderr)
         return EXIT_INPUT
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import re
 import sys
 from dataclasses import dataclass
 
+from .cli import _emit
 from .arm import CompareError, collect
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -424,9 +425,3 @@ def _load(arms, cfg, args):
     return comparison.load_all(arms, cfg, jobs=args.jobs)
 
 
-def _emit(text: str, output: str | None) -> None:
-    if output:
-        with open(output, "w") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)

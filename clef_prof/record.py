@@ -1071,17 +1071,9 @@ def cmd_record(args) -> int:
 
 def run_main(parser: argparse.ArgumentParser, func, argv=None) -> int:
     """Entry point of `python -m clef_prof.<module>`: one line for user errors, 130 on Ctrl-C."""
-    args = parser.parse_args(argv)
-    try:
-        return func(args)
-    except ClefError as exc:
-        print(f"clef-prof: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("clef-prof: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    from .cli import run_command
+
+    return run_command(func, parser.parse_args(argv))
 
 
 def main(argv=None) -> int:
