@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from .capture import Export
-from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig  # noqa: F401
+from .config import StageConfig
 from .intervals import innermost_containing
-from .nvtx import Ranges, read_ranges
+from .nvtx import read_ranges
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
 

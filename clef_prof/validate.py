@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from . import cuda as cu
 from .capture import Export
 from .nvtx import NvtxCensus, names_seen
 from .stages import Stages
