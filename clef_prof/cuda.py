@@ -6,10 +6,8 @@ per distinct name, then rows are selected in SQL by nameId.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .capture import Export, Query
 
@@ -74,7 +72,6 @@ def graph_trace_mode(cap: Export) -> str | None:
     return "unknown"
 
 
-@dataclass
 class Calls:
     """API calls of interest: launches, graph launches, memcpy, memset, syncs."""
 
@@ -136,13 +133,6 @@ def last_api_end(cap: Export) -> int | None:
     return None if last is None else int(last)
 
 
-def read_calls(cap: Export) -> Calls:
-    lut, wanted = kind_lut(cap)
-    r = cap.read(_calls_sql(wanted), CALL_COLUMNS)
-    kind = lut(r["nameId"])
-    return Calls(r["start"], r["end"], r["gtid"], r["corr"], kind, last_api_end(cap))
-
-
 MEMCPY_EXTRA = [("bytes", "bytes", 0), ("copyKind", "copyKind", 0), ("srcKind", "srcKind", 7),
                 ("dstKind", "dstKind", 7), ("copies", "copyCount", 1)]
 GPU_TABLES = {MEMCPY: MEMCPY_EXTRA, KERNEL: [], MEMSET: [], GRAPH_TRACE: []}
@@ -155,14 +145,6 @@ def _gpu_spec(cap: Export, table: str, extra: list[tuple[str, str, int]], device
     # NULL reads as 0 (capture.read): COALESCE only where the default is not 0
     exprs = [(f'COALESCE("{c}", {d})' if d else f'"{c}"') if c in cols else str(d) for _, c, d in spec]
     return cols, spec, f"SELECT {', '.join(exprs)} FROM {table}"
-
-
-def _gpu(cap: Export, table: str, extra: list[tuple[str, str, int]]) -> pd.DataFrame:
-    """start, end, gpid, corr, device and `extra` (name, column, default) of one GPU table."""
-    cols, spec, sql = _gpu_spec(cap, table, extra)
-    if not cols:
-        return pd.DataFrame({n: np.zeros(0, np.int64) for n, _, _ in spec})
-    return pd.DataFrame(cap.read(sql, [n for n, _, _ in spec]))
 
 
 def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool = False) -> list[Query]:
@@ -181,38 +163,6 @@ def has_pid(cap: Export, table: str) -> bool:
     if "globalPid" not in cap.columns(table):
         return False
     return bool(cap.rows(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE COALESCE(globalPid, 0) != 0)")[0][0])
-
-
-def read_kernels(cap: Export) -> pd.DataFrame:
-    return _gpu(cap, KERNEL, [])
-
-
-def read_memcpy(cap: Export) -> pd.DataFrame:
-    return _gpu(cap, MEMCPY, MEMCPY_EXTRA)
-
-
-def read_memset(cap: Export) -> pd.DataFrame:
-    return _gpu(cap, MEMSET, [])
-
-
-def read_graph_trace(cap: Export) -> pd.DataFrame:
-    return _gpu(cap, GRAPH_TRACE, [])
-
-
-def process_key(global_id: np.ndarray) -> np.ndarray:
-    """The process part of a globalTid/globalPid (hardware, VM and PID bits)."""
-    return np.asarray(global_id, dtype=np.int64) >> 24
-
-
-def pair(gpu: pd.DataFrame, calls: Calls) -> np.ndarray:
-    """For each GPU row, the index of its launching API call (-1 when none was recorded)."""
-    if len(gpu) == 0:
-        return np.zeros(0, dtype=np.int64)
-    no_pid = (gpu["gpid"].to_numpy() == 0).all()
-    index = CallIndex()
-    index.add(calls.corr, process_key(calls.gtid))
-    index.freeze()
-    return index.lookup(gpu["corr"].to_numpy(), None if no_pid else process_key(gpu["gpid"].to_numpy()))
 
 
 class CallIndex:

@@ -28,20 +28,6 @@ def per_batch_durations(instances: pd.DataFrame, stage: str) -> np.ndarray:
     return np.concatenate([summed, dur[~inside]])
 
 
-def cuda_counts(n_slots: int, call_kind: np.ndarray, call_slot: np.ndarray,
-                copy_slot: np.ndarray, copy_kind: np.ndarray, copy_src: np.ndarray, copy_dst: np.ndarray,
-                copy_n: np.ndarray, copy_bytes: np.ndarray,
-                kernel_slot: np.ndarray, kernel_from_graph: np.ndarray,
-                graph_rows_slot: np.ndarray) -> dict[str, np.ndarray]:
-    """Counts per slot. Copies count `copyCount` logical copies per row."""
-    t = CudaTally(n_slots, 0)
-    t.add_calls(call_kind, call_slot, None)
-    t.add_copies(copy_slot, None, copy_kind, copy_src, copy_dst, copy_n, copy_bytes)
-    t.add_kernels(kernel_slot, kernel_from_graph)
-    t.add_graph_rows(graph_rows_slot)
-    return t.counts()
-
-
 COPY_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned",
              "d2h_copies", "d2h_bytes", "d2h_pageable", "d2h_pinned")
 CALL_KEYS = {COPY: "memcpy_calls", LAUNCH: "kernel_launches", GRAPH: "graph_launches", SET: "memset_calls",
@@ -115,27 +101,11 @@ def safe_div(a, b):
     return a / b
 
 
-def per_batch(stages, calls: pd.DataFrame | None, transfers: pd.DataFrame | None,
-              gpu_covered_ns: np.ndarray | None) -> pd.DataFrame:
-    """One row per batch: size, host ns of the batch and of each stage, the CUDA work launched
-    inside it, and the ns of its host span during which the GPU was busy.
-
-    This is the unit that `compare` resamples; CUDA columns are absent without CUDA trace.
-    """
-    tally = None
-    if calls is not None:
-        tally = CudaTally(0, len(stages.batches))
-        tally.add_calls(calls["kind"].to_numpy(), np.zeros(len(calls), np.int64), calls["batch"].to_numpy())
-        tally.add_copies(np.zeros(len(transfers), np.int64), transfers["batch"].to_numpy(),
-                         transfers["copyKind"].to_numpy(), transfers["srcKind"].to_numpy(),
-                         transfers["dstKind"].to_numpy(), transfers["copies"].to_numpy(),
-                         transfers["bytes"].to_numpy())
-    return per_batch_table(stages, tally.batch if tally is not None else None, gpu_covered_ns)
-
-
 def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,
                     gpu_covered_ns: np.ndarray | None) -> pd.DataFrame:
-    """`per_batch` from per-batch CUDA counts (`CudaTally.batch`); None without CUDA trace."""
+    """One row per batch (the unit `compare` resamples): size, host ns of the batch and of each
+    stage, the CUDA work launched inside it (`CudaTally.batch`; None without CUDA trace) and the
+    ns of its host span during which the GPU was busy."""
     b = stages.batches
     n = len(b)
     out = pd.DataFrame({"start": b["start"].to_numpy(), "end": b["end"].to_numpy(), "gtid": b["gtid"].to_numpy(),

@@ -244,6 +244,17 @@ def timeline(cap, first: int = 0, n: int = 4, *, thread=None, zoom: bool = True,
         marks[lane] += int(own.sum())
         other[lane] += int((~own).sum())
 
+    def bars(df, lane, color):
+        """GPU records as bars of their true length: the plotted batches' in `color`, others grey."""
+        own = np.isin(df["batch"].to_numpy(), list(bset))
+        xs, xe = x(df["start_ns"].to_numpy()), x(df["end_ns"].to_numpy())
+        for sel_m, c in ((own, color), (~own, OTHER_COLOR)):
+            if sel_m.any():
+                ax.broken_barh(list(zip(xs[sel_m], (xe - xs)[sel_m])), (y[lane] - h / 2, h),
+                               facecolors=c, edgecolors=c, linewidth=0.4)
+        marks[lane] += int(own.sum())
+        other[lane] += int((~own).sum())
+
     if cuda:
         d = tr["direction"].astype(str).to_numpy()
         mem = tr["memory"].astype(str).to_numpy()
@@ -255,26 +266,12 @@ def timeline(cap, first: int = 0, n: int = 4, *, thread=None, zoom: bool = True,
 
         k = _in_window(cap.kernels, w0, w1, pids)
         if len(k):
-            own = np.isin(k["batch"].to_numpy(), list(bset))
-            xs, xe = x(k["start_ns"].to_numpy()), x(k["end_ns"].to_numpy())
-            for sel_m, color in ((own, KERNEL_COLOR), (~own, OTHER_COLOR)):
-                if sel_m.any():
-                    ax.broken_barh(list(zip(xs[sel_m], (xe - xs)[sel_m])), (y[LANE_KERNELS] - h / 2, h),
-                                   facecolors=color, edgecolors=color, linewidth=0.4)
-            marks[LANE_KERNELS] += int(own.sum())
-            other[LANE_KERNELS] += int((~own).sum())
+            bars(k, LANE_KERNELS, KERNEL_COLOR)
 
         busy = _in_window(cap.gpu_busy, w0, w1, pids)
         g = busy[busy["kind"] == "graph"] if len(busy) else busy
         if len(g):
-            own = np.isin(g["batch"].to_numpy(), list(bset))
-            xs, xe = x(g["start_ns"].to_numpy()), x(g["end_ns"].to_numpy())
-            for sel_m, color in ((own, GRAPH_COLOR), (~own, OTHER_COLOR)):
-                if sel_m.any():
-                    ax.broken_barh(list(zip(xs[sel_m], (xe - xs)[sel_m])), (y[LANE_GRAPHS] - h / 2, h),
-                                   facecolors=color, edgecolors=color, linewidth=0.4)
-            marks[LANE_GRAPHS] += int(own.sum())
-            other[LANE_GRAPHS] += int((~own).sum())
+            bars(g, LANE_GRAPHS, GRAPH_COLOR)
         else:
             gl = _in_window(cap.launches, w0, w1, pids)
             gl = gl[gl["kind"] == "graph"] if len(gl) else gl

@@ -67,11 +67,6 @@ class Stages:
                       self.requests_override)
 
 
-def _match(names: np.ndarray, wanted: str) -> np.ndarray:
-    """Names equal to `wanted` or starting with `wanted + ' '`."""
-    return _Names(names).match(wanted)
-
-
 class _Names:
     """Range names factorized once, so that each match is decided per distinct name."""
 
