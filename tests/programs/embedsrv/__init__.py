@@ -1,0 +1,1 @@
+"""A small embedding service around a real transformers BertModel (third-party code, no NVTX)."""
