@@ -35,13 +35,15 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_analyze(args) -> int:
     from . import report
+    from .inputs import resolve
 
     cfg = _stage_config(args)
-    if len(args.captures) == 1 and not args.dask:
-        results = [_analyze_one(args.captures[0], cfg, args).result]
+    paths = [resolve(c)[0] for c in args.captures]
+    if len(paths) == 1 and not args.dask:
+        results = [_analyze_one(paths[0], cfg, args).result]
     else:
         from .parallel import analyze_many
-        results = analyze_many(args.captures, cfg, args.requests, jobs=args.jobs, dask=args.dask)
+        results = analyze_many(paths, cfg, args.requests, jobs=args.jobs, dask=args.dask)
     text = None
     if args.format == "json":
         import json
@@ -56,7 +58,7 @@ def cmd_analyze(args) -> int:
         if args.format == "csv" or args.output:
             for r in results:
                 for w in r["warnings"]:
-                    print(f"warning: {w}", file=sys.stderr)
+                    print(f"warning: {r['path']}: {w}", file=sys.stderr)
     else:
         for r in results:
             report.render_terminal(r)
