@@ -112,7 +112,6 @@ def export_report(report: str) -> str:
         raise InputError(f"{report}: a report must be exported to SQLite first, and {str(exc).split(';')[0]}: run "
                          f"`nsys export --type sqlite -o {shlex.quote(out)} {shlex.quote(report)}`") from None
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    print(f"clef-prof: exporting {report} to {out} (nsys export)", file=sys.stderr)
     tmp = os.path.join(os.path.dirname(out), f".{stem}.{os.getpid()}.tmp.sqlite")
     try:
         p = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={tmp}", report],
@@ -122,6 +121,8 @@ def export_report(report: str) -> str:
             raise InputError(f"{report}: nsys export failed (exit code {p.returncode}): "
                              f"{lines[-1] if lines else 'no output'}")
         os.replace(tmp, out)
+        print(f"clef-prof: exported {report} to {out} with {nsys} (reused while newer than the report)",
+              file=sys.stderr)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -211,3 +211,38 @@ def test_warnings_on_stderr_name_their_capture(capsys):
     assert lines and all(ln.startswith((f"warning: {SLICE_MAIN}: ", f"warning: {SLICE_PR}: ")) for ln in lines)
     assert f"warning: {SLICE_PR}: 1 ranges cut at the capture edges were excluded (encode: 1)" in lines
     assert {row.split(",")[0] for row in out.splitlines()[1:]} == {str(SLICE_MAIN), str(SLICE_PR)}
+
+
+# ---------------------------------------------------------------------------------------------
+# help
+
+def help_of(*command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command, example", [
+    ("analyze", "clef-prof analyze traces/gpu-main-slice.sqlite"),
+    ("demo-server", "clef-prof demo-server --variant main --port 8000"),
+    ("load", "clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16")])
+def test_help_has_a_description_and_an_example(command, example, capsys):
+    text = help_of(command, capsys=capsys)
+    usage, description = text.split("\n\n")[:2]
+    assert usage.startswith(f"usage: clef-prof {command}") and len(description.split()) > 20
+    assert "examples:" in text and example in text
+
+
+def test_every_format_option_has_help(capsys):
+    import argparse
+
+    from clef_prof.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    with_format = {name: next(a for a in p._actions if "--format" in a.option_strings)
+                   for name, p in sub.choices.items() if "--format" in p._option_string_actions}
+    assert {"analyze", "compare", "inject"} <= set(with_format)
+    assert all(len((a.help or "").split()) >= 5 for a in with_format.values()), with_format
+    out = " ".join(help_of("ab", capsys=capsys).split())
+    assert "--out OUT folder of the ab run: one capture folder per arm and round" in out
