@@ -245,4 +245,4 @@ def test_every_format_option_has_help(capsys):
     assert {"analyze", "compare", "inject"} <= set(with_format)
     assert all(len((a.help or "").split()) >= 5 for a in with_format.values()), with_format
     out = " ".join(help_of("ab", capsys=capsys).split())
-    assert "--out OUT folder of the ab run: one capture folder per arm and round" in out
+    assert "--out OUT, -o OUT folder of the ab run: one capture folder per arm and round" in out
