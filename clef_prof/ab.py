@@ -77,7 +77,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="ABBA: reverse the arm order every other round (default); AB: fixed order")
     p.add_argument("--pause", type=float, default=0.0, metavar="S", help="seconds between captures")
     p.add_argument("--keep-going", action="store_true", help="go on after a failed capture")
-    add_record_options(p)
+    add_record_options(p, out_help="folder of the ab run: one capture folder per arm and round (ROUND-ARM/, each "
+                                   "with its report, SQLite export, logs and manifest.json) and the index ab.json; "
+                                   "`clef-prof compare DIR` takes it whole")
 
 
 def cmd_ab(args) -> int:

@@ -109,8 +109,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
                 raise CaptureError(f"{path}: an empty SQLite database, not an nsys export")
             if not (cap.export_meta or cap.has("StringIds")):
                 raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
-            raise CaptureError(f"{path}: the export has no NVTX_EVENTS table: record with `nsys profile -t nvtx,...` "
-                               "and annotate the stages (see `clef-prof doctor`)")
+            raise CaptureError(f"{path}: {validate.no_nvtx_table(cap)}")
         analysis = _analyze(cap, config, requests, step, rows)
     _check_manifest(analysis)
     return analysis
@@ -159,7 +158,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
             if keep:
                 frames = _frames(calls, gpu_rows)
         else:
-            warnings.append(validate.NO_CUDA)
+            warnings.append(validate.no_cuda(cap))
             if keep:
                 frames = {k: pd.DataFrame() for k in ROW_FRAMES}
     finally:

@@ -1,12 +1,8 @@
 """Which captures make up each arm of a comparison: `--arm NAME=PATHS`, record manifests and
 `clef-prof ab` folders. Standard library only (the CLI imports it to build its parser).
 
-Inputs an arm item may name:
-- an nsys SQLite export (`*.sqlite`), used as it is;
-- a record manifest (`*.json`): a JSON object whose key "export" names the export, relative to
-  the manifest's folder or absolute;
-- a capture folder holding `manifest.json` (as `clef-prof ab` writes one per capture);
-- a glob of any of these (`runs/main-*.sqlite`).
+An arm item names captures as `inputs.resolve` takes them (an export, a record manifest, a
+capture folder, an `.nsys-rep`), or a glob of any of these (`runs/main-*.sqlite`).
 
 A positional folder is an `ab` folder: each subfolder holds a `manifest.json` naming its arm in
 "arm" and its export in "export" (the folder itself may be one capture folder too).
@@ -14,13 +10,12 @@ A positional folder is an `ab` folder: each subfolder holds a `manifest.json` na
 from __future__ import annotations
 
 import glob
-import json
 import os
 from dataclasses import dataclass, field
 
 from .errors import ClefError
+from .inputs import MANIFEST, from_manifest, read_manifest, resolve
 
-MANIFEST = "manifest.json"
 BASELINE_NAMES = ("main", "baseline", "base", "control", "master")
 _GLOB_CHARS = set("*?[")
 
@@ -55,29 +50,9 @@ class Arms:
         return self.names[0]
 
 
-def _read_manifest(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise CompareError(f"{path}: no such manifest") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{path}: not a readable JSON manifest ({exc})") from None
-    if not isinstance(data, dict):
-        raise CompareError(f"{path}: a manifest must be a JSON object with an \"export\" key")
-    return data
-
-
-def ref_from_manifest(path: str) -> CaptureRef:
-    data = _read_manifest(path)
-    export = data.get("export")
-    if not isinstance(export, str) or not export:
-        raise CompareError(f"{path}: the manifest has no \"export\" key naming its SQLite export")
-    if not os.path.isabs(export):
-        export = os.path.join(os.path.dirname(os.path.abspath(path)), export)
-    if not os.path.exists(export):
-        raise CompareError(f"{path}: its export {export} does not exist")
-    return CaptureRef(os.path.normpath(export), path, data)
+def ref(path: str, resolved: tuple[str, dict | None]) -> CaptureRef:
+    """The reference of a capture the user named as `path`, resolved to (export, manifest)."""
+    return CaptureRef(resolved[0], path, resolved[1])
 
 
 def resolve_item(item: str) -> list[CaptureRef]:
@@ -91,19 +66,8 @@ def resolve_item(item: str) -> list[CaptureRef]:
             raise CompareError(f"{item}: no file matches")
     else:
         paths = [item]
-    out = []
-    for p in paths:
-        if os.path.isdir(p):
-            m = os.path.join(p, MANIFEST)
-            if not os.path.isfile(m):
-                raise CompareError(f"{p}: a folder without {MANIFEST}; name the capture's .sqlite export or its manifest")
-            out.append(ref_from_manifest(m))
-        elif p.endswith(".json"):
-            out.append(ref_from_manifest(p))
-        else:
-            # existence and format are checked by analyze, with its own clear messages
-            out.append(CaptureRef(p, p))
-    return out
+    # existence and format of an export are checked by analyze, with its own clear messages
+    return [ref(p, resolve(p)) for p in paths]
 
 
 def parse_arm(spec: str) -> tuple[str, list[CaptureRef]]:
@@ -126,7 +90,7 @@ def read_ab_folder(folder: str) -> list[tuple[str, CaptureRef]]:
         raise CompareError(f"{folder}: not a folder written by `clef-prof ab`; name captures with --arm NAME=PATHS")
     found = []
     own = os.path.join(folder, MANIFEST)
-    if os.path.isfile(own) and "arm" in _read_manifest(own):
+    if os.path.isfile(own) and "arm" in read_manifest(own):
         found.append(_armed(own))
     for sub in sorted(os.listdir(folder)):
         m = os.path.join(folder, sub, MANIFEST)
@@ -139,11 +103,11 @@ def read_ab_folder(folder: str) -> list[tuple[str, CaptureRef]]:
 
 
 def _armed(manifest: str) -> tuple[str, CaptureRef]:
-    ref = ref_from_manifest(manifest)
-    arm = ref.manifest.get("arm")
+    r = ref(manifest, from_manifest(manifest))
+    arm = r.manifest.get("arm")
     if not isinstance(arm, str) or not arm:
         raise CompareError(f"{manifest}: the manifest has no \"arm\" key naming its arm")
-    return arm, ref
+    return arm, r
 
 
 def collect(folders: list[str], arm_specs: list[str], baseline: str | None = None) -> Arms:

@@ -35,13 +35,15 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_analyze(args) -> int:
     from . import report
+    from .inputs import resolve
 
     cfg = _stage_config(args)
-    if len(args.captures) == 1 and not args.dask:
-        results = [_analyze_one(args.captures[0], cfg, args).result]
+    paths = [resolve(c)[0] for c in args.captures]
+    if len(paths) == 1 and not args.dask:
+        results = [_analyze_one(paths[0], cfg, args).result]
     else:
         from .parallel import analyze_many
-        results = analyze_many(args.captures, cfg, args.requests, jobs=args.jobs, dask=args.dask)
+        results = analyze_many(paths, cfg, args.requests, jobs=args.jobs, dask=args.dask)
     text = None
     if args.format == "json":
         import json
@@ -56,7 +58,7 @@ def cmd_analyze(args) -> int:
         if args.format == "csv" or args.output:
             for r in results:
                 for w in r["warnings"]:
-                    print(f"warning: {w}", file=sys.stderr)
+                    print(f"warning: {r['path']}: {w}", file=sys.stderr)
     else:
         for r in results:
             report.render_terminal(r)
@@ -97,9 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    a = sub.add_parser("analyze", help="per-request stage spans, H2D copies, kernels and GPU overlap of a capture")
-    a.add_argument("captures", nargs="+", metavar="CAPTURE.sqlite", help="nsys SQLite export(s)")
-    a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table")
+    a = sub.add_parser(
+        "analyze", help="per-request stage spans, H2D copies, kernels and GPU overlap of a capture",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Per-request host time of each stage (NVTX ranges nested in the batch range 'pooler n=K'),\n"
+                    "H2D/D2H copies and bytes, kernel and graph launches, and how much of the pooler's host span\n"
+                    "the GPU overlaps, from Nsight Systems captures. Warnings say which figures not to trust.",
+        epilog="A capture is an nsys SQLite export, an .nsys-rep report (exported once with nsys, beside it or\n"
+               "under $XDG_CACHE_HOME/clef-prof), a record manifest.json, or a record folder.\n\n"
+               "examples:\n"
+               "  clef-prof analyze traces/gpu-main-slice.sqlite\n"
+               "  clef-prof analyze runs/pr --format markdown --strict\n"
+               "  clef-prof analyze runs/ab/*/capture.sqlite -f json -o all.json   # a JSON list, in order")
+    a.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="nsys SQLite export, .nsys-rep report, record manifest.json or record folder")
+    a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table",
+                   help="table: terminal tables (default); markdown: for a pull request; csv: one row per stage "
+                        "and capture; json: the stable contract (a list for several captures)")
     a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
     a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "

@@ -333,11 +333,13 @@ def add_parser(sub) -> None:
                    help="a folder written by `clef-prof ab` (one subfolder per capture, manifest.json naming its "
                         "arm and export)")
     p.add_argument("--arm", action="append", default=[], metavar="NAME=CAPTURES",
-                   help="an arm: comma-separated SQLite exports, record manifests (.json) or globs; repeat for "
+                   help="an arm: comma-separated SQLite exports, .nsys-rep reports, record manifests (.json), "
+                        "capture folders or globs; repeat for "
                         "each arm; the first is the baseline")
     p.add_argument("--baseline", help="the baseline arm (default: the first --arm; for ab folders an arm named "
                                       "main/baseline/base/control/master, else the first)")
-    p.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table")
+    p.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table",
+                   help="table: terminal table (default); markdown: for a pull request; json: the stable contract")
     p.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     p.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on the change from the baseline, e.g. \"stages.index.host_ms_per_request > +5%%\" or "

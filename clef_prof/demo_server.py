@@ -561,7 +561,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo-server", help="a reference Clef-style pooling server annotated with clef_prof stages")
+    p = sub.add_parser(
+        "demo-server", help="a reference Clef-style pooling server annotated with clef_prof stages",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A reference pooling server: POST /v1/systemone, GET /health and /version, POST /start_profile\n"
+                    "and /stop_profile. A batcher runs up to --max-batch queued requests per 'pooler n=K' range,\n"
+                    "with the stages parse, index, transfer, head and encode. On a GPU, main makes 9 pageable H2D\n"
+                    "copies per request and pr 3 pinned ones; without one a CPU path runs the same stages.",
+        epilog="examples:\n"
+               "  clef-prof demo-server --variant main --port 8000\n"
+               "  clef-prof record --out runs/demo -- clef-prof demo-server --variant pr")
     _arguments(p)
     p.set_defaults(func=cmd_demo_server)
 

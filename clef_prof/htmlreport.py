@@ -195,7 +195,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("report", help="a self-contained HTML report of one capture: tables, timeline, distributions",
                        description="Write one HTML file (plots embedded, no external resources) for a capture.")
-    p.add_argument("capture", metavar="CAPTURE.sqlite", help="nsys SQLite export")
+    p.add_argument("capture", metavar="CAPTURE", help="nsys SQLite export, .nsys-rep report, record manifest or folder")
     p.add_argument("--html", required=True, metavar="OUT.html", help="the HTML file to write")
     p.add_argument("--batches", type=int, default=4, metavar="N", help="batches in the timeline (default 4)")
     p.add_argument("--first-batch", type=int, default=0, metavar="I",
@@ -206,6 +206,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from .cli import _stage_config
+    from .inputs import resolve
     from .model import open as open_capture
 
     if args.batches < 1:
@@ -214,7 +215,7 @@ def run(args) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ClefError("the HTML report draws its plots with matplotlib: pip install 'matplotlib>=3.10'") from None
-    cap = open_capture(args.capture, _stage_config(args), requests=args.requests)
+    cap = open_capture(resolve(args.capture)[0], _stage_config(args), requests=args.requests)
     write_html(cap, args.html, first_batch=args.first_batch, n_batches=args.batches)
     size = os.path.getsize(args.html)
     print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result['batches']} batches, "

@@ -300,7 +300,17 @@ def settings_from(args, url: str | None = None) -> LoadSettings:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("load", help="drive a server with the built-in closed-loop load and print latency figures")
+    p = sub.add_parser(
+        "load", help="drive a server with the built-in closed-loop load and print latency figures",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Closed-loop load: --concurrency clients each POST one Clef-style request (--words of state,\n"
+                    "--questions questions; or --request-body FILE) and send the next when it is answered, for\n"
+                    "--duration seconds. Prints completions, throughput, errors and latency p50/p99 (--json for\n"
+                    "all figures); exit 1 when nothing completed or any request failed. `record` drives the\n"
+                    "same load inside its capture window.",
+        epilog="examples:\n"
+               "  clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16\n"
+               "  clef-prof load --concurrency 4 --words 50 --questions 3 --json")
     _arguments(p)
     p.set_defaults(func=cmd_load)
 

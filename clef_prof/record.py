@@ -965,8 +965,9 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
 # --------------------------------------------------------------------------------------------
 # command line
 
-def add_record_options(p: argparse.ArgumentParser, server_url: bool = True) -> None:
-    p.add_argument("--out", "-o", required=True, help="folder for the report, its SQLite export, logs and manifest.json")
+def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
+                       out_help: str = "folder for the report, its SQLite export, logs and manifest.json") -> None:
+    p.add_argument("--out", "-o", required=True, help=out_help)
     p.add_argument("--name", default="capture", help="file name of the capture in --out (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     p.add_argument("--spec", help="stage spec TOML: inject its NVTX wrappers into every Python process of the server")

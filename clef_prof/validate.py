@@ -7,18 +7,71 @@ from .capture import Export
 from .nvtx import NvtxCensus, names_seen
 from .stages import Stages
 
-NO_CUDA = ("CUDA was not traced (no CUPTI_ACTIVITY_KIND_RUNTIME table): H2D, kernel and overlap figures "
-           "are not shown; record with `-t cuda,nvtx`")
+FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
+# nsys 2022.4 writes no META_DATA_CAPTURE; its diagnostics (in StringIds) name what it traced
+_DIAG_STARTED = "Profiling has started."
+_DIAG_PREFIXES = {"cuda": ("CUDA profiling", "CUDA injection", "No CUDA events collected", "Number of CUDA events"),
+                  "nvtx": ("NVTX profiling", "NVTX injection", "No NVTX events collected", "Number of NVTX events")}
 NVTX_VERSION_HINT = ("nsys <= 2023.4 records nothing from Python `nvtx` >= 0.2.12 (it rejects the payload "
                      "extension, 'compatibility ID 260 != 259'): pip install 'nvtx==0.2.11', or annotate with "
                      "clef_prof.stage(), which every nsys records; `clef-prof doctor` checks this")
 
 
+def trace_requested(cap: Export, kind: str) -> bool | None:
+    """Whether the recording asked nsys to trace `kind` ("cuda" or "nvtx"): the export's
+    COLLECT_CUDA_TRACE / COLLECT_NVTX_TRACE (nsys >= 2023), else the record manifest's `trace`,
+    else nsys 2022.4's diagnostics; None when none of them says (a scrubbed or partial export)."""
+    flag = cap.capture_flag(f"COLLECT_{kind.upper()}_TRACE")
+    if flag is not None:
+        return flag
+    from . import manifest as mf
+
+    found = mf.find_for(cap.path)
+    if found is not None:
+        try:
+            trace = (mf.read(found).get("trace") or {}).get("trace")
+        except (OSError, ValueError, AttributeError):
+            trace = None
+        if isinstance(trace, str):
+            return kind in trace.split(",")
+    if not cap.has("StringIds"):
+        return None
+    like = " OR ".join("value LIKE ?" for _ in _DIAG_PREFIXES[kind])
+    if cap.rows(f"SELECT 1 FROM StringIds WHERE {like} LIMIT 1", tuple(p + "%" for p in _DIAG_PREFIXES[kind])):
+        return True
+    if cap.rows("SELECT 1 FROM StringIds WHERE value = ? LIMIT 1", (_DIAG_STARTED,)):
+        return False
+    return None
+
+
+def no_cuda(cap: Export) -> str:
+    """The warning for a capture without CUDA rows: traced and unused, not traced, or unknown."""
+    asked = trace_requested(cap, "cuda")
+    if asked:
+        return f"CUDA was traced but the program made no CUDA calls: {FIGURES_HIDDEN}"
+    if asked is False:
+        return f"CUDA was not traced (record with -t cuda,nvtx): {FIGURES_HIDDEN}"
+    return (f"the capture has no CUDA rows and does not record whether CUDA was traced (could not tell): "
+            f"{FIGURES_HIDDEN}; if it was not, record with -t cuda,nvtx")
+
+
+def no_nvtx_table(cap: Export) -> str:
+    """Why an export has no NVTX_EVENTS table: NVTX traced and unused, not traced, or unknown."""
+    annotate = "annotate the stages (clef_prof.stage or `clef-prof inject`; see `clef-prof doctor`)"
+    asked = trace_requested(cap, "nvtx")
+    if asked:
+        return f"NVTX was traced but the program emitted no NVTX (no NVTX_EVENTS table): {annotate}"
+    if asked is False:
+        return f"NVTX was not traced (no NVTX_EVENTS table): record with `nsys profile -t nvtx,...` and {annotate}"
+    return ("no NVTX_EVENTS table, and the export does not record whether NVTX was traced (could not tell): "
+            f"record with `nsys profile -t nvtx,...` and {annotate}")
+
+
 def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     cfg = stages.config
     if nv.ranges == 0 and not nv.user_domains and nv.marks == 0:
-        return ["no NVTX at all: the capture has no user NVTX ranges, marks or domains; annotate the stages "
-                "(clef_prof.stage or `clef-prof inject`) and record with `-t nvtx`"]
+        return ["no NVTX at all: NVTX was traced but the capture has no user NVTX ranges, marks or domains; "
+                "annotate the stages (clef_prof.stage or `clef-prof inject`)"]
     if nv.ranges == 0:
         doms = ", ".join(repr(d) for d in nv.user_domains) or "none"
         return [f"NVTX domains were created ({doms}) but no range was recorded. {NVTX_VERSION_HINT}"]

@@ -37,8 +37,9 @@ def nvtx_python(version: str) -> Path:
 
 
 def record(program: str, out: Path, version: str = "2023.4", python: Path | str = sys.executable,
-           nsys_args: tuple[str, ...] = (), env: dict | None = None, timeout: int = 180) -> Path:
-    """Run `program` (Python source) under `nsys profile -t nvtx,osrt` and export it to SQLite.
+           nsys_args: tuple[str, ...] = (), env: dict | None = None, timeout: int = 180,
+           trace: str = "nvtx,osrt") -> Path:
+    """Run `program` (Python source) under `nsys profile -t TRACE` (nvtx,osrt) and export it to SQLite.
 
     Recorded again (3 tries) when the export holds nothing at all from the target's injection,
     no NVTX_EVENTS and no OSRT_API: nsys 2022.4/2023.4 do that now and then (seen about 1 run in
@@ -46,7 +47,7 @@ def record(program: str, out: Path, version: str = "2023.4", python: Path | str 
     A capture with OS-runtime rows and no NVTX is never retried.
     """
     for attempt in range(3):
-        db = _record_once(program, out / f"try{attempt}", version, python, nsys_args, env, timeout)
+        db = _record_once(program, out / f"try{attempt}", version, python, nsys_args, env, timeout, trace)
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         con.close()
@@ -55,14 +56,14 @@ def record(program: str, out: Path, version: str = "2023.4", python: Path | str 
     return db
 
 
-def _record_once(program, out, version, python, nsys_args, env, timeout) -> Path:
+def _record_once(program, out, version, python, nsys_args, env, timeout, trace) -> Path:
     nsys = nsys_path(version)
     out.mkdir(parents=True, exist_ok=True)
     src = out / "prog.py"
     src.write_text(textwrap.dedent(program))
     rep = out / "cap"
     run_env = {**os.environ, **(env or {})}
-    p = subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", *nsys_args,
+    p = subprocess.run([nsys, "profile", "-t", trace, "--sample=none", "--cpuctxsw=none", *nsys_args,
                         "-o", rep, "--force-overwrite", "true", python, src],
                        capture_output=True, text=True, timeout=timeout, env=run_env, cwd=out)
     # with --duration nsys ends the app and passes on its signal exit: the report is what counts

@@ -42,13 +42,21 @@ def test_missing_path(tmp_path):
 
 
 def test_directory(tmp_path):
-    assert_one_line(run_cli("analyze", tmp_path), EXIT_INPUT, "is a directory")
+    assert_one_line(run_cli("analyze", tmp_path), EXIT_INPUT, "a folder with no manifest.json, .sqlite export")
 
 
 def test_not_sqlite(tmp_path):
+    f = tmp_path / "trace.sqlite"
+    f.write_bytes(b"\x00NSYS-REP" + os.urandom(4000))
+    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "not an SQLite database")
+
+
+def test_not_a_report(tmp_path):
+    """A broken .nsys-rep: nsys export fails (or, without nsys, the command to run is named)."""
     f = tmp_path / "trace.nsys-rep"
     f.write_bytes(b"\x00NSYS-REP" + os.urandom(4000))
-    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "not an SQLite database", "nsys export")
+    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "trace.nsys-rep", "nsys export")
+    assert os.listdir(tmp_path) == ["trace.nsys-rep"]
 
 
 def test_truncated_capture(copy_of, tmp_path):

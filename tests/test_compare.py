@@ -19,6 +19,7 @@ from clef_prof import comparison
 from clef_prof.arm import CompareError, collect
 from clef_prof.bootstrap import arm_rngs, percentile_interval, resampled_sums
 from clef_prof.cli import main
+from clef_prof.inputs import InputError
 from clef_prof.compare import evaluate_gates, parse_gate, render_markdown
 from clef_prof.stages import StageConfig
 
@@ -327,7 +328,7 @@ def test_manifests_and_globs(tmp_path):
     arms = collect([], [f"main={d}", f"pr={SLICE_PR},{SLICE_PR}"])  # a capture folder; a duplicate
     assert len(arms.captures["pr"]) == 1 and "twice" in arms.notes[0]
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(CompareError, match='no "export" key'):
+    with pytest.raises(InputError, match='no "export" key'):
         collect([], [f"main={tmp_path / 'bad.json'}", f"pr={SLICE_PR}"])
 
 
