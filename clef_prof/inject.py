@@ -253,8 +253,8 @@ def prepare(binding, spec, module) -> Prepared | None:
                              f"around it would only cover creating the generator (annotate its body "
                              f"with clef_prof.stage instead)")
         if binding.role == "batch":
-            size = _ArgGetter(func, spec.size_arg) if spec.size_arg else None
-            rids = _ArgGetter(func, spec.request_ids_arg) if spec.request_ids_arg else None
+            size = _ArgGetter(func, binding.size_arg) if binding.size_arg else None
+            rids = _ArgGetter(func, binding.request_ids_arg) if binding.request_ids_arg else None
             wrapper = _make_batch_wrapper(func, binding.name, spec.domain, size, rids)
         else:
             from . import annotate as ann
