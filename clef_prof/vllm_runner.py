@@ -23,17 +23,19 @@ V2_POOL_MODULE = "vllm.v1.worker.gpu.pool.pooling_runner"
 
 
 def _source(module: str) -> str | None:
+    """The source of `module`, found below its top-level package without importing it."""
+    top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    try:
-        with open(spec.origin, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(base, *rest) + ".py", encoding="utf-8") as fh:
+                return fh.read()
+        except OSError:
+            continue
+    return None
 
 
 def calls_pooler(source: str, cls: str = "PoolingRunner", method: str = "pool") -> bool | None:
