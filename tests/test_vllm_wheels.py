@@ -31,7 +31,7 @@ pytestmark = pytest.mark.vllm
 def unpacked(name: str, version: str) -> Path:
     """The wheel's Python files under .cache/wheels/x/NAME-VERSION/ (downloaded when missing)."""
     dest = CACHE / "x" / f"{name}-{version}"
-    if (dest / ".done").exists():
+    if (dest / ".done").exists() and list(dest.glob("*.dist-info/METADATA")):
         return dest
     wheels = list(CACHE.glob(f"{name}-{version}-*.whl"))
     if not wheels:
@@ -44,7 +44,7 @@ def unpacked(name: str, version: str) -> Path:
                 pytest.fail(why)
             pytest.skip(why)
     with zipfile.ZipFile(wheels[0]) as z:
-        z.extractall(dest, [n for n in z.namelist() if n.endswith(".py")])
+        z.extractall(dest, [n for n in z.namelist() if n.endswith(".py") or n.endswith(".dist-info/METADATA")])
     (dest / ".done").touch()
     return dest
 
@@ -188,3 +188,39 @@ def test_sglang_endpoints_and_port():
     assert {"activities", "num_steps"} <= fields(io)
     prof = module_file(root, "sglang.srt.utils.profile_utils").read_text(encoding="utf-8")
     assert '"CUDA_PROFILER" in activities' in prof
+
+
+def test_inject_check_says_which_runner_runs(tmp_path):
+    """`inject --check` in an interpreter where the 0.22.1 wheel is installed (its files and
+    metadata on the path): the environment variable decides, the other batch target is never called."""
+    root = unpacked("vllm", "0.22.1")
+    pkg = tmp_path / "clefpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runners.py").write_text("class A:\n    def _pool(self, rows): pass\n"
+                                    "class B:\n    def pool(self, input_batch): pass\n"
+                                    "def parse(x): pass\n")
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[batch]]\ntarget = "clefpkg.runners:A._pool"\nsize_arg = "rows"\nrunner = "vllm-v1"\n'
+                    '[[batch]]\ntarget = "clefpkg.runners:B.pool"\nsize_arg = "input_batch.num_reqs"\n'
+                    'runner = "vllm-v2"\n[stages]\nparse = "clefpkg.runners:parse"\n')
+
+    def check(value):
+        env = {k: v for k, v in os.environ.items() if k != vllm_runner.ENV}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tmp_path), str(root)])
+        if value is not None:
+            env[vllm_runner.ENV] = value
+        return subprocess.run([sys.executable, "-m", "clef_prof", "inject", "--spec", str(spec), "--check"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    p = check("0")
+    assert p.returncode == 0, p.stderr
+    assert "vLLM 0.22.1 will run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0)" in p.stderr
+    assert "[batch][1].target clefpkg.runners:B.pool (vllm-v2) will never be called" in p.stderr
+    assert "3 of 3 targets import and wrap" in p.stderr and "2 of them will be called" in p.stderr
+    p = check("1")
+    assert "Model Runner V2" in p.stderr and "[batch][0].target" in p.stderr
+    assert "PoolingRunner.pool never calls the model's pooler" in p.stderr      # 0.22.1's V2
+    p = check(None)
+    assert p.returncode == 0 and "cannot tell which vLLM model runner" in p.stderr
+    assert "will be called" not in p.stderr
