@@ -445,7 +445,8 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
         "totals": totals,
         "per_request": per_request,
         "overlap": overlap,
-        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch},
+        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch,
+                     "before_first_batch": stages.before_first_batch},
         "warnings": warnings,
         "slots": names,
     }

@@ -82,7 +82,9 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
 
     # key figures per request
     pr, ov = r["per_request"], r["overlap"]
-    keys = [("requests", r["requests"], "int", r.get("requests_source") or ""),
+    src = r.get("requests_source") or ""
+    keys = [("requests", r["requests"], "int",
+             src if src in ("", "--requests") else f"rows scheduled in batch ranges ({src}), not requests finished"),
             ("batches", r["batches"], "int", "batch ranges"),
             ("host ms / request", pr["pooler_host_ms"], "ms", f"{r['config']['batch']} span / requests")]
     if r["capture"]["cuda_traced"]:

@@ -253,8 +253,8 @@ def prepare(binding, spec, module) -> Prepared | None:
                              f"around it would only cover creating the generator (annotate its body "
                              f"with clef_prof.stage instead)")
         if binding.role == "batch":
-            size = _ArgGetter(func, spec.size_arg) if spec.size_arg else None
-            rids = _ArgGetter(func, spec.request_ids_arg) if spec.request_ids_arg else None
+            size = _ArgGetter(func, binding.size_arg) if binding.size_arg else None
+            rids = _ArgGetter(func, binding.request_ids_arg) if binding.request_ids_arg else None
             wrapper = _make_batch_wrapper(func, binding.name, spec.domain, size, rids)
         else:
             from . import annotate as ann
@@ -586,8 +586,13 @@ def _check_child(argv: list[str]) -> None:
                 except TargetError as exc:
                     errors.append({"where": exc.where, "target": exc.target, "problem": exc.problem,
                                    "top_level": False})
+    runner = None
+    if spec is not None and any(b.runner for b in spec.bindings()):
+        from . import vllm_runner
+        runner = vllm_runner.report([b.runner for b in spec.bindings() if b.runner])
     with open(out_path, "w") as fh:
-        json.dump({"errors": errors, "warnings": warnings, "kinds": kinds, "python": sys.executable}, fh)
+        json.dump({"errors": errors, "warnings": warnings, "kinds": kinds, "python": sys.executable,
+                   "runner": runner}, fh)
 
 
 def command_python(command: list[str], cwd: str | None = None) -> tuple[str | None, str | None]:
@@ -635,11 +640,12 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
 class CheckResult:
     """What importing a spec's targets in a fresh interpreter found: one line per problem."""
 
-    def __init__(self, errors=(), warnings=(), kinds=None, python=None):
+    def __init__(self, errors=(), warnings=(), kinds=None, python=None, runner=None):
         self.errors = list(errors)          # SpecError / TargetError
         self.warnings = list(warnings)      # str
         self.kinds = dict(kinds or {})      # binding.where -> function|method|staticmethod|classmethod|...
         self.python = python
+        self.runner = runner                # vllm_runner.report() when batch targets name a runner
 
     def __iter__(self):  # errors, warnings = check_targets(...)
         return iter((self.errors, self.warnings))
@@ -685,7 +691,7 @@ def check_targets(spec, python: str | None = None, path0: str | None = None, tim
                             f"in {python}")
         else:
             errors.append(TargetError(spec.path, e["where"], e["target"], e["problem"]))
-    return CheckResult(errors, warnings, res.get("kinds"), python)
+    return CheckResult(errors, warnings, res.get("kinds"), python, res.get("runner"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -847,8 +853,20 @@ def cmd_inject(args) -> int:
     if args.check:
         python = args.python or sys.executable
         res = _check_or_raise(spec, python, os.getcwd(), args.check_timeout, True, args.lenient)
+        never: list[str] = []
+        if res.runner is not None:
+            from . import vllm_runner
+            notes, warns, never = vllm_runner.lines(
+                res.runner, [(b.where, str(b.target), b.runner) for b in spec.bindings() if b.role == "batch"])
+            for n in notes:
+                _say(f"clef-prof: {n}")
+            _print_warnings(warns)
+        called = [w for w in res.kinds if w not in never]
         _say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
-             f"in {python}")
+             f"in {python}" + (f"; {len(called)} of them will be called" if never else ""))
+        batches = [b.where for b in spec.bindings() if b.role == "batch"]
+        if batches and all(w in never for w in batches):
+            return 1
         return 0 if len(res.kinds) == len(spec.bindings()) or args.lenient else 1
     if not command:
         raise ClefError("inject needs a command after --, or --print-env, --emit-nsys-json or --check")

@@ -144,7 +144,9 @@ def check_manifest(result: dict, manifest: dict) -> list[str]:
     - the capture is not marked "ok" (the server died, the run was interrupted or failed);
     - the requests counted from batch ranges disagree with the client's completions inside the
       window by more than the requests in flight at the two edges (the load's concurrency on
-      each edge, the window's opening and closing latency included);
+      each edge, the window's opening and closing latency included); when the window ended by
+      itself after `max_iterations` engine steps (vLLM's start body or --profiler-config), the
+      wall-clock window overstates it, so only the export's own span, or an upper bound, is used;
     - the manifest's export is another file.
     """
     out: list[str] = []
@@ -166,12 +168,20 @@ def check_manifest(result: dict, manifest: dict) -> list[str]:
     if req is None or status != STATUS_OK or src == "--requests":
         return out          # nothing counted, a partial capture, or a count given by hand
     tol = edge_tolerance(manifest)
+    steps = (manifest.get("window") or {}).get("max_iterations")
     if in_capture is not None:
         # completions inside the export's own time span: off by the requests in flight at each edge
         if abs(req - in_capture) > 2 * tol:
             out.append(f"batch ranges count {req} requests, but the client completed {in_capture} inside the "
                        f"capture's time span: more than the {tol} requests in flight allowed at each edge "
                        "(lost NVTX ranges or CUDA records, or batches not annotated)")
+    elif inner is not None and steps:
+        hi = (outer if outer is not None else inner) + 2 * tol
+        if req > hi:
+            out.append(f"batch ranges count {req} requests, but the client completed only {inner} inside the window "
+                       f"({outer} counting the window's opening and closing calls), which the profiler's "
+                       f"max_iterations={steps} may only shorten: lost client records, or a window that is not the one "
+                       "recorded")
     elif inner is not None:
         lo, hi = inner - 2 * tol, (outer if outer is not None else inner) + 2 * tol
         if not lo <= req <= hi:

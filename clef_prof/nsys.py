@@ -226,8 +226,12 @@ def launch_command(nsys: Nsys, opts: TraceOptions, server: list[str], *, session
             *opts.extra, *server]
 
 
-def start_command(nsys: Nsys, opts: TraceOptions, output: str, *, session: str) -> list[str]:
-    return [nsys.path, "start", f"--session={session}", *_sampling_switches(opts), f"--output={output}",
+def start_command(nsys: Nsys, opts: TraceOptions, output: str, *, session: str,
+                  capture_range: str | None = None) -> list[str]:
+    """`nsys start`: collect now, or (capture_range="cudaProfilerApi") from the app's
+    cudaProfilerStart to its cudaProfilerStop."""
+    rng = [f"--capture-range={capture_range}", "--capture-range-end=stop"] if capture_range else []
+    return [nsys.path, "start", f"--session={session}", *_sampling_switches(opts), *rng, f"--output={output}",
             "--force-overwrite=true"]
 
 

@@ -16,7 +16,10 @@
      (any server, no GPU needed; the endpoints are called too when the server has them);
    - `nvtx`: nsys `--capture-range=nvtx` on a range the server opens in /start_profile
      (the demo server's `window@clef-prof`).
-   `auto` takes profiler-api on a machine with an NVIDIA GPU, nsys elsewhere.
+   `auto`: nsys without an NVIDIA GPU or without endpoints; profiler-api with the vllm preset
+   (which mounts the endpoints); otherwise the server starts under `nsys launch` and, once
+   healthy, is probed for /start_profile: found, the session's window is the profiler API's
+   (`nsys start --capture-range=cudaProfilerApi`); absent, nsys' own start/stop.
 3. Drives the load with the built-in closed-loop generator (or `--client-cmd`), and keeps the
    client's completions, latency percentiles and errors inside the window.
 4. Writes `manifest.json` beside the export (see clef_prof.manifest).
@@ -62,7 +65,8 @@ VLLM_HINT = ("vLLM mounts /start_profile and /stop_profile only when profiling i
 
 @dataclass(frozen=True)
 class Preset:
-    """How a kind of server is driven: health path, profiling endpoints and their bodies."""
+    """How a kind of server is driven: health path, profiling endpoints and their bodies, the
+    default URL, and what the server command and nsys need (where the user chose nothing)."""
 
     name: str
     health: str = "/health"
@@ -71,16 +75,55 @@ class Preset:
     start_body: str | None = None
     stop_body: str | None = None
     version: str | None = "/version"
+    url: str = "http://127.0.0.1:8000"
+    env: tuple[tuple[str, str], ...] = ()
+    cuda_graph_trace: str = "graph"
+    endpoints_sure: bool = False       # the endpoints exist (the preset mounts them): no probe
 
 
 PRESETS = {
     "generic": Preset("generic"),
-    # vLLM: POST with no body (newer versions accept an optional JSON body; 422 = unknown field)
-    "vllm": Preset("vllm"),
-    # SGLang: the CUDA profiler activity calls cudaProfilerStart on the base GPU
-    "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/get_server_info"),
+    # vLLM (checked in 0.22.1 and 0.33.0): the endpoints exist only with --profiler-config naming
+    # a profiler (added when missing); 0.33 takes an optional body (max_iterations, ...); its
+    # profiling guide: spawn workers, --trace-fork-before-exec=true --cuda-graph-trace=node
+    "vllm": Preset("vllm", env=(("VLLM_WORKER_MULTIPROC_METHOD", "spawn"),), cuda_graph_trace="node",
+                   endpoints_sure=True),
+    # SGLang (checked in 0.5.23): port 30000, /server_info; the CUDA_PROFILER activity calls
+    # cudaProfilerStart on the base GPU
+    "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/server_info",
+                     url="http://127.0.0.1:30000"),
     "none": Preset("none", start=None, stop=None),
 }
+VLLM_PROFILER_FLAG = "--profiler-config"
+VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
+
+
+def vllm_profiler_config(server: list[str]) -> tuple[str | None, bool]:
+    """(the value of --profiler-config in a vLLM command, whether the flag is there at all:
+    `--profiler-config JSON`, `--profiler-config=JSON` or the dotted `--profiler-config.KEY V`)."""
+    for i, a in enumerate(server):
+        if a == VLLM_PROFILER_FLAG:
+            return (server[i + 1] if i + 1 < len(server) else None), True
+        if a.startswith(VLLM_PROFILER_FLAG + "="):
+            return a.split("=", 1)[1], True
+        if a.startswith(VLLM_PROFILER_FLAG + "."):
+            return None, True
+    return None, False
+
+
+def max_iterations(start_body: str | None, server: list[str], preset: str) -> int | None:
+    """Engine steps after which vLLM's profiler stops by itself (the start body's
+    `max_iterations`, else the one in --profiler-config), or None."""
+    if preset != "vllm":
+        return None
+    for text in (start_body, vllm_profiler_config(server)[0]):
+        try:
+            n = json.loads(text).get("max_iterations") if text else None
+        except (ValueError, AttributeError):
+            n = None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -102,7 +145,7 @@ class RecordConfig:
     nsys: str | None = None
     window: str = "auto"
     preset: str = "generic"
-    url: str = "http://127.0.0.1:8000"
+    url: str | None = None                # None: the preset's
     health_url: str | None = None
     health_timeout: float = 120.0
     start_path: str | None = None
@@ -128,6 +171,10 @@ class RecordConfig:
     round: int | None = None
     argv: list[str] | None = None
     quiet: bool = False
+
+    def __post_init__(self):
+        if self.url is None:
+            self.url = PRESETS[self.preset].url
 
     @property
     def preset_obj(self) -> Preset:
@@ -172,6 +219,7 @@ class Plan:
     token: str = ""
     report: str = ""
     sqlite: str = ""
+    probe: bool = False                   # --window auto: probe the endpoints once healthy
 
     def lines(self) -> list[str]:
         env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
@@ -191,35 +239,53 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
         nsys = Nsys.find(cfg.nsys)
     window = cfg.window
     notes: list[str] = []
+    preset = cfg.preset_obj
+    server = list(cfg.server)
+    if cfg.preset == "vllm" and not vllm_profiler_config(server)[1]:
+        server += [VLLM_PROFILER_FLAG, VLLM_PROFILER_CONFIG]
+        notes.append(f"--preset vllm: added {VLLM_PROFILER_FLAG} {shlex.quote(VLLM_PROFILER_CONFIG)} to the server "
+                     "command (vLLM mounts /start_profile and /stop_profile only with it)")
+    probe = False
     if window == "auto":
         has_endpoints = cfg.endpoint("start")[0] is not None
-        window = "profiler-api" if gpu_present() and has_endpoints else "nsys"
-        notes.append(f"--window auto: {window} (" + ("an NVIDIA GPU is present" if window == "profiler-api" else
-                     "no NVIDIA GPU here" if has_endpoints else "no profiling endpoints") + ")")
+        if not gpu_present() or not has_endpoints:
+            window = "nsys"
+            notes.append("--window auto: nsys (" + ("no NVIDIA GPU here" if has_endpoints else "no profiling endpoints")
+                         + ")")
+        elif preset.endpoints_sure:
+            window = "profiler-api"
+            notes.append(f"--window auto: profiler-api (an NVIDIA GPU is present; --preset {cfg.preset} mounts the "
+                         "endpoints)")
+        else:
+            window, probe = "nsys", True
+            notes.append("--window auto: nsys session control, probed once the server is healthy: with "
+                         "/start_profile the window is the profiler API's (cudaProfilerApi), without it nsys' own")
     if window in ("profiler-api", "nvtx") and cfg.endpoint("start")[0] is None:
         raise ClefError(f"record: --window {window} needs the server's /start_profile endpoint "
                         "(not --preset none / --no-endpoints); use --window nsys")
     token = secrets.token_hex(6)
     session = f"clefprof-{os.getpid()}-{token[:6]}"
     base = os.path.join(os.path.abspath(cfg.out), cfg.name)
-    env = {}
+    env = {k: v for k, v in preset.env if k not in os.environ}
+    if env:
+        notes.append(f"--preset {cfg.preset}: " + " ".join(f"{k}={v}" for k, v in env.items()))
     if cfg.spec:
         env.update(spec_env(cfg.spec))
     env.update(cfg.env)
     if window == "nsys":
-        main = launch_command(nsys, cfg.trace, cfg.server, session=session, notes=notes)
+        main = launch_command(nsys, cfg.trace, server, session=session, notes=notes)
         start = start_command(nsys, cfg.trace, base, session=session)
         stop = stop_command(nsys, session=session)
     else:
         rng = "cudaProfilerApi" if window == "profiler-api" else "nvtx"
         if window == "nvtx":
             env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
-        main = profile_command(nsys, cfg.trace, base, cfg.server, session=session, capture_range=rng,
+        main = profile_command(nsys, cfg.trace, base, server, session=session, capture_range=rng,
                                capture_range_end=cfg.capture_range_end, nvtx_capture=cfg.nvtx_capture, notes=notes)
         start = stop = None
     report, sqlite = base + ".nsys-rep", base + ".sqlite"
     exp = export_command(nsys, report, sqlite) if cfg.export else None
-    return Plan(window, nsys, list(cfg.server), main, start, stop, exp, env, notes, session, token, report, sqlite)
+    return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
 
 
 def spec_env(spec_path: str) -> dict:
@@ -532,9 +598,29 @@ class Capture:
         except ValueError:
             return {"text": text[:500]}
 
+    def probe(self) -> None:
+        """--window auto, a server whose endpoints the preset does not guarantee: ask for
+        /start_profile without calling it (OPTIONS: 404 when there is no such route, 405 or
+        another answer when there is). Found: the session's window is the profiler API's."""
+        url = self.cfg.endpoint("start")[0]
+        status, _text = http("OPTIONS", url, timeout=5.0)
+        if status is None or status == 404:
+            self.note(f"--window auto: {url} " + ("answered 404" if status else "did not answer")
+                      + "; the window is nsys' own (nsys start/stop)")
+            return
+        self.pl.window = "profiler-api"
+        self.pl.start = start_command(self.pl.nsys, self.cfg.trace, self.base, session=self.pl.session,
+                                      capture_range="cudaProfilerApi")
+        self.pl.stop = None
+        self.note(f"--window auto: {url} exists (OPTIONS answered {status}); the window is the profiler API's "
+                  "(nsys start --capture-range=cudaProfilerApi, then POST /start_profile)")
+
     def open_window(self) -> None:
         self.say(f"opening the window ({self.pl.window})")
-        if self.pl.window == "nsys":
+        if self.pl.start and self.pl.window != "nsys":
+            self._nsys_ctl(self.pl.start, "start")        # a probed session: armed for cudaProfilerStart
+            self._endpoint("start", required=True)
+        elif self.pl.window == "nsys":
             self._nsys_ctl(self.pl.start, "start")
             self._endpoint("start", required=False)
         else:
@@ -692,6 +778,8 @@ class Capture:
         try:
             self.start_server()
             self.wait_healthy()
+            if self.pl.probe:
+                self.probe()
             self.start_load()
             self.warm_up()
             self.open_window()
@@ -838,6 +926,8 @@ class Capture:
                        if self.opened_ns and self.closed_ns else None,
                        "events": self.events,
                        "nvtx_capture": cfg.nvtx_capture if pl.window == "nvtx" else None,
+                       "max_iterations": max_iterations(cfg.endpoint("start")[1], pl.server, cfg.preset)
+                       if pl.window == "profiler-api" else None,
                        "capture_range_seen": self.window_started_seen,
                        "report_written_ns": getattr(self, "report_written_ns", None)},
             "client": {"window": inner, "window_outer": outer, "capture": self.capture_client, "all": whole,
@@ -976,12 +1066,14 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     n.add_argument("--window", choices=WINDOWS, default="auto",
                    help="who opens the capture window: profiler-api (POST /start_profile -> cudaProfilerStart), "
                         "nsys (nsys start/stop --session; any server, no GPU needed), nvtx (a range the server "
-                        "opens); auto: profiler-api with an NVIDIA GPU, else nsys")
+                        "opens); auto: nsys without a GPU; with one, profiler-api when the preset mounts the "
+                        "endpoints (vllm), else the server is probed for them once healthy")
     n.add_argument("--trace", "-t", default="cuda,nvtx,osrt", help="nsys --trace (default %(default)s)")
     n.add_argument("--python-sampling", type=int, default=100, metavar="HZ",
                    help="Python backtrace sampling rate, 0 = off (default 100; left out with nsys 2022.4, which lacks it)")
-    n.add_argument("--cuda-graph-trace", choices=["graph", "node"], default="graph",
-                   help="CUDA graphs as a whole or node by node (default graph)")
+    n.add_argument("--cuda-graph-trace", choices=["graph", "node"], default=None,
+                   help="CUDA graphs as a whole or node by node (default graph; node with --preset vllm, as "
+                        "vLLM's profiling guide recommends)")
     n.add_argument("--no-trace-fork", action="store_true", help="leave out --trace-fork-before-exec=true")
     n.add_argument("--capture-range-end", choices=["stop", "stop-shutdown"], default="stop",
                    help="profiler-api / nvtx windows: keep the server running after the window (stop), or let nsys "
@@ -994,9 +1086,12 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     n.add_argument("--no-export", action="store_true", help="keep the .nsys-rep only")
     s = p.add_argument_group("server control")
     s.add_argument("--preset", choices=sorted(PRESETS), default="generic",
-                   help="profiling endpoints and bodies: vllm, sglang (CUDA_PROFILER activity), generic, none")
+                   help="profiling endpoints and bodies: vllm (adds --profiler-config '{\"profiler\": \"cuda\"}' "
+                        "when missing, VLLM_WORKER_MULTIPROC_METHOD=spawn, --cuda-graph-trace=node), sglang (port "
+                        "30000, CUDA_PROFILER activity), generic, none")
     if server_url:
-        s.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
+        s.add_argument("--url", default=None, help="server base URL (default http://127.0.0.1:8000; :30000 with "
+                                                   "--preset sglang)")
     s.add_argument("--health-url", help="health check URL (default URL/health)")
     s.add_argument("--health-timeout", type=float, default=120.0, help="seconds to wait for health (default 120)")
     s.add_argument("--start-path", help="path of the start endpoint (default /start_profile)")
@@ -1037,9 +1132,10 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
     if args.duration <= 0:
         raise ClefError("--duration must be positive")
     trace = TraceOptions(trace=args.trace, python_sampling_hz=max(0, args.python_sampling),
-                         cuda_graph_trace=args.cuda_graph_trace, trace_fork=not args.no_trace_fork,
+                         cuda_graph_trace=args.cuda_graph_trace or PRESETS[args.preset].cuda_graph_trace,
+                         trace_fork=not args.no_trace_fork,
                          sample=args.sample or None, cpuctxsw=args.cpuctxsw or None, extra=list(args.nsys_arg))
-    url = args.url
+    url = getattr(args, "url", None) or PRESETS[args.preset].url
     return RecordConfig(
         out=out or args.out, server=server, name=args.name, nsys=args.nsys, window=args.window, preset=args.preset,
         url=url, health_url=args.health_url, health_timeout=args.health_timeout, start_path=args.start_path,

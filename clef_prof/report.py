@@ -68,7 +68,12 @@ def headline(result: dict) -> list[str]:
     """The lines above the table: requests, capture, transfers, overlap."""
     cap = result["capture"]
     req = result["requests"]
-    src = f" (from {result['requests_source']})" if result.get("requests_source") else ""
+    src = result.get("requests_source")
+    if src and src != "--requests":
+        # a batch's size is the rows it scheduled: a request split by chunked prefill counts in each step
+        src = f" (rows scheduled in batch ranges, from {src}; not requests finished)"
+    else:
+        src = f" (from {src})" if src else ""
     lines = [f"requests: {req if req is not None else 'unknown'}{src} · batches: {result['batches']}"
              f" · stage domain {result['config']['domain']!r}, batch range {result['config']['batch']!r}"]
     dur = cap["duration_s"]

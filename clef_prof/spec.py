@@ -12,8 +12,23 @@ Minimal form::
     parse = "pkg.server:parse_schema"    # or a list of targets
 
 `size_arg` (and the optional `request_ids_arg`) name a parameter of the batch target, or an
-attribute path below one: `"pooling_metadata.prompt_lens"` is `len(pooling_metadata.prompt_lens)`,
-`"self.input_batch.req_ids"` reads the bound instance.
+attribute path below one: `"pooling_metadata.prompt_lens"` is `len(pooling_metadata.prompt_lens)`
+(an int is taken as is), `"self.input_batch.req_ids"` reads the bound instance.
+
+Several batch targets (a server with two code paths, e.g. vLLM's Model Runner V1 and V2) are an
+array of tables, each with its own `target`, `size_arg` and `request_ids_arg`, and an optional
+`runner` label (`"vllm-v1"`, `"vllm-v2"`: `inject --check` then says which one the server runs)::
+
+    [[batch]]
+    target = "pkg.v1:Runner._pool"
+    size_arg = "num_scheduled_tokens_np"
+    runner = "vllm-v1"
+    [[batch]]
+    target = "pkg.v2:PoolingRunner.pool"
+    size_arg = "input_batch.num_reqs"
+    runner = "vllm-v2"
+
+All of them open the same batch range (`name`, the same in every table).
 
 This module is standard library only (TOML through `tomllib`, or `tomli` on Python < 3.11):
 the injection hook loads it in every profiled process.
@@ -31,7 +46,7 @@ _ARG_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 TOP_KEYS = ("domain", "batch", "stages", "description")
-BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name")
+BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,18 @@ class Target:
 
 
 @dataclass(frozen=True)
+class BatchTarget:
+    """One `[batch]` table: the callable that opens the batch range, and where its size and
+    request ids come from."""
+
+    target: Target
+    size_arg: str | None = None
+    request_ids_arg: str | None = None
+    runner: str | None = None          # a label such as "vllm-v1": which code path calls it
+    where: str = "[batch].target"
+
+
+@dataclass(frozen=True)
 class Binding:
     """One target of a spec and the range it carries: `role` is "batch" or "stage"."""
 
@@ -62,6 +89,9 @@ class Binding:
     name: str          # the stage name, or the batch range name
     target: Target
     where: str         # "[stages].parse", "[batch].target": for messages
+    size_arg: str | None = None            # batch targets only
+    request_ids_arg: str | None = None
+    runner: str | None = None
 
     def __str__(self) -> str:
         return f"{self.where} = {self.target}"
@@ -72,21 +102,31 @@ class Spec:
     path: str
     domain: str = DEFAULT_DOMAIN
     batch_name: str = DEFAULT_BATCH
-    batch_target: Target | None = None
-    size_arg: str | None = None
+    batches: tuple[BatchTarget, ...] = ()
     stages: dict[str, tuple[Target, ...]] = field(default_factory=dict)
-    request_ids_arg: str | None = None
     description: str | None = None
+
+    @property
+    def batch_target(self) -> Target | None:
+        """The first batch target (the only one, in most specs)."""
+        return self.batches[0].target if self.batches else None
+
+    @property
+    def size_arg(self) -> str | None:
+        return self.batches[0].size_arg if self.batches else None
+
+    @property
+    def request_ids_arg(self) -> str | None:
+        return self.batches[0].request_ids_arg if self.batches else None
 
     @property
     def config(self) -> StageConfig:
         return StageConfig(domain=self.domain, batch=self.batch_name, stages=tuple(self.stages))
 
     def bindings(self) -> list[Binding]:
-        """Every target to wrap: the batch target first, then the stages in spec order."""
-        out = []
-        if self.batch_target is not None:
-            out.append(Binding("batch", self.batch_name, self.batch_target, "[batch].target"))
+        """Every target to wrap: the batch targets first, then the stages in spec order."""
+        out = [Binding("batch", self.batch_name, b.target, b.where, b.size_arg, b.request_ids_arg, b.runner)
+               for b in self.batches]
         for name, targets in self.stages.items():
             for i, t in enumerate(targets):
                 where = f"[stages].{name}" if len(targets) == 1 else f"[stages].{name}[{i}]"
@@ -98,14 +138,16 @@ class Spec:
         d: dict = {"domain": self.domain}
         if self.description is not None:
             d["description"] = self.description
-        batch: dict = {"name": self.batch_name}
-        if self.batch_target is not None:
-            batch["target"] = str(self.batch_target)
-        if self.size_arg is not None:
-            batch["size_arg"] = self.size_arg
-        if self.request_ids_arg is not None:
-            batch["request_ids_arg"] = self.request_ids_arg
-        d["batch"] = batch
+        tables = []
+        for b in self.batches or (None,):
+            t: dict = {"name": self.batch_name}
+            if b is not None:
+                t["target"] = str(b.target)
+                for key in ("size_arg", "request_ids_arg", "runner"):
+                    if getattr(b, key) is not None:
+                        t[key] = getattr(b, key)
+            tables.append(t)
+        d["batch"] = tables[0] if len(tables) == 1 else tables
         d["stages"] = {k: (str(v[0]) if len(v) == 1 else [str(t) for t in v]) for k, v in self.stages.items()}
         return d
 
@@ -144,9 +186,34 @@ def _arg_path(value, key: str, path: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _ARG_PATH.match(value.strip()):
-        raise SpecError(f"{path}: [batch].{key} must be a parameter name, or a dotted attribute path "
+        raise SpecError(f"{path}: {key} must be a parameter name, or a dotted attribute path "
                         f"below one (e.g. 'batch' or 'metadata.prompt_lens'), not {value!r}")
     return value.strip()
+
+
+def _batch_tables(raw, path: str) -> tuple[list[tuple[str, dict]], str]:
+    """([(where-prefix, table)], batch range name) of `[batch]` or `[[batch]]`."""
+    if isinstance(raw, dict):
+        tables = [("[batch]", raw)]
+    elif isinstance(raw, list) and raw and all(isinstance(t, dict) for t in raw):
+        tables = [(f"[batch][{i}]", t) for i, t in enumerate(raw)]
+    else:
+        raise SpecError(f"{path}: [batch] must be a table, or a non-empty array of tables ([[batch]])")
+    names = set()
+    for where, t in tables:
+        extra = set(t) - set(BATCH_KEYS)
+        if extra:
+            raise SpecError(f"{path}: unknown keys in {where}: {', '.join(sorted(extra))} "
+                            f"(expected {', '.join(BATCH_KEYS)})")
+        if len(tables) > 1 and "target" not in t:
+            raise SpecError(f"{path}: {where}: every table of [[batch]] needs a target")
+        if "runner" in t and (not isinstance(t["runner"], str) or not t["runner"].strip()):
+            raise SpecError(f"{path}: {where}.runner must be a non-empty string")
+        names.add(t.get("name", DEFAULT_BATCH))
+    if len(names) > 1:
+        raise SpecError(f"{path}: the [[batch]] tables name different ranges ({', '.join(sorted(map(str, names)))}); "
+                        "they all open the one batch range")
+    return tables, names.pop()
 
 
 def from_dict(data: dict, path: str = "<spec>") -> Spec:
@@ -161,24 +228,26 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
     description = data.get("description")
     if description is not None and not isinstance(description, str):
         raise SpecError(f"{path}: description must be a string")
-    batch = data.get("batch", {})
-    if not isinstance(batch, dict):
-        raise SpecError(f"{path}: [batch] must be a table")
-    extra = set(batch) - set(BATCH_KEYS)
-    if extra:
-        raise SpecError(f"{path}: unknown keys in [batch]: {', '.join(sorted(extra))} "
-                        f"(expected {', '.join(BATCH_KEYS)})")
-    target = Target.parse(batch["target"], f"{path} [batch].target") if "target" in batch else None
-    size_arg = _arg_path(batch.get("size_arg"), "size_arg", path)
-    rid_arg = _arg_path(batch.get("request_ids_arg"), "request_ids_arg", path)
-    batch_name = batch.get("name", DEFAULT_BATCH)
+    tables, batch_name = _batch_tables(data.get("batch", {}), path)
     if not isinstance(batch_name, str) or not batch_name.strip():
         raise SpecError(f"{path}: [batch].name must be a non-empty string")
+    batches: list[BatchTarget] = []
+    seen: dict[Target, str] = {}
+    for where, t in tables:
+        size_arg = _arg_path(t.get("size_arg"), f"{where}.size_arg", path)
+        rid_arg = _arg_path(t.get("request_ids_arg"), f"{where}.request_ids_arg", path)
+        if "target" not in t:
+            continue
+        target = Target.parse(t["target"], f"{path} {where}.target")
+        if target in seen:
+            raise SpecError(f"{path}: {where}.target: {target} is already the target of {seen[target]}")
+        seen[target] = f"{where}.target"
+        runner = t["runner"].strip() if "runner" in t else None
+        batches.append(BatchTarget(target, size_arg, rid_arg, runner, f"{where}.target"))
     stages_raw = data.get("stages", {})
     if not isinstance(stages_raw, dict) or not stages_raw:
         raise SpecError(f"{path}: [stages] must map stage names to targets")
     stages: dict[str, tuple[Target, ...]] = {}
-    seen: dict[Target, str] = {target: "[batch].target"} if target is not None else {}
     for name, val in stages_raw.items():
         if not name.strip() or name != name.strip():
             raise SpecError(f"{path}: [stages]: {name!r} is not a usable stage name")
@@ -195,5 +264,5 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
             seen[t] = f"[stages].{name}"
             ts.append(t)
         stages[name] = tuple(ts)
-    return Spec(path=path, domain=domain, batch_name=batch_name, batch_target=target, size_arg=size_arg,
-                stages=stages, request_ids_arg=rid_arg, description=description)
+    return Spec(path=path, domain=domain, batch_name=batch_name, batches=tuple(batches), stages=stages,
+                description=description)

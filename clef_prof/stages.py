@@ -45,6 +45,9 @@ class Stages:
     outside_batch: int = 0           # stage instances on a batch thread, between batches
     requests_source: str | None = None
     requests_override: int | None = None
+    before_first_batch: int = 0      # stage instances on a batch thread before its first batch
+    # (start-up calls that bypass the batch target, such as vLLM's pooler warm-up, or the rest of
+    # a batch cut by the capture's start): left out, without a warning
 
     @property
     def requests(self) -> int | None:
@@ -64,7 +67,7 @@ class Stages:
         inst["batch"] = remap[inst["batch"].to_numpy()]
         return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
-                      self.requests_override)
+                      self.requests_override, self.before_first_batch)
 
 
 class _Names:
@@ -124,24 +127,29 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     codes = stage_code[s_mask]
     bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
                                 s.gtid, s.start, s.end)
-    # a stage instance on a batch thread before its first batch or after its last one is a
-    # range whose batch was cut by the capture edge: drop it and count it
+    # a stage instance on a batch thread after its last batch is a range whose batch was cut by
+    # the capture edge: drop it and count it. One before the first batch is dropped too, with no
+    # warning: a start-up call that bypasses the batch target (vLLM's pooler warm-up) or the rest
+    # of a batch cut by the capture's start
     edge = np.zeros(len(s), dtype=bool)
     outside = np.zeros(len(s), dtype=bool)
+    before = np.zeros(len(s), dtype=bool)
     if len(batches):
         g = batches.groupby("gtid").agg(first=("start", "min"), last=("end", "max"))
         on_batch_thread = np.isin(s.gtid, g.index.to_numpy())
         first = g["first"].reindex(s.gtid).to_numpy()
         last = g["last"].reindex(s.gtid).to_numpy()
         loose = on_batch_thread & (bidx < 0)
-        edge = loose & ((s.start < first) | (s.end > last))
-        outside = loose & ~edge
+        before = loose & (s.end <= first)
+        edge = loose & ~before & ((s.start < first) | (s.end > last))
+        outside = loose & ~edge & ~before
         count_cut(edge, lambda i: config.stages[codes[i]])
-    keep = ~edge
+    keep = ~edge & ~before
     instances = pd.DataFrame({
         "stage": pd.Categorical.from_codes(codes[keep], categories=list(config.stages)),
         "start": s.start[keep], "end": s.end[keep], "gtid": s.gtid[keep], "batch": bidx[keep],
     })
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
                   cross_thread=int(r.cross_thread.sum()), outside_batch=int(outside.sum()),
-                  requests_source=source, requests_override=requests_override)
+                  requests_source=source, requests_override=requests_override,
+                  before_first_batch=int(before.sum()))

@@ -41,7 +41,7 @@ def test_minimal_form(tmp_path):
     assert s.stages["index"] == (Target("pkg.server", "Pooler._indices"),)
     assert [b.where for b in s.bindings()] == ["[batch].target", "[stages].parse", "[stages].index",
                                                "[stages].transfer", "[stages].head", "[stages].encode"]
-    assert s.bindings()[0] == Binding("batch", "pooler", Target("pkg.server", "Pooler.run"), "[batch].target")
+    assert s.bindings()[0] == Binding("batch", "pooler", Target("pkg.server", "Pooler.run"), "[batch].target", "batch")
 
 
 def test_domain_defaults_and_analyze_only_form(tmp_path):
