@@ -20,6 +20,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from .errors import CaptureError
+from .safeio import check_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
@@ -52,6 +53,7 @@ def check_file(path: str) -> None:
         raise CaptureError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CaptureError(f"{path}: is a directory, not an nsys SQLite export")
+    check_regular(path, "nsys SQLite export")
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         header = fh.read(100)

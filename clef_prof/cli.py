@@ -9,7 +9,7 @@ from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
 from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
 # modules that each define add_parser(subparsers) for one or more subcommands
-COMMAND_MODULES = ("slicing", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen")
+COMMAND_MODULES = ("slicing", "scrub", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen")
 
 
 def _stage_config(args) -> StageConfig:
@@ -37,6 +37,9 @@ def cmd_analyze(args) -> int:
     from . import report
 
     cfg = _stage_config(args)
+    if args.output:
+        from .safeio import check_output
+        check_output(args.output, [*args.captures, *([args.spec] if args.spec else [])])
     if len(args.captures) == 1 and not args.dask:
         results = [_analyze_one(args.captures[0], cfg, args).result]
     else:
@@ -52,7 +55,7 @@ def cmd_analyze(args) -> int:
         text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
                        for i, r in enumerate(results))
     if text is not None:
-        _emit(text, args.output)
+        _emit(text, args.output, [*args.captures, *([args.spec] if args.spec else [])])
         if args.format == "csv" or args.output:
             for r in results:
                 for w in r["warnings"]:
@@ -79,10 +82,11 @@ def _analyze_one(path, cfg, args):
                        on_step=lambda s: status.update(f"reading {os.path.basename(path)}: {s}"))
 
 
-def _emit(text: str, output: str | None) -> None:
+def _emit(text: str, output: str | None, inputs=()) -> None:
+    """Write to `output` (never over one of `inputs`, complete or not at all), or to stdout."""
     if output:
-        with open(output, "w") as fh:
-            fh.write(text)
+        from .safeio import write_text
+        write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
 

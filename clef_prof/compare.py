@@ -12,6 +12,7 @@ when the command runs, never when the CLI builds its parser.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import operator
@@ -395,15 +396,17 @@ def run(args) -> int:
     verdicts = evaluate_gates(gates, comp, args.gate_on)
     comp["gates"] = verdicts
     comp["method"]["gate_on"] = args.gate_on
+    inputs = [p for refs in arms.captures.values() for r in refs for p in (r.export, r.source)] + ([args.spec] if args.spec else [])
     if args.format == "json":
-        _emit(render_json(comp), args.output)
+        _emit(render_json(comp), args.output, inputs)
     elif args.format == "markdown":
-        _emit(render_markdown(comp, args.all), args.output)
+        _emit(render_markdown(comp, args.all), args.output, inputs)
     elif args.output:
         from rich.console import Console
 
-        with open(args.output, "w") as fh:
-            render_terminal(comp, Console(file=fh, width=160, color_system=None), args.all)
+        buf = io.StringIO()
+        render_terminal(comp, Console(file=buf, width=160, color_system=None), args.all)
+        _emit(buf.getvalue(), args.output, inputs)
     else:
         render_terminal(comp, show_all=args.all)
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
