@@ -76,10 +76,11 @@ def _analyze_one(path, cfg, args):
     if not sys.stderr.isatty() or args.format != "table" and not args.output:
         return analyze(path, cfg, requests=args.requests)
     from rich.console import Console
+    from rich.markup import escape
     console = Console(stderr=True)
-    with console.status(f"reading {os.path.basename(path)}") as status:
-        return analyze(path, cfg, requests=args.requests,
-                       on_step=lambda s: status.update(f"reading {os.path.basename(path)}: {s}"))
+    name = escape(os.path.basename(path))
+    with console.status(f"reading {name}") as status:
+        return analyze(path, cfg, requests=args.requests, on_step=lambda s: status.update(f"reading {name}: {s}"))
 
 
 def _emit(text: str, output: str | None, inputs=()) -> None:
