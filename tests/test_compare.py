@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import sqlite3
 from pathlib import Path
