@@ -25,6 +25,7 @@ import time
 from . import manifest as mf
 from .errors import ClefError
 from .record import add_record_options, config_from, record, run_main
+from .scrub import redact_args
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -92,8 +93,8 @@ def cmd_ab(args) -> int:
     runs = schedule([a for a, _ in arms], args.rounds, args.order)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    index = {"schema": "clef-prof/ab/1", "arms": {a: c for a, c in arms}, "rounds": args.rounds, "order": args.order,
-             "captures": []}
+    index = {"schema": "clef-prof/ab/1", "arms": {a: c if args.keep_env else redact_args(c) for a, c in arms},
+             "rounds": args.rounds, "order": args.order, "captures": []}
     failures = 0
     for i, (rnd, arm) in enumerate(runs):
         folder = os.path.join(out, f"{rnd}-{arm}")

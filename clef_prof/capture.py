@@ -20,8 +20,10 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from .errors import CaptureError
+from .safeio import check_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
 CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
 BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
 # reader threads (ADBC releases the GIL while SQLite reads); CLEF_PROF_READERS overrides
@@ -52,6 +54,7 @@ def check_file(path: str) -> None:
         raise CaptureError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CaptureError(f"{path}: is a directory, not an nsys SQLite export")
+    check_regular(path, "nsys SQLite export")
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         header = fh.read(100)
@@ -195,9 +198,10 @@ class Export:
 
     @cached_property
     def strings(self) -> dict[int, str]:
+        """StringIds, each cut to NAME_CHARS characters (a hostile export can hold huge names)."""
         if not self.has("StringIds"):
             return {}
-        return {int(i): v for i, v in self.rows("SELECT id, value FROM StringIds")}
+        return {int(i): v for i, v in self.rows(f"SELECT id, substr(value, 1, {NAME_CHARS}) FROM StringIds")}
 
     # --- queries ------------------------------------------------------------------------
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:

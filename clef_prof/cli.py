@@ -9,7 +9,7 @@ from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
 from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
 # modules that each define add_parser(subparsers) for one or more subcommands
-COMMAND_MODULES = ("slicing", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen")
+COMMAND_MODULES = ("slicing", "scrub", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen")
 
 
 def _stage_config(args) -> StageConfig:
@@ -39,6 +39,9 @@ def cmd_analyze(args) -> int:
 
     cfg = _stage_config(args)
     paths = [resolve(c)[0] for c in args.captures]
+    if args.output:
+        from .safeio import check_output
+        check_output(args.output, [*args.captures, *paths, *([args.spec] if args.spec else [])])
     if len(paths) == 1 and not args.dask:
         results = [_analyze_one(paths[0], cfg, args).result]
     else:
@@ -54,7 +57,7 @@ def cmd_analyze(args) -> int:
         text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
                        for i, r in enumerate(results))
     if text is not None:
-        _emit(text, args.output)
+        _emit(text, args.output, [*args.captures, *([args.spec] if args.spec else [])])
         if args.format == "csv" or args.output:
             for r in results:
                 for w in r["warnings"]:
@@ -75,16 +78,18 @@ def _analyze_one(path, cfg, args):
     if not sys.stderr.isatty() or args.format != "table" and not args.output:
         return analyze(path, cfg, requests=args.requests)
     from rich.console import Console
+    from rich.markup import escape
     console = Console(stderr=True)
-    with console.status(f"reading {os.path.basename(path)}") as status:
-        return analyze(path, cfg, requests=args.requests,
-                       on_step=lambda s: status.update(f"reading {os.path.basename(path)}: {s}"))
+    name = escape(os.path.basename(path))
+    with console.status(f"reading {name}") as status:
+        return analyze(path, cfg, requests=args.requests, on_step=lambda s: status.update(f"reading {name}: {s}"))
 
 
-def _emit(text: str, output: str | None) -> None:
+def _emit(text: str, output: str | None, inputs=()) -> None:
+    """Write to `output` (never over one of `inputs`, complete or not at all), or to stdout."""
     if output:
-        with open(output, "w") as fh:
-            fh.write(text)
+        from .safeio import write_text
+        write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
 

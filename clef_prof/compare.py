@@ -12,6 +12,7 @@ when the command runs, never when the CLI builds its parser.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import operator
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from .cli import _emit
 from .arm import CompareError, collect
+from .report import md
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _GATE = re.compile(r"^\s*(?P<metric>[^\s<>=]+)\s*(?P<op>>=|<=|>|<)\s*"
@@ -237,8 +239,8 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
     conf = f"{100 * comp['method']['confidence']:g}%"
     out = []
     for arm in names[1:]:
-        out += [f"### clef-prof compare: {base} → {arm}", ""]
-        out.append(f"| metric | {base} → {arm} | change | {conf} CI of the change | p50 ms /batch | p99 ms /batch | verdict |")
+        out += [f"### clef-prof compare: {md(base)} → {md(arm)}", ""]
+        out.append(f"| metric | {md(base)} → {md(arm)} | change | {conf} CI of the change | p50 ms /batch | p99 ms /batch | verdict |")
         out.append("|---|---:|---:|---:|---:|---:|---|")
         for m in rows:
             b, a = m["arms"][base], m["arms"][arm]
@@ -250,28 +252,29 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
             verdict = _verdict(a, m)
             if verdict in ("beyond noise", "exact change"):
                 ch = f"**{ch}**"
-            out.append(f"| `{m['metric']}` | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | {verdict} |")
+            out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | {verdict} |")
         out.append("")
     if hidden:
         out += [f"{hidden} metrics that are exactly 0 in every arm are not shown (`--all` shows them).", ""]
-    out += [f"<sub>{line}</sub>" for line in method_lines(comp)]
+    out += [f"<sub>{md(line)}</sub>" for line in method_lines(comp)]
     if comp.get("gates"):
         kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
         out += ["", f"Gates (exact counts: exact change; others: {_gate_basis(comp)}):", ""]
         for v in comp["gates"]:
-            out.append(f"- **{'fired' if v['fired'] else 'passed'}**: `{v['gate']}` — "
-                       + gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1])
+            out.append(f"- **{'fired' if v['fired'] else 'passed'}**: {md(v['gate'], code=True)} — "
+                       + md(gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1]))
     if comp["notes"]:
         out.append("")
-        out += [f"> note: {n}" for n in comp["notes"]]
+        out += [f"> note: {md(n)}" for n in comp["notes"]]
     if comp["warnings"]:
         out.append("")
-        out += [f"> **warning:** {w}" for w in comp["warnings"]]
+        out += [f"> **warning:** {md(w)}" for w in comp["warnings"]]
     return "\n".join(out) + "\n"
 
 
 def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console(width=None if sys.stdout.isatty() else 160)
@@ -280,28 +283,28 @@ def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
     rows, hidden = _shown(comp, show_all)
     conf = f"{100 * comp['method']['confidence']:g}%"
     for n, a in comp["arms"].items():
-        console.print(f"[bold]{n}[/bold]{' (baseline)' if n == base else ''}: {a['captures']} capture(s), "
-                      f"{a['batches']:,} batches, {a['requests']:,} requests — {', '.join(a['sources'])}",
+        console.print(f"[bold]{escape(n)}[/bold]{' (baseline)' if n == base else ''}: {a['captures']} capture(s), "
+                      f"{a['batches']:,} batches, {a['requests']:,} requests — {escape(', '.join(a['sources']))}",
                       highlight=False)
     for arm in names[1:]:
         host = [m for m in rows if m["kind"] == "host_ms"]
         other = [m for m in rows if m["kind"] != "host_ms"]
-        for title, group, pq in ((f"{base} → {arm}: host time, ms per request (p50/p99: ms per batch)", host, True),
-                                 (f"{base} → {arm}: CUDA work per request, GPU overlap", other, False)):
+        for title, group, pq in ((f"{escape(base)} → {escape(arm)}: host time, ms per request (p50/p99: ms per batch)", host, True),
+                                 (f"{escape(base)} → {escape(arm)}: CUDA work per request, GPU overlap", other, False)):
             if not group:
                 continue
             t = Table(title=title, title_justify="left", caption_justify="left")
             t.add_column("metric", no_wrap=True)
             if not pq:
                 t.add_column("unit", no_wrap=True)
-            for h in (base, arm, "Δ", "Δ %", f"{conf} CI of Δ") + (("p50", "p99") if pq else ()):
+            for h in (escape(base), escape(arm), "Δ", "Δ %", f"{conf} CI of Δ") + (("p50", "p99") if pq else ()):
                 t.add_column(h, justify="right", overflow="fold")
             for m in group:
                 b, a = m["arms"][base], m["arms"][arm]
                 k, ex = m["kind"], m["deterministic"]
                 verdict = _verdict(a, m)
                 style = {"beyond noise": "bold", "exact change": "bold", "within noise": "dim"}.get(verdict)
-                cells = [m["metric"]] + ([] if pq else [_UNITS[k]])
+                cells = [escape(m["metric"])] + ([] if pq else [_UNITS[k]])
                 cells += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex), _fmt_change(a["change"], k),
                           _fmt_change(a["change_pct"], k, True), _ci_short(a, k)]
                 if pq:
@@ -313,11 +316,11 @@ def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
     if hidden:
         console.print(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).")
     for line in method_lines(comp):
-        console.print(line, highlight=False, style="dim")
+        console.print(escape(line), highlight=False, style="dim")
     for n in comp["notes"]:
-        console.print(f"note: {n}", highlight=False)
+        console.print(f"note: {escape(n)}", highlight=False)
     for w in comp["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,15 +400,17 @@ def run(args) -> int:
     verdicts = evaluate_gates(gates, comp, args.gate_on)
     comp["gates"] = verdicts
     comp["method"]["gate_on"] = args.gate_on
+    inputs = [p for refs in arms.captures.values() for r in refs for p in (r.export, r.source)] + ([args.spec] if args.spec else [])
     if args.format == "json":
-        _emit(render_json(comp), args.output)
+        _emit(render_json(comp), args.output, inputs)
     elif args.format == "markdown":
-        _emit(render_markdown(comp, args.all), args.output)
+        _emit(render_markdown(comp, args.all), args.output, inputs)
     elif args.output:
         from rich.console import Console
 
-        with open(args.output, "w") as fh:
-            render_terminal(comp, Console(file=fh, width=160, color_system=None), args.all)
+        buf = io.StringIO()
+        render_terminal(comp, Console(file=buf, width=160, color_system=None), args.all)
+        _emit(buf.getvalue(), args.output, inputs)
     else:
         render_terminal(comp, show_all=args.all)
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}

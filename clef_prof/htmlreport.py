@@ -178,17 +178,11 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     return "\n".join(parts) + "\n"
 
 
-def write_html(cap, path: str, **kw) -> str:
-    """Render and write the report; returns the path."""
-    text = render_html(cap, **kw)
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ClefError(f"{path}: the folder {parent} does not exist")
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise ClefError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+def write_html(cap, path: str, inputs=(), **kw) -> str:
+    """Render and write the report (never over one of `inputs`); returns the path."""
+    from .safeio import write_text
+
+    write_text(path, render_html(cap, **kw), inputs)
     return path
 
 
@@ -217,8 +211,13 @@ def run(args) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ClefError("the HTML report draws its plots with matplotlib: pip install 'matplotlib>=3.10'") from None
-    cap = open_capture(resolve(args.capture)[0], _stage_config(args), requests=args.requests)
-    write_html(cap, args.html, first_batch=args.first_batch, n_batches=args.batches)
+    from .safeio import check_output
+
+    path = resolve(args.capture)[0]
+    inputs = [args.capture, path, *([args.spec] if args.spec else [])]
+    check_output(args.html, inputs)
+    cap = open_capture(path, _stage_config(args), requests=args.requests)
+    write_html(cap, args.html, inputs, first_batch=args.first_batch, n_batches=args.batches)
     size = os.path.getsize(args.html)
     print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result['batches']} batches, "
           f"{len(cap.warnings)} warning(s)", file=sys.stderr)

@@ -31,6 +31,9 @@ class InputError(ClefError):
 
 
 def read_manifest(path: str) -> dict:
+    if os.path.exists(path):
+        from .safeio import check_regular
+        check_regular(path, "manifest")
     try:
         with open(path) as fh:
             data = json.load(fh)

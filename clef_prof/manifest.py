@@ -69,6 +69,8 @@ def write(manifest: dict, folder: str, name: str = NAME) -> str:
 
 
 def read(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: not a regular file")
     with open(path) as fh:
         data = json.load(fh)
     if not isinstance(data, dict):

@@ -139,7 +139,8 @@ class Capture:
     @cached_property
     def _names(self) -> tuple[dict[int, str], dict[int, str]]:
         """(thread names by serialized tid, process names by pid)."""
-        from .capture import Export
+        from .capture import NAME_CHARS, Export
+        from .scrub import exe_name
 
         tnames: dict[int, str] = {}
         pnames: dict[int, str] = {}
@@ -150,9 +151,9 @@ class Capture:
                     if gtid is not None:
                         tnames[int(gtid)] = strings.get(int(name_id), "") if name_id is not None else ""
             if cap.has("PROCESSES") and {"globalPid", "name"} <= set(cap.columns("PROCESSES")):
-                for gpid, name in cap.rows("SELECT globalPid, name FROM PROCESSES"):
+                for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES"):
                     if gpid is not None:
-                        pnames[int(_pid(np.array([gpid]))[0])] = name or ""
+                        pnames[int(_pid(np.array([gpid]))[0])] = exe_name(name) if name else ""
         for t in self.result["capture"].get("threads", []):
             g = (t["pid"] << 24) | t["tid"]
             if t.get("thread"):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .capture import Export
+from .capture import NAME_CHARS, Export
 
 RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
 DOMAIN_CREATE = 75
@@ -22,11 +22,11 @@ def _glob_escape(s: str) -> str:
 
 
 def _name_expr(cap: Export, alias: str) -> tuple[str, str]:
-    """SQL for a row's message: a registered string (textId) wins over ASCII text."""
+    """SQL for a row's message, cut to NAME_CHARS: a registered string (textId) wins over ASCII text."""
     if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
-        return (f"COALESCE(s_{alias}.value, {alias}.text, '')",
+        return (f"substr(COALESCE(s_{alias}.value, {alias}.text, ''), 1, {NAME_CHARS})",
                 f"LEFT JOIN StringIds s_{alias} ON s_{alias}.id = {alias}.textId")
-    return f"COALESCE({alias}.text, '')", ""
+    return f"substr(COALESCE({alias}.text, ''), 1, {NAME_CHARS})", ""
 
 
 def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:

@@ -55,6 +55,7 @@ from .errors import ClefError
 from .loadgen import Load, LoadSettings, add_load_options, settings_from
 from .nsys import (Nsys, NsysMissing, TraceOptions, export_command, launch_command, profile_command, quote,
                    session_state, start_command, stop_command)
+from .scrub import REMOVED, redact_args, redact_text
 
 WINDOWS = ("auto", "nsys", "profiler-api", "nvtx")
 DEFAULT_NVTX_CAPTURE = "window@clef-prof"
@@ -171,6 +172,7 @@ class RecordConfig:
     round: int | None = None
     argv: list[str] | None = None
     quiet: bool = False
+    keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
 
     def __post_init__(self):
         if self.url is None:
@@ -286,6 +288,22 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     report, sqlite = base + ".nsys-rep", base + ".sqlite"
     exp = export_command(nsys, report, sqlite) if cfg.export else None
     return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
+
+
+def redact_commands(commands: dict) -> dict:
+    """The manifest's command lines with environment values, secret-named flags' values and
+    key-like tokens removed (clef_prof.scrub's rules)."""
+    out = {}
+    for key, v in commands.items():
+        if key == "env":
+            out[key] = {k: REMOVED for k in v}
+        elif isinstance(v, list):
+            out[key] = redact_args(v)
+        elif isinstance(v, str) and key != "cwd":
+            out[key] = redact_text(v)[0]
+        else:
+            out[key] = v
+    return out
 
 
 def spec_env(spec_path: str) -> dict:
@@ -886,6 +904,17 @@ class Capture:
             outer = self.load.summary(self.outer[0], self.outer[1])
         whole = self.load.summary() if self.load is not None else None
         from . import __version__
+        commands = {
+            "clef_prof": cfg.argv,
+            "server": pl.server,
+            "nsys": pl.main,
+            "nsys_start": pl.start,
+            "nsys_stop": pl.stop,
+            "export": pl.export,
+            "client": cfg.client_cmd,
+            "env": pl.env,
+            "cwd": os.getcwd(),
+        }
         m = {
             "schema": mf.SCHEMA,
             "status": self.status,
@@ -896,17 +925,7 @@ class Capture:
             "round": cfg.round,
             "started_ns": self.t_begin,
             "finished_ns": getattr(self, "t_end", time.time_ns()),
-            "commands": {
-                "clef_prof": cfg.argv,
-                "server": pl.server,
-                "nsys": pl.main,
-                "nsys_start": pl.start,
-                "nsys_stop": pl.stop,
-                "export": pl.export,
-                "client": cfg.client_cmd,
-                "env": pl.env,
-                "cwd": os.getcwd(),
-            },
+            "commands": commands if cfg.keep_env else redact_commands(commands),
             "nsys": {"path": pl.nsys.path, "version": pl.nsys.version, "version_text": pl.nsys.version_text,
                      "session": pl.session, "exit_code": self.exit_code},
             "server": {"preset": cfg.preset, "url": cfg.url, "health_url": cfg.health, "info": self.server_info,
@@ -916,7 +935,8 @@ class Capture:
             "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.trace.python_sampling_hz,
                       "cuda_graph_trace": cfg.trace.cuda_graph_trace, "trace_fork_before_exec": cfg.trace.trace_fork,
                       "capture_range_end": cfg.capture_range_end if pl.window != "nsys" else None},
-            "load": ({"generator": "client-cmd", "command": cfg.client_cmd, "concurrency": None}
+            "load": ({"generator": "client-cmd", "command": cfg.client_cmd if cfg.keep_env else
+                      redact_text(cfg.client_cmd)[0], "concurrency": None}
                      if cfg.client_cmd else
                      {"generator": "builtin", **(cfg.load.describe() if cfg.load else {}),
                       "warmup_s": cfg.warmup_s, "warmup_requests": cfg.warmup_requests,
@@ -1100,6 +1120,8 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     s.add_argument("--stop-body", help="JSON body of the stop call")
     s.add_argument("--no-endpoints", action="store_true", help="never call the profiling endpoints (--window nsys)")
     s.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for the server")
+    s.add_argument("--keep-env", action="store_true", help="keep --env values and secret-looking server arguments "
+                   "in manifest.json (by default they are replaced by [removed])")
     s.add_argument("--stop-timeout", type=float, default=15.0, help="seconds the server gets to exit on SIGINT "
                    "(then SIGTERM, then SIGKILL)")
     s.add_argument("--finalize-timeout", type=float, default=300.0, help="seconds nsys gets to write the report")
@@ -1145,7 +1167,7 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         warmup_s=max(0.0, args.warmup), warmup_requests=max(0, args.warmup_requests), duration_s=args.duration,
         load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
-        argv=list(sys.argv), quiet=args.quiet)
+        argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env)
 
 
 def add_parser(sub) -> None:

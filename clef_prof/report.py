@@ -4,10 +4,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 # (key in a stage block, header, formatter kind); two tables keep the terminal narrow
 HOST_COLUMNS = [
@@ -33,6 +36,21 @@ CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean",
             "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
             "memcpy_calls", "memset_calls", "sync_calls", "h2d_copies_per_request", "h2d_bytes_per_request",
             "d2h_copies_per_request", "kernel_launches_per_request", "graph_launches_per_request"]
+
+
+_MD_CODE_BREAKERS = re.compile(r"[`|\\]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]#|~!])")
+
+
+def md(text, code: bool = False) -> str:
+    """Untrusted text (names, paths, messages) as one safe Markdown line or table cell: whitespace
+    and control characters become spaces, HTML is escaped, Markdown syntax and `|` are
+    backslash-escaped; with `code`, text that cannot break out of one is shown as a code span."""
+    s = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    if code and not _MD_CODE_BREAKERS.search(s):
+        return f"`{s}`" if s else ""
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", s)
 
 
 def fmt(value, kind: str) -> str:
@@ -111,9 +129,9 @@ def headline(result: dict) -> list[str]:
 
 def render_terminal(result: dict, console: Console | None = None) -> None:
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    console.print(f"[bold]clef-prof analyze[/bold] {result['path']}")
+    console.print(f"[bold]clef-prof analyze[/bold] {escape(result['path'])}", highlight=False)
     for line in headline(result):
-        console.print(line, highlight=False)
+        console.print(Text(line), highlight=False)
     tables = [("host time per stage (NVTX ranges)", HOST_COLUMNS)]
     if result["capture"]["cuda_traced"]:
         tables.append(("CUDA work per stage (placed by the launching API call)", CUDA_COLUMNS))
@@ -124,25 +142,25 @@ def render_terminal(result: dict, console: Console | None = None) -> None:
             table.add_column(header, justify="right")
         for name, block in _rows(result):
             b = _with_pct(block)
-            table.add_row(name, *(fmt(b.get(k), kind) for k, _, kind in cols))
+            table.add_row(Text(name), *(fmt(b.get(k), kind) for k, _, kind in cols))
         console.print(table)
     for w in result["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
 
 
 def render_markdown(result: dict) -> str:
     cols = COLUMNS if result["capture"]["cuda_traced"] else HOST_COLUMNS
-    out = [f"**clef-prof analyze** `{result['path']}`", ""]
-    out += [f"- {line.strip()}" for line in headline(result)]
+    out = [f"**clef-prof analyze** {md(result['path'], code=True)}", ""]
+    out += [f"- {md(line.strip())}" for line in headline(result)]
     out.append("")
     out.append("| stage | " + " | ".join(h.replace("\n", " ") for _, h, _ in cols) + " |")
     out.append("|---|" + "---:|" * len(cols))
     for name, block in _rows(result):
         b = _with_pct(block)
-        out.append(f"| {name} | " + " | ".join(fmt(b.get(k), kind) for k, _, kind in cols) + " |")
+        out.append(f"| {md(name)} | " + " | ".join(fmt(b.get(k), kind) for k, _, kind in cols) + " |")
     if result["warnings"]:
         out.append("")
-        out += [f"> **warning:** {w}" for w in result["warnings"]]
+        out += [f"> **warning:** {md(w)}" for w in result["warnings"]]
     return "\n".join(out) + "\n"
 
 

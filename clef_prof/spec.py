@@ -35,6 +35,7 @@ the injection hook loads it in every profiled process.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -166,6 +167,9 @@ def _toml():
 
 def load(path: str) -> Spec:
     toml = _toml()
+    if os.path.exists(path) and not os.path.isdir(path):
+        from .safeio import check_regular
+        check_regular(path, "stage spec")
     try:
         with open(path, "rb") as fh:
             data = toml.load(fh)

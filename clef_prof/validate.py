@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .capture import Export
+from .capture import NAME_CHARS, Export
 from .nvtx import NvtxCensus, names_seen
+from .scrub import exe_name
 from .stages import Stages
 
 FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
@@ -135,7 +136,8 @@ def stage_layout(cap: Export, stages: Stages) -> list[str]:
 
 
 def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
-    """pid, tid, process and thread names, and instances of each thread holding stage ranges."""
+    """pid, tid, process (its executable's base name) and thread names, and instances of each thread
+    holding stage ranges."""
     if len(gtids) == 0:
         return []
     names = cap.strings
@@ -147,8 +149,9 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
     pnames = {}
     if cap.has("PROCESSES") and "globalPid" in cap.columns("PROCESSES"):
         pids = ",".join(str(int((g >> 24) << 24)) for g in gtids)
-        for gpid, name in cap.rows(f"SELECT globalPid, name FROM PROCESSES WHERE globalPid IN ({pids})"):
-            pnames[int(gpid)] = name
+        for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES "
+                                   f"WHERE globalPid IN ({pids})"):
+            pnames[int(gpid)] = exe_name(name)
     inst, b = stages.instances, stages.batches
     out = []
     for g in gtids:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -170,18 +169,18 @@ def test_gate_fires_on_h2d_regression(cap, capsys):
     assert v["fired"] and v["basis"] == "exact" and v["value"] == 6.0
 
 
-def test_gate_fires_on_host_time_regression(cap, capsys):
+def test_gate_fires_on_host_time_regression(cap, capsys, tmp_path):
     # pr as the baseline: main's transfer stage is ~3x slower, the whole interval beyond +5%
     rc = main(["compare", "--arm", f"pr={cap['gpu-q1c16-pr']}", "--arm", f"main={cap['gpu-q1c16-main']}",
-               "--fail-if", "stages.transfer.host_ms_per_request > +5%", "-f", "json", "-o", os.devnull])
+               "--fail-if", "stages.transfer.host_ms_per_request > +5%", "-f", "json", "-o", str(tmp_path / "c.json")])
     err = capsys.readouterr().err
     assert rc == 1 and "gate fired: stages.transfer.host_ms_per_request > +5%" in err and "low end" in err
 
 
-def test_gates_pass(cap, capsys):
+def test_gates_pass(cap, capsys, tmp_path):
     rc = main(["compare", "--arm", f"main={cap['gpu-q1c16-main']}", "--arm", f"pr={cap['gpu-q1c16-pr']}",
                "--fail-if", "per_request.h2d_copies > 0", "--fail-if", "stages.transfer.host_ms_per_request > +5%",
-               "--fail-if", "per_request.h2d_bytes >= 1", "-f", "markdown", "-o", os.devnull])
+               "--fail-if", "per_request.h2d_bytes >= 1", "-f", "markdown", "-o", str(tmp_path / "c.md")])
     err = capsys.readouterr().err
     assert rc == 0 and err.count("gate passed") == 3 and "fired" not in err
 
