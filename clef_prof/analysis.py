@@ -396,8 +396,12 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
     for code, name in enumerate(cfg.stages):
         sub = inst[inst["stage"] == name]
         total_ns = int((sub["end"] - sub["start"]).sum())
+        loose = sub[sub["batch"] < 0]
+        loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
         block = {"instances": int(len(sub)), "host_ns_total": total_ns, "host_ms_total": total_ns / NS_PER_MS,
                  "host_ms_per_request": safe_div(total_ns / NS_PER_MS, req),
+                 "outside_batch_instances": int(len(loose)),
+                 "outside_batch_host_ms_per_request": safe_div(loose_ms, req),
                  **host_stats(per_batch_durations(inst, name)), **cuda_block([code])}
         block.update(per_req(block))
         stage_out[name] = block

@@ -2,7 +2,9 @@
 
 A batch is an outer range named `pooler` (message `pooler n=K`); stages are ranges named
 `parse`, `index`, ... Each stage instance is placed in the innermost batch range that holds
-it on the same thread. Ranges cut by the capture edges are dropped and counted.
+it on the same thread; one outside every batch range is a stage all the same (batch -1).
+Ranges cut by the capture edges (open at the end of the session, or with no valid end) are
+dropped and counted, and so are the stages nested in a cut batch range.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ class Stages:
     instances: pd.DataFrame          # stage, start, end, gtid, batch (-1 when outside any batch)
     cut: dict[str, int] = field(default_factory=dict)         # name -> ranges cut at the edges
     cross_thread: int = 0
-    outside_batch: int = 0           # stage instances on a batch thread, between batches
+    outside_batch: int = 0           # stage instances outside every batch range, when there are batches
     requests_source: str | None = None
     requests_override: int | None = None
 
@@ -124,24 +126,18 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     codes = stage_code[s_mask]
     bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
                                 s.gtid, s.start, s.end)
-    # a stage instance on a batch thread before its first batch or after its last one is a
-    # range whose batch was cut by the capture edge: drop it and count it
-    edge = np.zeros(len(s), dtype=bool)
-    outside = np.zeros(len(s), dtype=bool)
-    if len(batches):
-        g = batches.groupby("gtid").agg(first=("start", "min"), last=("end", "max"))
-        on_batch_thread = np.isin(s.gtid, g.index.to_numpy())
-        first = g["first"].reindex(s.gtid).to_numpy()
-        last = g["last"].reindex(s.gtid).to_numpy()
-        loose = on_batch_thread & (bidx < 0)
-        edge = loose & ((s.start < first) | (s.end > last))
-        outside = loose & ~edge
-        count_cut(edge, lambda i: config.stages[codes[i]])
+    # a stage inside a batch range cut at the capture end goes with its batch
+    cb = is_batch & cut_mask
+    in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
+                                  s.gtid, s.start, s.end) >= 0
+    edge = (bidx < 0) & in_cut
+    count_cut(edge, lambda i: config.stages[codes[i]])
     keep = ~edge
     instances = pd.DataFrame({
         "stage": pd.Categorical.from_codes(codes[keep], categories=list(config.stages)),
         "start": s.start[keep], "end": s.end[keep], "gtid": s.gtid[keep], "batch": bidx[keep],
     })
+    outside = int((bidx[keep] < 0).sum()) if len(batches) else 0
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
-                  cross_thread=int(r.cross_thread.sum()), outside_batch=int(outside.sum()),
+                  cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
                   requests_source=source, requests_override=requests_override)
