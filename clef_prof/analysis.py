@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import cuda as cu
+from . import cupti
 from .attribute import Placer, slots
 from .capture import Export
 from .errors import CaptureError
@@ -150,6 +151,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         mode = cu.graph_trace_mode(cap)
         tally = cov = own_ns = frames = None
         if traced:
+            warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
@@ -463,6 +465,7 @@ def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
     gtids = np.unique(np.concatenate([inst["gtid"].to_numpy(), b["gtid"].to_numpy()]))
     return {
         "nsys_version": cap.nsys_version,
+        "cuda_driver_version": cap.cuda_driver_version,
         "schema_version": cap.schema_version,
         "duration_s": None if cap.duration_ns is None else cap.duration_ns / 1e9,
         "stage_window_s": [float(starts.min() / 1e9), float(ends.max() / 1e9)] if len(starts) else None,

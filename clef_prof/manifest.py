@@ -145,9 +145,14 @@ def check_manifest(result: dict, manifest: dict) -> list[str]:
     - the requests counted from batch ranges disagree with the client's completions inside the
       window by more than the requests in flight at the two edges (the load's concurrency on
       each edge, the window's opening and closing latency included);
-    - the manifest's export is another file.
+    - the manifest's export is another file;
+    - nsys said, while recording, importing or exporting, that records were lost or misread.
     """
     out: list[str] = []
+    said = (manifest.get("nsys") or {}).get("messages") or []
+    if said:
+        out.append(f"nsys reported while recording or exporting: {' | '.join(said[:5])}"
+                   f"{f' (+{len(said) - 5} more)' if len(said) > 5 else ''}; records may be missing")
     status = manifest.get("status", STATUS_OK)
     if status != STATUS_OK:
         why = manifest.get("status_detail") or ""
