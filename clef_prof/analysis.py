@@ -20,6 +20,7 @@ import pandas as pd
 
 from . import cuda as cu
 from . import cupti
+from . import ranks
 from .attribute import Placer, slots
 from .capture import Export
 from .errors import CaptureError
@@ -146,7 +147,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     try:
         step("nvtx")
         nv = census(cap)
-        stages = build(cap, config, requests)
+        stages = ranks.fold(build(cap, config, requests))
         warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
         tally = cov = own_ns = frames = None
@@ -288,7 +289,10 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     n_stages = n_slots - 2
     outside = n_slots - 1
     b = stages.batches
+    if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
+        b = pd.concat([b, stages.replicas[b.columns]], ignore_index=True)
     busy = BusyStream(b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy(), list(pid), ordered)
+    b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
     kept: dict[str, list[dict]] = {}
@@ -315,6 +319,9 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         if keep:
             kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
     cov, own_ns = busy.finish()
+    if stages.replicas is not None:
+        stages.replicas["gpu_busy_ns"] = cov[len(b):]
+        cov = cov[:len(b)]
     for key, v in gpu.slot.items():
         tally.slot[key] += v
     for key, v in gpu.batch.items():
@@ -453,9 +460,32 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
         "per_request": per_request,
         "overlap": overlap,
         "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch},
+        "ranks": _ranks(stages, cov if traced else None),
         "warnings": warnings,
         "slots": names,
     }
+
+
+def _ranks(stages: Stages, cov) -> list[dict]:
+    """Per process holding batches: its first rank (replicas share one), whether its batches are the
+    ones counted, and its own batches, requests, host ms per request and GPU overlap."""
+    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True)]
+    if stages.replicas is not None:
+        parts.append(stages.replicas.assign(counted=False))
+    b = pd.concat(parts, ignore_index=True)
+    if len(b) == 0:
+        return []
+    b["pk"] = b["gtid"].to_numpy() >> 24
+    out = []
+    for pk, g in b.groupby("pk"):
+        dur = int((g["end"] - g["start"]).sum())
+        req = int(g["size"].sum())
+        out.append({"pid": int(pk) & 0xFFFFFF, "first_rank_pid": int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
+                    "counted": bool(g["counted"].iloc[0]), "batches": int(len(g)), "requests": req,
+                    "host_ms_per_request": safe_div(dur / NS_PER_MS, req),
+                    "gpu_busy_fraction_of_pooler_span": float(g["gpu_busy_ns"].sum()) / max(dur, 1)
+                    if cov is not None else None})
+    return out
 
 
 def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:

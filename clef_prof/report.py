@@ -89,6 +89,12 @@ def headline(result: dict) -> list[str]:
             lines.append(f"    outside every {result['config']['batch']!r} range on this thread: "
                          + ", ".join(f"{s} {n:,}" for s, n in loose.items())
                          + " instances (counted in the stage rows, in no batch)")
+    reps = [r for r in result.get("ranks", []) if not r["counted"]]
+    for r in reps:
+        ov_r = r["gpu_busy_fraction_of_pooler_span"]
+        lines.append(f"  pid {r['pid']} runs the same batches as pid {r['first_rank_pid']} (a replica rank): its "
+                     f"{r['batches']} batches ({r['requests']} requests) are not counted again; the figures are pid "
+                     f"{r['first_rank_pid']}'s" + (f"; its own GPU overlap {100 * ov_r:.1f}%" if ov_r is not None else ""))
     pr, tot, ov = result["per_request"], result["totals"], result["overlap"]
     if cap["cuda_traced"]:
         pct = (100.0 * tot["h2d_pinned"] / tot["h2d_copies"]) if tot["h2d_copies"] else 0.0

@@ -18,6 +18,7 @@ from .capture import Export
 from .config import StageConfig
 from .intervals import innermost_containing
 from .nvtx import read_ranges
+from .ranks import rid_keys
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
 
@@ -40,13 +41,15 @@ class Stages:
     """Batches and stage instances of one capture, plus what was dropped and why."""
 
     config: StageConfig
-    batches: pd.DataFrame            # start, end, gtid, size, size_source
+    batches: pd.DataFrame            # start, end, gtid, size, rid (`rid=` text, "" when none)
     instances: pd.DataFrame          # stage, start, end, gtid, batch (-1 when outside any batch)
     cut: dict[str, int] = field(default_factory=dict)         # name -> ranges cut at the edges
     cross_thread: int = 0
     outside_batch: int = 0           # stage instances outside every batch range, when there are batches
     requests_source: str | None = None
     requests_override: int | None = None
+    replicas: pd.DataFrame | None = None     # batches of replica ranks (clef_prof.ranks), not counted
+    rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
 
     @property
     def requests(self) -> int | None:
@@ -66,7 +69,7 @@ class Stages:
         inst["batch"] = remap[inst["batch"].to_numpy()]
         return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
-                      self.requests_override)
+                      self.requests_override, self.replicas, dict(self.rank_lead))
 
 
 class _Names:
@@ -118,7 +121,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     if requests_override is not None:
         source = "--requests"
     batches = pd.DataFrame({"start": b.start, "end": b.end, "gtid": b.gtid,
-                            "size": np.where(size < 0, 0, size)}).sort_values(["start", "gtid"], kind="stable")
+                            "size": np.where(size < 0, 0, size), "rid": rid_keys(b.name)}).sort_values(["start", "gtid"], kind="stable")
     batches = batches.reset_index(drop=True)
 
     s_mask = (stage_code >= 0) & ~cut_mask
