@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 
 from . import cuda as cu
+from . import cupti
+from . import ranks
 from .attribute import Placer, slots
 from .capture import Export
 from .errors import CaptureError
@@ -144,11 +146,12 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     try:
         step("nvtx")
         nv = census(cap)
-        stages = build(cap, config, requests)
+        stages = ranks.fold(build(cap, config, requests))
         warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
         tally = cov = own_ns = frames = None
         if traced:
+            warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
@@ -285,7 +288,10 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     n_stages = n_slots - 2
     outside = n_slots - 1
     b = stages.batches
+    if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
+        b = pd.concat([b, stages.replicas[b.columns]], ignore_index=True)
     busy = BusyStream(b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy(), list(pid), ordered)
+    b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
     kept: dict[str, list[dict]] = {}
@@ -312,6 +318,9 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         if keep:
             kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
     cov, own_ns = busy.finish()
+    if stages.replicas is not None:
+        stages.replicas["gpu_busy_ns"] = cov[len(b):]
+        cov = cov[:len(b)]
     for key, v in gpu.slot.items():
         tally.slot[key] += v
     for key, v in gpu.batch.items():
@@ -395,8 +404,12 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
     for code, name in enumerate(cfg.stages):
         sub = inst[inst["stage"] == name]
         total_ns = int((sub["end"] - sub["start"]).sum())
+        loose = sub[sub["batch"] < 0]
+        loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
         block = {"instances": int(len(sub)), "host_ns_total": total_ns, "host_ms_total": total_ns / NS_PER_MS,
                  "host_ms_per_request": safe_div(total_ns / NS_PER_MS, req),
+                 "outside_batch_instances": int(len(loose)),
+                 "outside_batch_host_ms_per_request": safe_div(loose_ms, req),
                  **host_stats(per_batch_durations(inst, name)), **cuda_block([code])}
         block.update(per_req(block))
         stage_out[name] = block
@@ -445,11 +458,33 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
         "totals": totals,
         "per_request": per_request,
         "overlap": overlap,
-        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch,
-                     "before_first_batch": stages.before_first_batch},
+        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch},
+        "ranks": _ranks(stages, cov if traced else None),
         "warnings": warnings,
         "slots": names,
     }
+
+
+def _ranks(stages: Stages, cov) -> list[dict]:
+    """Per process holding batches: its first rank (replicas share one), whether its batches are the
+    ones counted, and its own batches, requests, host ms per request and GPU overlap."""
+    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True)]
+    if stages.replicas is not None:
+        parts.append(stages.replicas.assign(counted=False))
+    b = pd.concat(parts, ignore_index=True)
+    if len(b) == 0:
+        return []
+    b["pk"] = b["gtid"].to_numpy() >> 24
+    out = []
+    for pk, g in b.groupby("pk"):
+        dur = int((g["end"] - g["start"]).sum())
+        req = int(g["size"].sum())
+        out.append({"pid": int(pk) & 0xFFFFFF, "first_rank_pid": int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
+                    "counted": bool(g["counted"].iloc[0]), "batches": int(len(g)), "requests": req,
+                    "host_ms_per_request": safe_div(dur / NS_PER_MS, req),
+                    "gpu_busy_fraction_of_pooler_span": float(g["gpu_busy_ns"].sum()) / max(dur, 1)
+                    if cov is not None else None})
+    return out
 
 
 def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
@@ -459,6 +494,7 @@ def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
     gtids = np.unique(np.concatenate([inst["gtid"].to_numpy(), b["gtid"].to_numpy()]))
     return {
         "nsys_version": cap.nsys_version,
+        "cuda_driver_version": cap.cuda_driver_version,
         "schema_version": cap.schema_version,
         "duration_s": None if cap.duration_ns is None else cap.duration_ns / 1e9,
         "stage_window_s": [float(starts.min() / 1e9), float(ends.max() / 1e9)] if len(starts) else None,

@@ -188,6 +188,16 @@ class Export:
         return self.export_meta.get("EXPORT_SCHEMA_VERSION")
 
     @cached_property
+    def cuda_driver_version(self) -> int | None:
+        """The driver's CUDA version as cuDriverGetVersion encodes it (13000 = 13.0), from
+        TARGET_INFO_SYSTEM_ENV `CudaDriverVersion`; None when the export does not hold it."""
+        if not (self.has("TARGET_INFO_SYSTEM_ENV") and "name" in self.columns("TARGET_INFO_SYSTEM_ENV")):
+            return None
+        rows = self.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CudaDriverVersion'")
+        vals = [int(v) for (v,) in rows if str(v).strip().isdigit() and int(v) > 0]
+        return max(vals) if vals else None
+
+    @cached_property
     def duration_ns(self) -> int | None:
         """Session length (ns from t=0): ANALYSIS_DETAILS.duration."""
         if self.has("ANALYSIS_DETAILS") and "duration" in self.columns("ANALYSIS_DETAILS"):

@@ -8,9 +8,12 @@ them, and newer nsys accepts both. clef_prof's own ranges (clef_prof.annotate,
 2022.4 on, whatever `nvtx` is installed.
 
 nsys is looked for as clef_prof.nsys does (`clef-prof record`): `--nsys PATH` (repeatable),
-$CLEF_PROF_NSYS, `nsys` on PATH, the project's `.nsys/*/nsys` (scripts/install-nsys.sh). With
---nsys or $CLEF_PROF_NSYS only those are judged, otherwise every one found. Exit 0 when
-everything found is usable, 1 otherwise.
+$CLEF_PROF_NSYS, `nsys` on PATH, the project's `.nsys/*/nsys` (scripts/install-nsys.sh), the
+usual install places (Nsight Compute's bundled nsys included). With --nsys or $CLEF_PROF_NSYS
+only those are judged, otherwise every one found. It also reads the CUDA driver's version
+(libcuda's cuDriverGetVersion, else `nvidia-smi`) and says when an nsys's CUPTI is older than
+it (clef_prof.cupti): such an nsys loses records. Exit 0 when everything found is usable, 1
+otherwise.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from .errors import ClefError
-from .nsys import ENV_NSYS, _candidates_in, _project_nsys, _usable
+from . import cupti
+from .nsys import ENV_NSYS, _candidates_in, _project_nsys, _usable, installed_nsys
 
 LAST_OLD_NSYS = (2023, 4)          # the last nsys that rejects nvtx >= 0.2.12
 FIRST_NEW_NVTX = (0, 2, 12)        # the first nvtx whose ranges those nsys drop
@@ -74,6 +78,8 @@ class Report:
     nvtx: str | None = None           # version of the `nvtx` package; None when not installed
     nvtx_error: str | None = None
     client: str | None = None         # clef_prof's NVTX client: "ctypes NVTX v3 client" or why not
+    cuda_driver_version: int | None = None   # cuDriverGetVersion's encoding (13000 = 13.0); None: no driver
+    cuda_driver_source: str | None = None    # libcuda, nvidia-smi, or why there is none
     problems: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
 
@@ -122,6 +128,8 @@ def find_nsys(explicit: list[str] | None = None, env: dict | None = None) -> lis
     for p in _project_nsys():
         if _usable(p):
             add(p, "project .nsys")
+    for p in installed_nsys():
+        add(p, "installed")
     return found
 
 
@@ -219,6 +227,10 @@ def check(nsys: list[str] | None = None, python: str | None = None, env: dict | 
         if info.records_python_nvtx is False:
             r.problems.append(f"nsys {_fmt(info.parsed[:3])} ({info.path}) will not record ranges from Python "
                               f"nvtx {r.nvtx} (nsys <= 2023.4 drops nvtx >= 0.2.12: 'compatibility ID 260 != 259')")
+    r.cuda_driver_version, r.cuda_driver_source = cupti.local_driver_version()
+    for info in r.nsys:
+        if info.error is None and r.cuda_driver_version:
+            r.problems += [f"{w} [{info.path}]" for w in cupti.check(_fmt(info.parsed), r.cuda_driver_version)]
     if any(i.records_python_nvtx is False for i in r.nsys):
         r.advice.append("pip install 'nvtx==0.2.11' in the server's environment, or use an nsys newer than 2023.4: "
                         "ranges made through the nvtx package (nvtx.annotate, vLLM's "
@@ -247,6 +259,9 @@ def render(r: Report) -> str:
         py += f": nvtx {r.nvtx}" if r.nvtx else ": nvtx not installed"
     lines.append(py)
     lines.append(f"clef_prof {r.client}")
+    lines.append(f"driver    CUDA {cupti.fmt_driver(r.cuda_driver_version)} ({r.cuda_driver_source}): each nsys's CUPTI "
+                 "checked against it" if r.cuda_driver_version else
+                 f"driver    {r.cuda_driver_source}: CUDA tracing not possible here, nsys's CUPTI not checked")
     for p in r.problems:
         lines.append(f"problem:  {p}")
     for a in r.advice:

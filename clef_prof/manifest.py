@@ -149,9 +149,14 @@ def check_manifest(result: dict, manifest: dict) -> list[str]:
       each edge, the window's opening and closing latency included); when the window ended by
       itself after `max_iterations` engine steps (vLLM's start body or --profiler-config), the
       wall-clock window overstates it, so only the export's own span, or an upper bound, is used;
-    - the manifest's export is another file.
+    - the manifest's export is another file;
+    - nsys said, while recording, importing or exporting, that records were lost or misread.
     """
     out: list[str] = []
+    said = (manifest.get("nsys") or {}).get("messages") or []
+    if said:
+        out.append(f"nsys reported while recording or exporting: {' | '.join(said[:5])}"
+                   f"{f' (+{len(said) - 5} more)' if len(said) > 5 else ''}; records may be missing")
     status = manifest.get("status", STATUS_OK)
     if status != STATUS_OK:
         why = manifest.get("status_detail") or ""

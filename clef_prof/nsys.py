@@ -7,7 +7,13 @@ Where nsys is looked for, first hit wins:
 2. the environment variable CLEF_PROF_NSYS (same forms);
 3. `nsys` on PATH;
 4. the project's `.nsys/<version>/nsys` (scripts/install-nsys.sh), newest version first;
-5. the usual install places (/usr/local/cuda/bin, /opt/nvidia/nsight-systems/*/bin).
+5. the usual install places (/usr/local/cuda/bin, /opt/nvidia/nsight-systems/*/bin), then the
+   nsys that Nsight Compute bundles (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys),
+   newest version first.
+
+When nsys leaves a `.qdstrm` and no `.nsys-rep` (its QdstrmImporter could not load, e.g. for
+lack of libdw.so.1/libelf.so.1), `import_command` runs the importer itself, with
+LD_LIBRARY_PATH set for the importer only (`--importer-libs DIR` or $CLEF_PROF_IMPORTER_LIBS).
 
 Switches differ between releases (2022.4 has no Python sampling, and its `nsys launch`
 crashes on `--wait=primary`), so each optional switch is checked against `nsys profile --help`
@@ -27,6 +33,9 @@ from functools import lru_cache
 from .errors import ClefError
 
 ENV_NSYS = "CLEF_PROF_NSYS"
+ENV_IMPORTER_LIBS = "CLEF_PROF_IMPORTER_LIBS"
+INSTALL_PLACES = ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+                  "/opt/nvidia/nsight-systems-cli/*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
 PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(PKG_DIR)
 HOW_TO_GET = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian/Ubuntu the "
@@ -48,15 +57,25 @@ def _usable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def _version_key(path: str) -> tuple[int, ...]:
+    """The version in a path's folders (`.nsys/2023.4/nsys`, `nsight-compute/2025.3.1/host/...`)."""
+    m = re.search(r"[/-](\d{4}(?:\.\d+)+)(?:/|$)", path)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else (0,)
+
+
 def _project_nsys() -> list[str]:
     found = []
     for root in dict.fromkeys([REPO_DIR, os.getcwd()]):
         found += glob.glob(os.path.join(root, ".nsys", "*", "nsys"))
+    return sorted(set(found), key=_version_key, reverse=True)
 
-    def key(p):
-        ver = os.path.basename(os.path.dirname(p))
-        return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.\-]", ver))
-    return sorted(set(found), key=key, reverse=True)
+
+def installed_nsys(patterns: tuple[str, ...] = INSTALL_PLACES) -> list[str]:
+    """nsys in the usual install places, in the order of `patterns`, newest version first in each."""
+    out = []
+    for pattern in patterns:
+        out += [c for c in sorted(glob.glob(pattern), key=_version_key, reverse=True) if _usable(c)]
+    return out
 
 
 def locate(explicit: str | None = None) -> str:
@@ -73,11 +92,8 @@ def locate(explicit: str | None = None) -> str:
     for c in _project_nsys():
         if _usable(c):
             return c
-    for pattern in ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
-                    "/opt/nvidia/nsight-systems-cli/*/bin/nsys"):
-        for c in sorted(glob.glob(pattern), reverse=True):
-            if _usable(c):
-                return c
+    for c in installed_nsys():
+        return c
     raise NsysMissing(f"nsys (Nsight Systems) is not installed: {HOW_TO_GET}")
 
 
@@ -241,6 +257,27 @@ def stop_command(nsys: Nsys, *, session: str) -> list[str]:
 
 def export_command(nsys: Nsys, report: str, sqlite: str) -> list[str]:
     return [nsys.path, "export", "--type=sqlite", "--quiet=true", "--force-overwrite=true", f"--output={sqlite}", report]
+
+
+def importer_path(nsys_path: str) -> str | None:
+    """The QdstrmImporter that an nsys uses (target-linux-x64/../host-linux-x64/, or beside it)."""
+    real = os.path.realpath(nsys_path)
+    here = os.path.dirname(real)
+    for c in (os.path.join(os.path.dirname(here), "host-linux-x64", "QdstrmImporter"),
+              os.path.join(here, "QdstrmImporter")):
+        if _usable(c):
+            return c
+    return None
+
+
+def import_command(importer: str, qdstrm: str, libs: str | None, env: dict | None = None) -> tuple[list[str], dict]:
+    """(argv, environment) that turn `qdstrm` into a .nsys-rep beside it; `libs` (a folder holding
+    e.g. libdw.so.1 and libelf.so.1) goes first on LD_LIBRARY_PATH of the importer alone."""
+    run_env = dict(os.environ if env is None else env)
+    if libs:
+        old = run_env.get("LD_LIBRARY_PATH")
+        run_env["LD_LIBRARY_PATH"] = os.path.abspath(libs) + (os.pathsep + old if old else "")
+    return [importer, "-i", qdstrm], run_env
 
 
 def quote(cmd: list[str]) -> str:

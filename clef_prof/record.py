@@ -49,12 +49,13 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from . import cupti
 from . import manifest as mf
 from . import procs
 from .errors import ClefError
 from .loadgen import Load, LoadSettings, add_load_options, settings_from
-from .nsys import (Nsys, NsysMissing, TraceOptions, export_command, launch_command, profile_command, quote,
-                   session_state, start_command, stop_command)
+from .nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, TraceOptions, export_command, import_command, importer_path,
+                   launch_command, profile_command, quote, session_state, start_command, stop_command)
 from .scrub import REMOVED, redact_args, redact_text
 
 WINDOWS = ("auto", "nsys", "profiler-api", "nvtx")
@@ -168,6 +169,7 @@ class RecordConfig:
     retries: int = 1
     finalize_timeout: float = 300.0
     export: bool = True
+    importer_libs: str | None = None       # LD_LIBRARY_PATH for QdstrmImporter alone
     arm: str | None = None
     round: int | None = None
     argv: list[str] | None = None
@@ -428,6 +430,7 @@ class Capture:
         self.t_begin = time.time_ns()
         self.window_started_seen = None
         self.capture_client = None
+        self.nsys_output: list[str] = []
 
     # -- logging --------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -866,6 +869,8 @@ class Capture:
         self.report = self.pl.report if os.path.exists(self.pl.report) else None
         if self.report is None and self.opened_ns is None:
             return None, None          # it failed before the window: no report was expected
+        if self.report is None and os.path.exists(self.base + ".qdstrm"):
+            self.report = self.import_qdstrm(self.base + ".qdstrm")
         if self.report is None:
             qd = self.base + ".qdstrm"
             if os.path.exists(qd):
@@ -891,10 +896,49 @@ class Capture:
                                errors="replace", timeout=self.cfg.finalize_timeout)
         except subprocess.TimeoutExpired:
             raise CaptureFailed(f"nsys export did not finish within {self.cfg.finalize_timeout:g} s") from None
+        self.nsys_output.append(p.stdout + p.stderr)
         if p.returncode != 0 or not os.path.exists(self.pl.sqlite):
             tail = (p.stderr or p.stdout).strip().splitlines()
             return None, f"nsys export failed (exit code {p.returncode}): {tail[-1] if tail else ''}"
         return self.pl.sqlite, None
+
+    def import_qdstrm(self, qdstrm: str) -> str | None:
+        """Run QdstrmImporter on a .qdstrm that nsys could not import, with --importer-libs on its
+        LD_LIBRARY_PATH only (never the server's); the .nsys-rep, or None."""
+        importer = importer_path(self.pl.nsys.path)
+        if importer is None:
+            return None
+        argv, env = import_command(importer, qdstrm, self.cfg.importer_libs)
+        self.say("importing: " + (f"LD_LIBRARY_PATH={self.cfg.importer_libs} " if self.cfg.importer_libs else "")
+                 + quote(argv))
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                               env=env, timeout=self.cfg.finalize_timeout, cwd=os.path.dirname(qdstrm))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.note(f"QdstrmImporter did not run ({exc})")
+            return None
+        self.nsys_output.append(p.stdout + p.stderr)
+        rep = os.path.splitext(qdstrm)[0] + ".nsys-rep"
+        if p.returncode != 0 or not os.path.exists(rep):
+            tail = (p.stderr or p.stdout).strip().splitlines()
+            self.note(f"QdstrmImporter failed (exit code {p.returncode}): {tail[-1] if tail else ''}"
+                      + ("" if self.cfg.importer_libs else
+                         f"; if it lacks libdw.so.1/libelf.so.1, give a folder holding them with --importer-libs "
+                         f"or ${ENV_IMPORTER_LIBS}"))
+            return None
+        self.note(f"nsys left {os.path.basename(qdstrm)}; imported it with {importer}")
+        return rep
+
+    def nsys_messages(self) -> list[str]:
+        """nsys's lines about lost or misread records, from its logs and the import/export output."""
+        text = list(self.nsys_output)
+        for path in (self.log_out, self.log_err, self.log_nsys):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text.append(fh.read())
+            except OSError:
+                pass
+        return cupti.problem_lines("\n".join(text))
 
     def manifest(self, exported: str | None) -> dict:
         cfg, pl = self.cfg, self.pl
@@ -927,7 +971,8 @@ class Capture:
             "finished_ns": getattr(self, "t_end", time.time_ns()),
             "commands": commands if cfg.keep_env else redact_commands(commands),
             "nsys": {"path": pl.nsys.path, "version": pl.nsys.version, "version_text": pl.nsys.version_text,
-                     "session": pl.session, "exit_code": self.exit_code},
+                     "session": pl.session, "exit_code": self.exit_code, "messages": self.nsys_messages(),
+                     "importer_libs": cfg.importer_libs},
             "server": {"preset": cfg.preset, "url": cfg.url, "health_url": cfg.health, "info": self.server_info,
                        "healthy_after_s": ((self.t_healthy - self.t_server) / 1e9)
                        if hasattr(self, "t_healthy") else None},
@@ -1104,6 +1149,9 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     n.add_argument("--nsys-arg", action="append", default=[], metavar="ARG", help="extra switch for nsys profile/launch "
                    "(repeatable), e.g. --nsys-arg=--osrt-threshold=10000")
     n.add_argument("--no-export", action="store_true", help="keep the .nsys-rep only")
+    n.add_argument("--importer-libs", metavar="DIR", default=os.environ.get(ENV_IMPORTER_LIBS),
+                   help="a folder of libraries (libdw.so.1, libelf.so.1) for QdstrmImporter alone, when nsys leaves "
+                        f"a .qdstrm (default ${ENV_IMPORTER_LIBS})")
     s = p.add_argument_group("server control")
     s.add_argument("--preset", choices=sorted(PRESETS), default="generic",
                    help="profiling endpoints and bodies: vllm (adds --profiler-config '{\"profiler\": \"cuda\"}' "
@@ -1167,7 +1215,7 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         warmup_s=max(0.0, args.warmup), warmup_requests=max(0, args.warmup_requests), duration_s=args.duration,
         load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
-        argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env)
+        importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env)
 
 
 def add_parser(sub) -> None:

@@ -20,6 +20,7 @@ HOST_COLUMNS = [
     ("host_ms_mean", "mean ms /batch", "ms"),
     ("host_ms_p50", "p50 ms /batch", "ms"),
     ("host_ms_p99", "p99 ms /batch", "ms"),
+    ("outside_batch_instances", "outside batch", "int"),
 ]
 CUDA_COLUMNS = [
     ("h2d_copies_per_request", "H2D copies /req", "f2"),
@@ -35,7 +36,8 @@ CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean",
             "h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
             "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
             "memcpy_calls", "memset_calls", "sync_calls", "h2d_copies_per_request", "h2d_bytes_per_request",
-            "d2h_copies_per_request", "kernel_launches_per_request", "graph_launches_per_request"]
+            "d2h_copies_per_request", "kernel_launches_per_request", "graph_launches_per_request",
+            "outside_batch_instances", "outside_batch_host_ms_per_request"]
 
 
 _MD_CODE_BREAKERS = re.compile(r"[`|\\]")
@@ -105,6 +107,17 @@ def headline(result: dict) -> list[str]:
     for t in cap["threads"]:
         lines.append(f"  stages on pid {t['pid']} ({t['process'] or '?'}), tid {t['tid']} ({t['thread'] or '?'}): "
                      f"{t['batches']} batches, {sum(t['stage_instances'].values())} stage instances")
+        loose = t.get("outside_batch_instances") or {}
+        if loose and result["batches"]:
+            lines.append(f"    outside every {result['config']['batch']!r} range on this thread: "
+                         + ", ".join(f"{s} {n:,}" for s, n in loose.items())
+                         + " instances (counted in the stage rows, in no batch)")
+    reps = [r for r in result.get("ranks", []) if not r["counted"]]
+    for r in reps:
+        ov_r = r["gpu_busy_fraction_of_pooler_span"]
+        lines.append(f"  pid {r['pid']} runs the same batches as pid {r['first_rank_pid']} (a replica rank): its "
+                     f"{r['batches']} batches ({r['requests']} requests) are not counted again; the figures are pid "
+                     f"{r['first_rank_pid']}'s" + (f"; its own GPU overlap {100 * ov_r:.1f}%" if ov_r is not None else ""))
     pr, tot, ov = result["per_request"], result["totals"], result["overlap"]
     if cap["cuda_traced"]:
         pct = (100.0 * tot["h2d_pinned"] / tot["h2d_copies"]) if tot["h2d_copies"] else 0.0

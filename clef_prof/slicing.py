@@ -1,6 +1,7 @@
 """`clef-prof slice`: cut a time window out of an export into a new, smaller, consistent one.
 
-Rows are kept when they lie wholly inside the window; GPU rows are kept exactly when their
+Rows are kept when they lie wholly inside the window (NVTX ranges nested in a range cut by
+the window go with it); GPU rows are kept exactly when their
 launching API call is kept, so every join still holds. Metadata, strings and enum tables are
 copied whole; times are shifted so that the window is the slice's session (0 to its length).
 The result is scrubbed (clef_prof.scrub) and written through a temporary file, renamed only on
@@ -78,6 +79,15 @@ def _cut(d: sqlite3.Connection, tables: set[str], t0_ns: int, t1_ns: int) -> Non
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         d.execute("DROP INDEX clef_slice_corr")
     if "NVTX_EVENTS" in tables:
+        # a range cut by the window takes the ranges nested in it on its thread with it, as nsys
+        # does with a batch still open at the capture end
+        d.execute('CREATE TEMP TABLE clef_cut AS SELECT globalTid, start, "end" FROM NVTX_EVENTS WHERE '
+                  'eventType IN (59, 60, 70, 71) AND start < ? AND "end" > ? AND NOT (start >= ? AND "end" <= ?)',
+                  (t1_ns, t0_ns, *w))
+        d.execute('DELETE FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71) AND EXISTS (SELECT 1 FROM clef_cut c '
+                  'WHERE c.globalTid = NVTX_EVENTS.globalTid AND c.start <= NVTX_EVENTS.start '
+                  'AND NVTX_EVENTS."end" <= c."end")')
+        d.execute("DROP TABLE clef_cut")
         # ranges wholly inside; marks inside; domain, category and thread-name rows always
         d.execute('DELETE FROM NVTX_EVENTS WHERE eventType NOT IN (33, 39, 75, 76) AND NOT '
                   '(start >= ? AND COALESCE("end", start) <= ?)', w)

@@ -2,7 +2,9 @@
 
 A batch is an outer range named `pooler` (message `pooler n=K`); stages are ranges named
 `parse`, `index`, ... Each stage instance is placed in the innermost batch range that holds
-it on the same thread. Ranges cut by the capture edges are dropped and counted.
+it on the same thread; one outside every batch range is a stage all the same (batch -1).
+Ranges cut by the capture edges (open at the end of the session, or with no valid end) are
+dropped and counted, and so are the stages nested in a cut batch range.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from .capture import Export
 from .config import StageConfig
 from .intervals import innermost_containing
 from .nvtx import read_ranges
+from .ranks import rid_keys
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
 
@@ -38,16 +41,15 @@ class Stages:
     """Batches and stage instances of one capture, plus what was dropped and why."""
 
     config: StageConfig
-    batches: pd.DataFrame            # start, end, gtid, size, size_source
+    batches: pd.DataFrame            # start, end, gtid, size, rid (`rid=` text, "" when none)
     instances: pd.DataFrame          # stage, start, end, gtid, batch (-1 when outside any batch)
     cut: dict[str, int] = field(default_factory=dict)         # name -> ranges cut at the edges
     cross_thread: int = 0
-    outside_batch: int = 0           # stage instances on a batch thread, between batches
+    outside_batch: int = 0           # stage instances outside every batch range, when there are batches
     requests_source: str | None = None
     requests_override: int | None = None
-    before_first_batch: int = 0      # stage instances on a batch thread before its first batch
-    # (start-up calls that bypass the batch target, such as vLLM's pooler warm-up, or the rest of
-    # a batch cut by the capture's start): left out, without a warning
+    replicas: pd.DataFrame | None = None     # batches of replica ranks (clef_prof.ranks), not counted
+    rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
 
     @property
     def requests(self) -> int | None:
@@ -67,7 +69,7 @@ class Stages:
         inst["batch"] = remap[inst["batch"].to_numpy()]
         return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
-                      self.requests_override, self.before_first_batch)
+                      self.requests_override, self.replicas, dict(self.rank_lead))
 
 
 class _Names:
@@ -119,7 +121,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     if requests_override is not None:
         source = "--requests"
     batches = pd.DataFrame({"start": b.start, "end": b.end, "gtid": b.gtid,
-                            "size": np.where(size < 0, 0, size)}).sort_values(["start", "gtid"], kind="stable")
+                            "size": np.where(size < 0, 0, size), "rid": rid_keys(b.name)}).sort_values(["start", "gtid"], kind="stable")
     batches = batches.reset_index(drop=True)
 
     s_mask = (stage_code >= 0) & ~cut_mask
@@ -127,29 +129,18 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     codes = stage_code[s_mask]
     bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
                                 s.gtid, s.start, s.end)
-    # a stage instance on a batch thread after its last batch is a range whose batch was cut by
-    # the capture edge: drop it and count it. One before the first batch is dropped too, with no
-    # warning: a start-up call that bypasses the batch target (vLLM's pooler warm-up) or the rest
-    # of a batch cut by the capture's start
-    edge = np.zeros(len(s), dtype=bool)
-    outside = np.zeros(len(s), dtype=bool)
-    before = np.zeros(len(s), dtype=bool)
-    if len(batches):
-        g = batches.groupby("gtid").agg(first=("start", "min"), last=("end", "max"))
-        on_batch_thread = np.isin(s.gtid, g.index.to_numpy())
-        first = g["first"].reindex(s.gtid).to_numpy()
-        last = g["last"].reindex(s.gtid).to_numpy()
-        loose = on_batch_thread & (bidx < 0)
-        before = loose & (s.end <= first)
-        edge = loose & ~before & ((s.start < first) | (s.end > last))
-        outside = loose & ~edge & ~before
-        count_cut(edge, lambda i: config.stages[codes[i]])
-    keep = ~edge & ~before
+    # a stage inside a batch range cut at the capture end goes with its batch
+    cb = is_batch & cut_mask
+    in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
+                                  s.gtid, s.start, s.end) >= 0
+    edge = (bidx < 0) & in_cut
+    count_cut(edge, lambda i: config.stages[codes[i]])
+    keep = ~edge
     instances = pd.DataFrame({
         "stage": pd.Categorical.from_codes(codes[keep], categories=list(config.stages)),
         "start": s.start[keep], "end": s.end[keep], "gtid": s.gtid[keep], "batch": bidx[keep],
     })
+    outside = int((bidx[keep] < 0).sum()) if len(batches) else 0
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
-                  cross_thread=int(r.cross_thread.sum()), outside_batch=int(outside.sum()),
-                  requests_source=source, requests_override=requests_override,
-                  before_first_batch=int(before.sum()))
+                  cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
+                  requests_source=source, requests_override=requests_override)

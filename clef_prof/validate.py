@@ -92,14 +92,11 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     if stages.cut:
         parts = ", ".join(f"{k}: {v}" for k, v in stages.cut.items())
         out.append(f"{sum(stages.cut.values())} ranges cut at the capture edges were excluded ({parts})")
-    if stages.outside_batch:
-        out.append(f"{stages.outside_batch} stage instances lie between {cfg.batch!r} ranges on a batch thread; "
-                   "they count in stage totals but in no batch")
     if stages.cross_thread:
         out.append(f"{stages.cross_thread} ranges ended on another thread than they started on; their host span is "
                    "kept, CUDA calls are placed by the starting thread")
     missing = [s for s in cfg.stages if not (stages.instances["stage"] == s).any()]
-    if missing and len(stages.instances):
+    if missing:
         out.append(f"stages with no range in the capture: {', '.join(missing)}")
     return out
 
@@ -137,7 +134,7 @@ def stage_layout(cap: Export, stages: Stages) -> list[str]:
 
 def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
     """pid, tid, process (its executable's base name) and thread names, and instances of each thread
-    holding stage ranges."""
+    holding stage ranges (all of them, and those outside every batch range)."""
     if len(gtids) == 0:
         return []
     names = cap.strings
@@ -156,8 +153,11 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
     out = []
     for g in gtids:
         g = int(g)
-        per = inst[inst["gtid"] == g].groupby("stage", observed=True).size()
+        mine = inst[inst["gtid"] == g]
+        per = mine.groupby("stage", observed=True).size()
+        loose = mine[mine["batch"] < 0].groupby("stage", observed=True).size()
         out.append({"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "process": pnames.get((g >> 24) << 24),
                     "thread": tnames.get(g), "batches": int((b["gtid"] == g).sum()),
-                    "stage_instances": {str(k): int(v) for k, v in per.items()}})
+                    "stage_instances": {str(k): int(v) for k, v in per.items()},
+                    "outside_batch_instances": {str(k): int(v) for k, v in loose.items()}})
     return out

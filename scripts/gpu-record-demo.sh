@@ -5,17 +5,21 @@
 # Usage:
 #   scripts/gpu-record-demo.sh NSYS_DIR OUT_DIR [extra `clef-prof record` options...]
 #
-#   NSYS_DIR  an unpacked Nsight Systems 2023.4: the folder holding `nsys` (the wrapper that
-#             scripts/install-nsys.sh writes), or its target-linux-x64/ folder, or the nsys
-#             binary itself. nsys turns its raw .qdstrm into a .nsys-rep with QdstrmImporter,
-#             which it looks for in target-linux-x64/../host-linux-x64/: copy that folder too,
-#             or you get a .qdstrm and no report.
+#   NSYS_DIR  `auto`: the newest nsys bundled with Nsight Compute
+#             (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys; 2025.3 ships CUPTI 13,
+#             which a CUDA 13 driver needs: an older nsys loses records). Or an unpacked Nsight
+#             Systems: the folder holding `nsys`, its target-linux-x64/ folder, or the binary.
+#             nsys turns its raw .qdstrm into a .nsys-rep with QdstrmImporter
+#             (target-linux-x64/../host-linux-x64/); when that importer cannot load (libdw.so.1,
+#             libelf.so.1 missing), record runs it again with IMPORTER_LIBS on its
+#             LD_LIBRARY_PATH (the importer's only, never the server's).
 #   OUT_DIR   where the captures go: OUT_DIR/main/ and OUT_DIR/pr/, each with capture.nsys-rep,
 #             capture.sqlite, manifest.json and the logs; with AB=N also OUT_DIR/ab/ (N rounds).
 #
 # Env: WARMUP (s, default 15), DURATION (s, default 3), PORT (default 8765), CONCURRENCY
 #      (default 16), WINDOW (default profiler-api: POST /start_profile -> cudaProfilerStart),
-#      PYTHON (default python3), AB (rounds of `clef-prof ab`, default 0 = none),
+#      PYTHON (default python3), IMPORTER_LIBS (default .device/libs when it exists: Debian
+#      bookworm libdw1/libelf1 0.188, libdw.so.1 and libelf.so.1, carried to the machine), AB (rounds of `clef-prof ab`, default 0 = none),
 #      CHECK_GPU (default 1; 0 skips the torch/CUDA check, e.g. to try the script with WINDOW=nsys
 #      on a CPU machine).
 #
@@ -35,6 +39,12 @@ die() { echo "gpu-record-demo: $*" >&2; exit 1; }
 
 # locate nsys in what was handed over
 NSYS=
+if [ "$NSYS_IN" = auto ]; then
+  NSYS_IN=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -n1)
+  [ -n "$NSYS_IN" ] || die "NSYS_DIR auto: no /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys here"
+fi
+IMPORTER_LIBS=${IMPORTER_LIBS:-}
+[ -n "$IMPORTER_LIBS" ] || { [ -d "$ROOT/.device/libs" ] && IMPORTER_LIBS=$ROOT/.device/libs; } || true
 for c in "$NSYS_IN" "$NSYS_IN/nsys" "$NSYS_IN/target-linux-x64/nsys" "$NSYS_IN/bin/nsys"; do
   if [ -f "$c" ] && [ -x "$c" ]; then NSYS=$(readlink -f "$c"); break; fi
 done
@@ -46,6 +56,7 @@ case $REAL in */target-linux-x64/nsys)
   IMPORTER=$(dirname "$(dirname "$REAL")")/host-linux-x64/QdstrmImporter
   [ -x "$IMPORTER" ] || echo "gpu-record-demo: WARNING: no $IMPORTER: nsys will leave a .qdstrm and no .nsys-rep" >&2 ;;
 esac
+[ -z "$IMPORTER_LIBS" ] || echo "importer libraries: $IMPORTER_LIBS (QdstrmImporter only)"
 
 # the Python side
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -68,7 +79,7 @@ else
 fi
 
 mkdir -p "$OUT"
-common=(--nsys "$NSYS" --window "$WINDOW" --warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY"
+common=(--nsys "$NSYS" ${IMPORTER_LIBS:+--importer-libs "$IMPORTER_LIBS"} --window "$WINDOW" --warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY"
         --url "http://127.0.0.1:$PORT" "$@")
 rc=0
 for variant in main pr; do

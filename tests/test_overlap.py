@@ -6,6 +6,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from clef_prof import cupti
 from clef_prof.analysis import analyze
 from clef_prof.intervals import covered, innermost_containing, nesting_depth, union
 from clef_prof.slicing import slice_capture
@@ -57,7 +58,7 @@ def test_slice_keeps_per_request_counts(main_slice):
     r = analyze(str(main_slice)).result
     assert r["per_request"]["h2d_copies"] == 9.0
     assert r["per_request"]["kernel_launches"] == 15.0
-    assert r["warnings"] == []
+    assert r["warnings"] == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
 
 
 def test_union_and_covered_on_crafted_intervals():
