@@ -19,7 +19,7 @@ and `encode` (clef_prof.stage) nested in that order. It also runs /start_profile
 that does the CUDA work (with cudaProfilerStart and Stop called from two different HTTP threads,
 nsys 2023.4 opened the capture range but never closed it).
 
-On a GPU (torch with CUDA) it mirrors the reference workload of ../shared/traces: per request
+On a GPU (torch with CUDA) it mirrors the workload of the captures in tests/data: per request
 9 metadata tensors, 3424 bytes in all; **main** builds each from a Python list and copies it
 to the GPU from pageable memory, blocking (9 H2D copies and 9 syncs per request); **pr** packs
 the same data with NumPy into 3 pinned buffers copied with `non_blocking=True` (3 H2D copies).

@@ -24,8 +24,11 @@
 #
 # On success it prints the path of each working nsys wrapper, one per line, on
 # stdout. An installed version is recognised by its stamp file: no network, a
-# few milliseconds. A fresh install downloads ~360 MB of .debs (deleted
-# afterwards), takes ~20 s with a fast mirror and leaves ~1.2 GB on disk.
+# few milliseconds. A fresh install of both downloads 346 MiB (362 MB) of
+# Nsight .debs (deleted afterwards), 3 MB of bundled libraries and the package
+# lists of two suites, takes ~24 s with a fast mirror and leaves 1.3 GB in
+# .nsys/ (591 MB for 2022.4, 651 MB for 2023.4; the nvtx venvs made by --check
+# and the tests add 64 MB).
 #
 # The machine's apt state is not touched: apt runs with a private sources list
 # (one suite, components non-free and main), private lists and cache under

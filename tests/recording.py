@@ -10,18 +10,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-NSYS_DIR = ROOT / ".nsys"
+from conftest import NSYS_DIR, nsys_bin
 
 
 def nsys_path(version: str) -> Path:
-    """The nsys CLI of a version, or fail (in CI) / skip (elsewhere) when it is not installed."""
-    p = NSYS_DIR / version / "nsys"
+    """The nsys CLI of a version. Tests that call it carry @pytest.mark.nsys(version), which skips
+    them (fails them under CI=true) before they run when that version is not installed."""
+    p = nsys_bin(version)
     if not p.exists():
-        msg = f"Nsight Systems {version} is not installed: run scripts/install-nsys.sh"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        pytest.fail(f"Nsight Systems {version} is not installed and this test lacks @pytest.mark.nsys({version!r})")
     return p
 
 

@@ -1,4 +1,4 @@
-"""analyze against the ground truth of the real captures in ../shared/traces."""
+"""analyze against the ground truth of the real captures in tests/data."""
 from __future__ import annotations
 
 import sqlite3

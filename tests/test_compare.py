@@ -1,4 +1,4 @@
-"""compare on the real captures in ../shared/traces and the slices in traces/.
+"""compare on the real captures in tests/data and the slices in traces/.
 
 Every capture is analyzed once per session (comparison's in-process cache); the CLI calls below
 reuse it, so the module stays fast. One test exercises the process pool on the small slices.
@@ -255,15 +255,15 @@ def test_refuse_different_stage_names(renamed, capsys):
     rc = main(["compare", "--arm", f"main={renamed}", "--arm", f"pr={SLICE_PR}"])
     assert rc == 1 and "--stages" in capsys.readouterr().err
     # the names both share compare fine
-    shared = StageConfig(stages=("index", "transfer", "head", "encode"))
-    comp = run(f"main={renamed}", f"pr={SLICE_PR}", config=shared)
+    common = StageConfig(stages=("index", "transfer", "head", "encode"))
+    comp = run(f"main={renamed}", f"pr={SLICE_PR}", config=common)
     assert "stages.parse.host_ms_per_request" not in [m["metric"] for m in comp["metrics"]]
     assert metric(comp, "per_request.h2d_copies")["arms"]["pr"]["mean"] == 3.0
 
 
 def test_refuse_graph_trace_mode_mismatch(cap):
-    """No capture recorded with --cuda-graph-trace=node is available (every shared capture is
-    graph mode), so this checks the refusal on analyze's own facts with the mode relabelled in
+    """No capture recorded with --cuda-graph-trace=node is available (every capture in
+    tests/data is graph mode), so this checks the refusal on analyze's own facts with the mode relabelled in
     memory; no export is altered."""
     arms = collect([], [f"main={cap['gpu-q1c16-main']}", f"pr={cap['gpu-q1c16-pr']}"])
     data = comparison.load_all(arms, CFG)
@@ -332,7 +332,6 @@ def test_manifests_and_globs(tmp_path):
 
 
 def test_record_manifest_status_is_a_warning(tmp_path):
-    pytest.importorskip("clef_prof.manifest")
     d = _capture_dir(tmp_path, "m", "main", SLICE_MAIN)
     m = json.loads((d / "manifest.json").read_text())
     (d / "manifest.json").write_text(json.dumps({**m, "status": "server died"}))

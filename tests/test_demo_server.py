@@ -185,7 +185,7 @@ def test_load_counts_refused_connections_as_errors():
 
 
 def test_percentile_matches_numpy():
-    np = pytest.importorskip("numpy")
+    import numpy as np
     vals = sorted([3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0])
     for q in (0, 50, 90, 99, 100):
         assert loadgen.percentile(vals, q) == pytest.approx(float(np.percentile(vals, q)))
@@ -272,10 +272,9 @@ def test_entry_points_run_without_pandas_numpy_rich(tmp_path):
 # --------------------------------------------------------------------------------------------
 # locating nsys, process markers
 
+@pytest.mark.nsys("2023.4")
 def test_locate_nsys_forms(monkeypatch):
     inst = ROOT / ".nsys" / "2023.4"
-    if not (inst / "nsys").exists():
-        pytest.skip("scripts/install-nsys.sh has not installed nsys 2023.4")
     for form in (inst, inst / "nsys", inst / "target-linux-x64", inst / "target-linux-x64" / "nsys"):
         assert os.path.basename(nsys_mod.locate(str(form))) == "nsys"
     monkeypatch.setenv(nsys_mod.ENV_NSYS, str(inst))
@@ -285,10 +284,9 @@ def test_locate_nsys_forms(monkeypatch):
         nsys_mod.locate()
 
 
+@pytest.mark.nsys("2022.4")
 def test_nsys_2022_has_no_python_sampling():
     n22 = ROOT / ".nsys" / "2022.4" / "nsys"
-    if not n22.exists():
-        pytest.skip("nsys 2022.4 not installed")
     n = nsys_mod.Nsys.find(str(n22))
     notes = []
     cmd = nsys_mod.profile_command(n, nsys_mod.TraceOptions(), "/tmp/x", ["srv"], session="s", notes=notes)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from recording import nsys_path
+from recording import nsys_path, nvtx_python
 
 from clef_prof import doctor
 
@@ -55,7 +55,7 @@ def test_version_parsing():
     assert doctor.parse_version("0.2.11") == (0, 2, 11) and doctor.parse_version("0.2.13rc1") == (0, 2, 13)
 
 
-@pytest.mark.parametrize("version", ["2022.4", "2023.4"])
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
 def test_real_nsys_with_old_nvtx_is_fine(tmp_path, version):
     nsys = nsys_path(version)
     p = run_doctor("--nsys", nsys, pythonpath=fake_nvtx(tmp_path, "0.2.11"))
@@ -64,7 +64,7 @@ def test_real_nsys_with_old_nvtx_is_fine(tmp_path, version):
     assert "verdict:  ok" in p.stdout and p.stderr == ""
 
 
-@pytest.mark.parametrize("version", ["2022.4", "2023.4"])
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
 def test_real_nsys_with_new_nvtx_is_a_problem(tmp_path, version):
     nsys = nsys_path(version)
     p = run_doctor("--nsys", nsys, pythonpath=fake_nvtx(tmp_path, "0.2.13"))
@@ -119,9 +119,7 @@ def test_no_nsys_anywhere(monkeypatch):
 
 def test_other_python(tmp_path):
     """--python looks for nvtx in the server's interpreter, not clef-prof's."""
-    venv = ROOT / ".nsys" / "venv-nvtx-0.2.11" / "bin" / "python"
-    if not venv.exists():
-        pytest.skip("no .nsys/venv-nvtx-0.2.11 (scripts/install-nsys.sh --check makes it)")
+    venv = nvtx_python("0.2.11")
     nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
     p = run_doctor("--nsys", nsys, "--python", venv, "--json")
     r = json.loads(p.stdout)

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import base64
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -14,11 +12,11 @@ import numpy as np
 import pytest
 
 from clef_prof.cli import main
+from conftest import chromium
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"
 CPU = TRACES / "cpu23-inline.sqlite"
-CHROMIUM_INSTALL = "apt-get update && apt-get install -y chromium"
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +56,9 @@ def test_report_cpu_capture_and_errors(tmp_path, capsys):
     assert exc.value.code == 2
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
+@pytest.mark.chromium
 def test_report_renders_in_headless_chromium(pr_html, tmp_path):
-    exe = _chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"chromium is not installed (CI installs it with: {CHROMIUM_INSTALL})")
-        pytest.skip(f"chromium is not installed ({CHROMIUM_INSTALL})")
+    exe = chromium()
     shot = tmp_path / "out.png"
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run(

@@ -463,8 +463,6 @@ BATCHES = 12
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
     """{(version, mode): (analysis result, program facts)}: one nsys run each, 4 in all."""
-    for v in NSYS_VERSIONS:
-        nsys_path(v)
     from clef_prof.analysis import analyze
     tmp = tmp_path_factory.mktemp("inject-nsys")
     out = {}
@@ -481,6 +479,7 @@ def captures(tmp_path_factory):
     return out
 
 
+@pytest.mark.nsys(*NSYS_VERSIONS)
 @pytest.mark.parametrize("mode", ["annotated", "injected"])
 @pytest.mark.parametrize("version", NSYS_VERSIONS)
 def test_nsys_records_stages_in_the_worker(captures, version, mode):
@@ -500,10 +499,10 @@ def test_nsys_records_stages_in_the_worker(captures, version, mode):
     assert facts["worker_wrapped"] == {k: mode == "injected" for k in facts["worker_wrapped"]}
 
 
+@pytest.mark.nsys("2023.4")
 def test_nsys_2023_4_accepts_emitted_json(tmp_path):
     """nsys 2023.4 runs the JSON of --emit-nsys-json (no nvtx package needed): ranges named
     module.qualname, the range name as category; analyze reads them with the printed options."""
-    nsys_path("2023.4")
     from clef_prof.analysis import analyze
     from clef_prof.config import StageConfig
     js = tmp_path / "pooler.json"

@@ -25,6 +25,7 @@ def test_committed_without_outputs(name):
     assert "widgets" not in raw.get("metadata", {})
 
 
+@pytest.mark.jupyter
 @pytest.mark.parametrize("name", NAMES)
 def test_executes_headless(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)

@@ -69,7 +69,7 @@ def _with_manifest(capture, tmp_path, **manifest):
 
 
 def test_manifest_agrees_with_client_completions(capture, truth, tmp_path):
-    """The shared capture's own client view: 1515 completions between the acks, 1520 requests."""
+    """The capture's own client view (its truth file): 1515 completions between the acks, 1520 requests."""
     done = truth("gpu-q1c16-main")["client"]["completed_strictly_between_start_and_stop_acks"]
     r = _with_manifest(capture, tmp_path, client={"window": {"completions": done}},
                        server_counts={"requests": 1520}, window={"mode": "profiler-api"})

@@ -6,6 +6,8 @@ import pytest
 from clef_prof.analysis import analyze
 from recording import nvtx_python, record
 
+pytestmark = pytest.mark.nsys("2023.4")
+
 POOLER = """
 import threading, time, nvtx
 def pooler(n):
