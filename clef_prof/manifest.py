@@ -105,8 +105,9 @@ def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
     session), and the session length (ANALYSIS_DETAILS.duration), in ns from time 0.
 
     nsys opens the session (time 0) before the profiled process starts collecting: its first
-    record comes 2-25 ms later on a loaded 2-core machine, and what the server did in between is
-    not in the export. [first, last] is the part of the session that the server was recorded in.
+    record came 0.3-10 ms later in 7 recordings on a loaded 2-core machine, and what the server
+    did in between is not in the export. [first, last] is the part of the session that the
+    server was recorded in.
     None when the export lacks these tables or has no NVTX range."""
     import sqlite3
     try:
