@@ -5,8 +5,9 @@ kept-alive HTTP/1.1 connection. Requests are Clef-style pooling calls by default
 
     POST /v1/systemone  {"state": "<W words>", "questions": {"q0": {"type", "instructions", "criteria"}, ...}}
 
-Every finished request is kept as (wall-clock end in ns, latency in ns, ok, error text), so
-that the completions inside a profiling window can be counted after the fact.
+Every finished request is kept as (wall-clock send and end in ns, latency in ns, ok, error
+text), and the send time of each request cancelled at stop, so that the requests inside a
+profiling window can be counted after the fact.
 
     clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16
 
@@ -125,6 +126,7 @@ class Completion:
     latency_ns: int
     ok: bool
     error: str | None = None
+    sent_ns: int = 0      # wall clock when the request was sent
 
 
 class Load:
@@ -151,6 +153,8 @@ class Load:
         self.started_ns: int | None = None
         self.stopped_ns: int | None = None
         self.cancelled = 0
+        self.unfinished: list[int] = []          # send times (wall ns) of the requests cancelled at stop
+        self._sending: dict[int, int] = {}       # client -> send time of its request in flight
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -210,6 +214,16 @@ class Load:
                 "latency_ms_mean": (sum(ok) / len(ok)) if ok else None,
                 "throughput_rps": (len(ok) / span) if span else None}
 
+    def bounds(self, t0_ns: int, t1_ns: int) -> tuple[int, int]:
+        """(inside, overlapping): requests answered OK that were sent and answered within [t0, t1],
+        and requests of any outcome (cancelled ones too) whose send-to-answer span meets [t0, t1].
+        A server that handles every request between its send and its answer served at least
+        `inside` and at most `overlapping` requests in [t0, t1]."""
+        done = list(self.done)
+        inside = sum(1 for c in done if c.ok and c.sent_ns >= t0_ns and c.done_ns <= t1_ns)
+        over = sum(1 for c in done if c.done_ns >= t0_ns and c.sent_ns <= t1_ns)
+        return inside, over + sum(1 for t in self.unfinished if t <= t1_ns)
+
     # -- the loop thread ------------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -230,6 +244,7 @@ class Load:
         for t in pending:
             t.cancel()
         self.cancelled = len(pending)
+        self.unfinished = sorted(self._sending.values())
         await asyncio.gather(*pending, return_exceptions=True)
         self.stopped_ns = time.time_ns()
 
@@ -245,6 +260,7 @@ class Load:
                 head = (f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\nContent-Type: application/json\r\n"
                         f"Accept: application/json\r\nContent-Length: {len(body)}\r\nConnection: keep-alive\r\n"
                         f"User-Agent: clef-prof-load\r\n\r\n").encode("latin-1")
+                sent = self._sending[i] = time.time_ns()
                 t0 = time.perf_counter_ns()
                 err = None
                 status = 0
@@ -268,7 +284,8 @@ class Load:
                     writer.close()
                     reader = writer = None
                 t1 = time.perf_counter_ns()
-                self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err))
+                self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err, sent))
+                del self._sending[i]
                 if err is not None and status == 0:
                     await asyncio.sleep(0.05)   # refused or reset: do not spin
         finally:

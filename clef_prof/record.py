@@ -849,10 +849,15 @@ class Capture:
                           "(not annotated, or the capture's data was lost; see " + mf.relative_to(self.log_nsys, self.out)
                           + ")")
         if exported and self.load is not None:
-            span = mf.capture_span(exported)
+            span = mf.collected_span(exported)
             if span:
-                self.capture_client = self.load.summary(span[0], span[0] + span[1])
-                self.capture_client.update(start_ns=span[0], duration_s=span[1] / 1e9)
+                t0, first, last, duration = span
+                a, b = t0 + first, t0 + last
+                inside, overlapping = self.load.bounds(a, b)
+                self.capture_client = self.load.summary(a, b)
+                self.capture_client.update(start_ns=t0, duration_s=duration / 1e9, recorded_ns=[a, b],
+                                           recorded_s=(b - a) / 1e9, requests_inside=inside,
+                                           requests_overlapping=overlapping)
         path = mf.write(self.manifest(exported), self.out)
         if error is not None:
             raise error
