@@ -92,6 +92,12 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
+    import math
+
+    from .errors import ClefError
+    if not all(math.isfinite(t) and abs(t) < 9e9 for t in (args.t0, args.t1)) or args.t0 >= args.t1:
+        raise ClefError(f"--from {args.t0:g} --to {args.t1:g}: the window must be finite seconds (under 9e9), "
+                        "with --from before --to")
     info = slice_capture(args.capture, args.output, int(args.t0 * 1e9), int(args.t1 * 1e9))
     print(f"wrote {args.output}: {info['bytes'] / 1e6:.2f} MB, window {args.t0:g}..{args.t1:g} s")
     return 0
