@@ -15,6 +15,7 @@ from clef_prof.analysis import analyze
 from clef_prof.arm import Arms, CaptureRef
 from clef_prof.comparison import CaptureData, compare
 from clef_prof.config import StageConfig
+from clef_prof.intervals import covered, innermost_containing, union
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 GPU_SLICES = ["gpu-main-slice", "gpu-pr-slice", "gpu25-pr-slice"]
@@ -142,6 +143,60 @@ def test_overlap_brute_force_with_nested_gpu_intervals(tmp_path, name):
                         "LIMIT 1", rows)
     con.close()
     check_overlap(f)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_union_and_coverage_against_loops(seed):
+    """Random nested, touching and tied intervals, in start order (the streamed case) and not."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 400, 60)
+    e = s + rng.choice([0, 1, 3, 40, 150], 60)
+    spans = rng.integers(0, 450, (30, 2))
+    a, b = spans.min(1), spans.max(1)
+    for order in (np.argsort(s, kind="stable"), rng.permutation(60)):
+        ms, me = union(s[order], e[order])
+        want = loop_union(zip(s.tolist(), e.tolist()))
+        assert list(map(list, zip(ms.tolist(), me.tolist()))) == want
+        assert covered(ms, me, a, b).tolist() == [loop_covered(want, x, y) for x, y in zip(a.tolist(), b.tolist())]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_innermost_containing_against_loops(seed):
+    """Properly nested ranges per thread with shared starts and ends (a stage that opens or closes
+    with its batch), and calls that start or end exactly on a boundary."""
+    rng = np.random.default_rng(seed)
+    key, start, end = [], [], []
+
+    def nest(k, lo, hi, depth):
+        key.append(k), start.append(lo), end.append(hi)
+        if depth == 0 or hi - lo < 4:
+            return
+        cuts = np.unique(np.r_[lo, hi, rng.integers(lo, hi, rng.integers(1, 4))])
+        for x, y in zip(cuts[:-1], cuts[1:]):
+            if rng.random() < 0.8 and (x, y) != (lo, hi):
+                nest(k, x, y, depth - 1)
+
+    for k in (1, 2):
+        t = 0
+        for _ in range(5):
+            w = int(rng.integers(10, 200))
+            nest(k, t, t + w, 3)
+            t += w + int(rng.integers(0, 3))
+    key, start, end = map(np.array, (key, start, end))
+    qk = rng.choice([1, 2, 3], 300)
+    qs = rng.choice(np.r_[start, rng.integers(0, 1000, 50)], 300)
+    qe = qs + rng.choice([1, 5, 30], 300)
+    qe = np.where(rng.random(300) < 0.3, rng.choice(end, 300), qe)
+    qe = np.maximum(qe, qs + 1)            # calls take time: a zero-length one on a shared boundary is ambiguous
+    got = innermost_containing(key, start, end, qk, qs, qe)
+    for i in range(300):
+        best = -1
+        for j in range(len(start)):
+            if key[j] == qk[i] and start[j] <= qs[i] and qe[i] <= end[j]:
+                if best < 0 or (end[j] - start[j], -j) < (end[best] - start[best], -best):
+                    best = j
+        # equal spans (a range and its duplicate child): either is innermost
+        assert got[i] == best or (got[i] >= 0 and (start[got[i]], end[got[i]]) == (start[best], end[best])), i
 
 
 @pytest.mark.parametrize("name", [*GPU_SLICES, "cpu23-inline"])
