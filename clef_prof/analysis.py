@@ -104,6 +104,8 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
     """Analyze one export. `rows=True` also keeps the row-level frames, from the same read
     (for notebooks and comparisons that use them: one pass instead of two)."""
     step = on_step or (lambda _s: None)
+    if requests is not None and requests <= 0:
+        raise CaptureError(f"--requests must be a positive number of requests, not {requests}")
     with Export.open(path) as cap:
         step("schema")
         if not cap.has("NVTX_EVENTS"):
@@ -112,7 +114,13 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
             if not (cap.export_meta or cap.has("StringIds")):
                 raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
             raise CaptureError(f"{path}: {validate.no_nvtx_table(cap)}")
-        analysis = _analyze(cap, config, requests, step, rows)
+        cap.require("NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "domainId"), "NVTX ranges need them")
+        try:
+            analysis = _analyze(cap, config, requests, step, rows)
+        except CaptureError as exc:
+            if str(exc).startswith(path):
+                raise
+            raise CaptureError(f"{path}: {exc}") from None
     _check_manifest(analysis)
     return analysis
 
@@ -138,6 +146,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     n_slots = len(config.stages) + 2
     stream = plan = None
     if traced:
+        cu.check_schema(cap)
         # start reading the CUDA tables on the reader threads now, while NVTX is read here
         lookup, wanted = cu.kind_lut(cap)
         calls_q = cu.call_queries(cap, wanted)
@@ -156,8 +165,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
             step("gpu activity")
-            cov, own_ns, unpaired_memcpy, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
-            warnings += _unpaired(calls, unpaired_memcpy)
+            cov, own_ns, unpaired_memcpy, gpu_damage, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
+            warnings += _unpaired(calls, n_slots, unpaired_memcpy) + _damaged(calls, gpu_damage)
             if keep:
                 frames = _frames(calls, gpu_rows)
         else:
@@ -200,6 +209,7 @@ class _Calls:
     kind: np.ndarray        # int8
     paired: np.ndarray      # bool: a kernel or memcpy row names this call
     rows: dict[str, np.ndarray] | None = None
+    reversed: int = 0       # calls that end before they start
 
 
 def _call_pass(cap: Export, stages: Stages, n_slots: int, lookup, calls_q, stream, keep: bool = False):
@@ -232,6 +242,7 @@ def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = Fals
     slots_, batches_, kinds_ = [], [], []
     kept: dict[str, list] = {k: [] for k in ("start", "end", "gtid", "corr")}
     last = None
+    reversed_ = 0
     for tag, r in stream:
         if tag[0] != "calls":
             stream.push_back(tag, r)
@@ -240,6 +251,7 @@ def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = Fals
         slot, batch = placer(r["gtid"], r["start"], r["end"])
         tally.add_calls(kind, slot, batch)
         index.add(r["corr"], r["gtid"] >> 24)
+        reversed_ += int((r["end"] < r["start"]).sum())
         slots_.append(slot.astype(slot_t))
         batches_.append(batch.astype(np.int32))
         kinds_.append(kind)
@@ -252,7 +264,8 @@ def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = Fals
     index.freeze()
     kind = _cat(kinds_, np.int8)
     rows = {k: _cat(v, np.int64) for k, v in kept.items()} if keep else None
-    calls = _Calls(index, _cat(slots_, slot_t), _cat(batches_, np.int32), kind, np.zeros(len(kind), dtype=bool), rows)
+    calls = _Calls(index, _cat(slots_, slot_t), _cat(batches_, np.int32), kind, np.zeros(len(kind), dtype=bool), rows,
+                   reversed_)
     return calls, tally, last
 
 
@@ -294,25 +307,39 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
+    damage = {"reversed": 0, "duplicates": 0}
+    calls.paired[:] = False                 # a second pass (out of order) starts over
     kept: dict[str, list[dict]] = {}
     for (table, i, n), r in stream:
         gpk = r["gpid"] >> 24
         call = calls.index.lookup(r["corr"], gpk if pid[table] else None)
         ok = call >= 0
         c = np.maximum(call, 0)
-        slot = np.where(ok, calls.slot[c], outside).astype(np.int64)
-        batch = np.where(ok, calls.batch[c], -1).astype(np.int64) if keep or table == cu.MEMCPY else None
-        api_kind = np.where(ok, calls.kind[c], 0).astype(np.int8) if keep or table == cu.KERNEL else None
+
+        def of_call(a, fill):
+            return np.where(ok, a[c], fill) if len(a) else np.full(len(c), fill)
+
+        slot = of_call(calls.slot, outside).astype(np.int64)
+        batch = of_call(calls.batch, -1).astype(np.int64) if keep or table == cu.MEMCPY else None
+        api_kind = of_call(calls.kind, 0).astype(np.int8) if keep or table == cu.KERNEL else None
         if table == cu.MEMCPY:
+            _check_copies(r)
             gpu.add_copies(slot, batch, r["copyKind"], r["srcKind"], r["dstKind"], r["copies"], r["bytes"])
             unpaired_memcpy += int((~ok).sum())
-            calls.paired[call[ok]] = True
+            damage["duplicates"] += _pair(calls.paired, call[ok])
         elif table == cu.KERNEL:
             gpu.add_kernels(slot, api_kind == cu.GRAPH)
+            damage["duplicates"] += _pair(calls.paired, call[ok & (api_kind == cu.LAUNCH)])
             calls.paired[call[ok]] = True
         elif table == cu.GRAPH_TRACE:
             gpu.add_graph_rows(slot)
-        busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1)
+        rev = r["end"] < r["start"]             # reversed, or no end (read as 0)
+        if rev.any():
+            damage["reversed"] += int(rev.sum())
+            fine = ~rev
+            busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine])
+        else:
+            busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1)
         if i == n - 1:
             busy.done(table)
         if keep:
@@ -325,7 +352,31 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         tally.slot[key] += v
     for key, v in gpu.batch.items():
         tally.batch[key] += v
-    return cov, own_ns, unpaired_memcpy, (kept if keep else None)
+    return cov, own_ns, unpaired_memcpy, damage, (kept if keep else None)
+
+
+MAX_COPY_BYTES = 1 << 40        # 1 TiB in one copy record: beyond it a value is damage, and sums could overflow
+MAX_COPY_COUNT = 1 << 24
+
+
+def _check_copies(r: dict[str, np.ndarray]) -> None:
+    """Refuse memcpy rows whose byte or copy counts are negative or beyond any real copy."""
+    for col, top, label in (("bytes", MAX_COPY_BYTES, "bytes"), ("copies", MAX_COPY_COUNT, "copyCount")):
+        bad = (r[col] < 0) | (r[col] > top)
+        if bad.any():
+            raise CaptureError(f"{int(bad.sum())} {cu.MEMCPY} rows have {label} outside 0..{top} (e.g. "
+                               f"{int(r[col][bad][0])}): a damaged or edited export")
+
+
+def _pair(paired: np.ndarray, call: np.ndarray) -> int:
+    """Mark `call` as paired with a GPU record; return how many records name a call already
+    paired (a duplicated row: each memcpy call and kernel launch has exactly one)."""
+    if len(call) == 0:
+        return 0
+    u, n = np.unique(call, return_counts=True)
+    dup = int((n - 1).sum() + paired[u].sum())
+    paired[u] = True
+    return dup
 
 
 def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, pd.DataFrame]:
@@ -354,13 +405,13 @@ def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, pd.Data
     return {"calls": calls_df, "transfers": transfers, "kernels": kernels, "gpu_busy": busy_df}
 
 
-def _unpaired(calls: _Calls, unpaired_memcpy: int) -> list[str]:
+def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:
     """Launches and copies in stages whose GPU record is missing: lost CUPTI records
     (counted from the streamed pairing)."""
     out = []
     if len(calls.slot) == 0:
         return out
-    staged = calls.slot < calls.slot.max()
+    staged = calls.slot < n_slots - 1         # in a stage, or in a batch outside every stage
     for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
         sel = staged & (calls.kind == kind)
         total = int(sel.sum())
@@ -373,6 +424,21 @@ def _unpaired(calls: _Calls, unpaired_memcpy: int) -> list[str]:
     if unpaired_memcpy:
         out.append(f"{unpaired_memcpy} memcpy records have no launching API call in the capture; "
                    "they count in totals, outside every stage")
+    return out
+
+
+def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
+    """Rows no real capture holds: reversed or endless intervals, duplicated GPU records."""
+    out = []
+    if calls.reversed:
+        out.append(f"{calls.reversed} CUDA API calls end before they start (or have no end): a damaged export; "
+                   "they are placed in stages by their start")
+    if damage["reversed"]:
+        out.append(f"{damage['reversed']} GPU activity records end before they start (or have no end): a damaged "
+                   "export; they are left out of GPU busy time")
+    if damage["duplicates"]:
+        out.append(f"{damage['duplicates']} memcpy or kernel records repeat the (process, correlationId) of another: "
+                   "duplicated rows, counted in the copy and kernel figures")
     return out
 
 

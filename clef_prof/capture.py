@@ -8,6 +8,7 @@ journal or lock file.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 import urllib.parse
@@ -55,9 +56,12 @@ def check_file(path: str) -> None:
     if os.path.isdir(path):
         raise CaptureError(f"{path}: is a directory, not an nsys SQLite export")
     check_regular(path, "nsys SQLite export")
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
-        header = fh.read(100)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if len(header) < 100 or header[:16] != SQLITE_MAGIC:
         hint = " (an .nsys-rep? export it with: nsys export --type sqlite FILE)" if path.endswith(".nsys-rep") else ""
         raise CaptureError(f"{path}: not an SQLite database{hint}")
@@ -70,6 +74,12 @@ def check_file(path: str) -> None:
         raise CaptureError(
             f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes): "
             "the export or copy did not finish")
+    for suffix in ("-journal", "-wal"):
+        side = path + suffix
+        if os.path.isfile(side) and os.path.getsize(side) > 0:
+            raise CaptureError(
+                f"{path}: another process is writing it ({os.path.basename(side)} beside it); read it once that "
+                "process has finished, or analyze a copy made after it finished")
 
 
 @dataclass
@@ -83,6 +93,14 @@ class Export:
     _pool_conns: list = field(repr=False, default_factory=list)
     _rowid_ranges: dict = field(repr=False, default_factory=dict)
     memo: dict = field(repr=False, default_factory=dict)     # per-export results of small queries
+
+    def require(self, table: str, columns: Iterable[str], why: str) -> None:
+        """Refuse an export whose `table` lacks one of `columns` (renamed or dropped)."""
+        have = set(self.columns(table))
+        missing = [c for c in columns if c not in have]
+        if missing:
+            raise CaptureError(f"{self.path}: {table} has no column {', '.join(missing)}: {why}; "
+                               "a damaged or edited export")
 
     @classmethod
     def open(cls, path: str) -> "Export":
@@ -230,12 +248,20 @@ class Export:
         """
         dtypes = dtypes or {}
         try:
+            return self._read(sql, names, dtypes, threaded)
+        except _NotInteger as exc:
+            m = re.search(r'\bFROM\s+"?(\w+)', sql)
+            raise CaptureError(f"{self.path}: {m.group(1) if m else 'a table'} holds {exc.args[1]} values in integer "
+                               f"column {exc.args[0]!r}: a damaged or edited export") from None
+
+    def _read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
+        try:
             if _adbc is not None:
                 table = self._arrow(sql, threaded)
                 out = {}
                 for i, name in enumerate(names):
                     col = table.column(i)
-                    out[name] = _to_numpy(col, dtypes.get(name))
+                    out[name] = _to_numpy(col, dtypes.get(name), name)
                 return out
             rows = self._conn.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
@@ -250,6 +276,9 @@ class Export:
             if dt == "str":
                 out[name] = np.array([r[i] if r[i] is not None else "" for r in rows], dtype=object)
             else:
+                bad = next((type(r[i]).__name__ for r in rows if not isinstance(r[i], (int, type(None)))), None)
+                if bad is not None:
+                    raise _NotInteger(name, bad)
                 out[name] = np.fromiter((r[i] if r[i] is not None else 0 for r in rows), dtype=dt, count=len(rows))
         return out
 
@@ -348,11 +377,15 @@ class Stream:
         self.close()
 
 
+class _NotInteger(Exception):
+    """(column, type): a column read as integers holds other values."""
+
+
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:200]
 
 
-def _to_numpy(col, dtype: str | None) -> np.ndarray:
+def _to_numpy(col, dtype: str | None, name: str = "") -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -364,6 +397,8 @@ def _to_numpy(col, dtype: str | None) -> np.ndarray:
     target = dtype or "int64"
     if pa.types.is_null(col.type):
         return np.zeros(len(col), dtype=target)
+    if not pa.types.is_integer(col.type):       # text or REAL stored in an integer column
+        raise _NotInteger(name, str(col.type))
     if col.null_count:
         col = pc.fill_null(col, 0)
     arr = col.to_numpy()

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from .capture import Export, Query
+from .errors import CaptureError
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -56,6 +57,29 @@ def cuda_traced(cap: Export) -> bool:
     if cap.has(RUNTIME):
         return True
     return bool(cap.capture_flag("COLLECT_CUDA_TRACE")) and cap.has(KERNEL)
+
+
+GPU_REQUIRED = {MEMCPY: ("start", "end", "correlationId", "bytes", "copyKind"),
+                KERNEL: ("start", "end", "correlationId"), MEMSET: ("start", "end", "correlationId"),
+                GRAPH_TRACE: ("start", "end", "correlationId")}
+
+
+def check_schema(cap: Export) -> None:
+    """Refuse a traced capture whose CUDA tables lack what the figures are made of (a table or
+    column renamed or dropped), rather than reading it as zeros."""
+    gpu = [t for t in GPU_REQUIRED if cap.has(t)]
+    if not cap.has(RUNTIME):
+        if gpu:
+            raise CaptureError(f"{cap.path}: GPU activity ({', '.join(gpu)}) but no {RUNTIME} table: the CUDA API "
+                               "calls that launched it are missing, so it cannot be placed in stages; a damaged or "
+                               "edited export")
+        return
+    if not cap.has("StringIds"):
+        raise CaptureError(f"{cap.path}: no StringIds table: CUDA API names cannot be resolved; a damaged or "
+                           "edited export")
+    cap.require(RUNTIME, ("start", "end", "globalTid", "correlationId", "nameId"), "CUDA API calls need them")
+    for t in gpu:
+        cap.require(t, GPU_REQUIRED[t], "GPU activity figures need them")
 
 
 def graph_trace_mode(cap: Export) -> str | None:

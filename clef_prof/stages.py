@@ -15,12 +15,14 @@ import numpy as np
 import pandas as pd
 
 from .capture import Export
+from .errors import CaptureError
 from .config import StageConfig
 from .intervals import innermost_containing
 from .nvtx import read_ranges
 from .ranks import rid_keys
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
+MAX_BATCH = (1 << 31) - 1      # requests in one batch range: beyond it the message is damage
 
 
 def batch_size_from_message(names: np.ndarray) -> np.ndarray:
@@ -32,6 +34,9 @@ def batch_size_from_message(names: np.ndarray) -> np.ndarray:
     for i, text in enumerate(uniq):        # once per distinct message
         m = _SIZE_RE.search(text)
         if m:
+            if len(m.group(1)) > 10 or int(m.group(1)) > MAX_BATCH:
+                raise CaptureError(f"batch range {text[:60]!r}: a batch size beyond {MAX_BATCH} requests; "
+                                   "a damaged or edited export")
             size[i] = int(m.group(1))
     return size[codes]
 
@@ -50,6 +55,8 @@ class Stages:
     requests_override: int | None = None
     replicas: pd.DataFrame | None = None     # batches of replica ranks (clef_prof.ranks), not counted
     rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
+    duplicates: int = 0              # ranges repeated exactly (thread, start, end, name): counted once
+    reversed: int = 0                # ranges that end before they start: dropped
 
     @property
     def requests(self) -> int | None:
@@ -69,7 +76,8 @@ class Stages:
         inst["batch"] = remap[inst["batch"].to_numpy()]
         return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
-                      self.requests_override, self.replicas, dict(self.rank_lead))
+                      self.requests_override, self.replicas, dict(self.rank_lead), self.duplicates,
+                      self.reversed)
 
 
 class _Names:
@@ -89,13 +97,16 @@ class _Names:
 
 def build(cap: Export, config: StageConfig, requests_override: int | None = None) -> Stages:
     r = read_ranges(cap, config.domain, [config.batch, *config.stages], [config.batch, *config.stages])
+    names = _Names(r.name)
+    r, duplicates = _dedupe(r, names)
+    names = _Names(r.name)
     end_of_session = cap.duration_ns
-    cut_mask = (r.end < r.start) | (r.end < 0)
+    reversed_ = (r.end < r.start) & (r.end >= 0)       # NULL end (read -1): unclosed, cut below
+    cut_mask = (r.end < 0) | reversed_
     if end_of_session is not None:
         cut_mask |= r.end >= end_of_session
     cut: dict[str, int] = {}
 
-    names = _Names(r.name)
     is_batch = names.match(config.batch)
     stage_code = np.full(len(r), -1, dtype=np.int64)
     for code, name in enumerate(config.stages):
@@ -106,7 +117,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
             cut[label_of(i)] = cut.get(label_of(i), 0) + 1
 
     label = lambda i: config.batch if is_batch[i] else config.stages[stage_code[i]]  # noqa: E731
-    count_cut(cut_mask, label)
+    count_cut(cut_mask & ~reversed_, label)
 
     b = r.take(is_batch & ~cut_mask)
     size = batch_size_from_message(b.name)
@@ -130,7 +141,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
                                 s.gtid, s.start, s.end)
     # a stage inside a batch range cut at the capture end goes with its batch
-    cb = is_batch & cut_mask
+    cb = is_batch & cut_mask & ~reversed_
     in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
                                   s.gtid, s.start, s.end) >= 0
     edge = (bidx < 0) & in_cut
@@ -143,4 +154,22 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     outside = int((bidx[keep] < 0).sum()) if len(batches) else 0
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
                   cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
-                  requests_source=source, requests_override=requests_override)
+                  requests_source=source, requests_override=requests_override, duplicates=duplicates,
+                  reversed=int(reversed_.sum()))
+
+
+def _dedupe(r, names: _Names):
+    """Ranges without exact repeats (same thread, start, end and name: a duplicated row), and
+    how many repeats there were."""
+    if len(r) < 2:
+        return r, 0
+    order = np.lexsort((names.codes, r.end, r.start, r.gtid))
+    keys = (r.gtid[order], r.start[order], r.end[order], names.codes[order])
+    same = np.ones(len(r) - 1, dtype=bool)
+    for k in keys:
+        same &= k[1:] == k[:-1]
+    if not same.any():
+        return r, 0
+    keep = np.ones(len(r), dtype=bool)
+    keep[order[1:][same]] = False
+    return r.take(keep), int(same.sum())

@@ -83,12 +83,25 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
         return [f"no range named {cfg.batch!r} or {', '.join(cfg.stages)} in {dom}; ranges seen "
                 f"(domain:name (count)): {listing}; set --domain/--batch/--stages or --spec"]
     out = []
+    if stages.duplicates:
+        out.append(f"{stages.duplicates} NVTX ranges repeat another exactly (thread, start, end, name): duplicated "
+                   "rows, counted once")
+    if stages.reversed:
+        out.append(f"{stages.reversed} NVTX ranges end before they start: damaged rows, excluded")
     if len(stages.batches) == 0:
         out.append(f"no batch range {cfg.batch!r} found: stage instances are counted alone and the request "
                    "count is unknown unless --requests N is given")
     elif stages.requests_source is None and stages.requests_override is None:
         out.append(f"batch size not found in the {cfg.batch!r} ranges (no 'n=K' in the message, no integer payload): "
                    "per-request figures need --requests N")
+    zero = int((stages.batches["size"] == 0).sum()) if stages.requests_source == "message n=K" else 0
+    if zero:
+        out.append(f"{zero} of {len(stages.batches)} {cfg.batch!r} ranges say n=0: batches without requests"
+                   + ("; per-request figures cannot be computed" if zero == len(stages.batches) else
+                      "; their host time and CUDA work count against the other batches' requests"))
+    if len(stages.batches) and len(stages.instances) == 0:
+        out.append(f"{len(stages.batches)} {cfg.batch!r} ranges but no stage range ({', '.join(cfg.stages)}) in them: "
+                   "stage figures are empty; check --stages or the annotation")
     if stages.cut:
         parts = ", ".join(f"{k}: {v}" for k, v in stages.cut.items())
         out.append(f"{sum(stages.cut.values())} ranges cut at the capture edges were excluded ({parts})")
