@@ -353,8 +353,10 @@ def _result(args, names, commands, cases, servers, windows, answers, parity_bodi
     for c in out_cases:
         for v in evaluate_gates(gates, bs.gate_view(c), args.gate_on):
             verdicts.append({"case": c["label"], **v})
-    load = (f"open loop, Poisson arrivals at the case's rate, latency from the scheduled send time"
-            if any(c.rate for c in cases) else "closed loop, C clients each with one request in flight")
+    load = "; ".join(t for t, on in (
+        ("closed loop: C clients each with one request in flight", any(not c.rate for c in cases)),
+        ("open loop (C @ R/s): Poisson arrivals at R/s over at most C connections, latency from the scheduled "
+         "send time", any(c.rate for c in cases))) if on)
     return {
         "schema": bs.SCHEMA, "status": "ok", "baseline": base,
         "arms": {n: {"command": commands[n], "servers": sum(1 for s in servers if s["arm"] == n)} for n in names},
