@@ -349,6 +349,9 @@ def _result(args, names, commands, cases, servers, windows, answers, parity_bodi
              "arms": {n: bs.arm_figures(ws) for n, ws in per_arm.items()},
              "changes": bs.changes(per_arm, base, args.bootstrap, args.seed, ci, args.confidence)}
         out_cases.append(c)
+    if any(w.get("device_memory_peak_mib") is not None for w in windows) and \
+            all(w.get("server_device_memory_peak_mib") is None for w in windows):
+        notes.append("NVML listed no process of the servers (another PID namespace?): whole-device memory only")
     verdicts = []
     for c in out_cases:
         for v in evaluate_gates(gates, bs.gate_view(c), args.gate_on):

@@ -97,22 +97,30 @@ class Monitor:
 
     def _gpu(self, pids: set[int]) -> dict:
         nv = self._nvml
+
+        def get(fn, *a):
+            try:
+                return fn(*a)
+            except nv.NVMLError:
+                return None
+        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
         used, mine, clocks, utils, temps, reasons, found = [], 0, [], [], [], 0, False
         for h in self._handles:
-            try:
-                used.append(nv.nvmlDeviceGetMemoryInfo(h).used)
-                for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
-                    if p.pid in pids:
-                        found = True
-                        mine += p.usedGpuMemory or 0
-                clocks.append(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
-                utils.append(nv.nvmlDeviceGetUtilizationRates(h).gpu)
-                temps.append(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
-                get = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                    nv.nvmlDeviceGetCurrentClocksThrottleReasons
-                reasons |= get(h)
-            except nv.NVMLError:
-                continue
+            mem = get(nv.nvmlDeviceGetMemoryInfo, h)
+            if mem is not None:
+                used.append(mem.used)
+            for p in get(nv.nvmlDeviceGetComputeRunningProcesses, h) or []:
+                if p.pid in pids:
+                    found = True
+                    mine += p.usedGpuMemory or 0
+            util = get(nv.nvmlDeviceGetUtilizationRates, h)
+            for out, v in ((clocks, get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)),
+                           (utils, util.gpu if util is not None else None),
+                           (temps, get(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU))):
+                if v is not None:
+                    out.append(v)
+            reasons |= get(reasons_fn, h) or 0
         return {"device_used_mib": sum(used) / MIB if used else None,
                 "server_device_mib": mine / MIB if found else None,
                 "sm_clock_mhz": min(clocks) if clocks else None, "gpu_util_pct": max(utils) if utils else None,
