@@ -90,14 +90,17 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, n_boot: int, see
             value = _point(blocks[n])
             change = value - base
             pct = 100.0 * change / base if base else None
-            ci_abs = percentile_interval(est[n] - est[baseline], confidence)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ci = percentile_interval(100.0 * (est[n] / est[baseline] - 1.0), confidence)
+            ci = ci_abs = None
+            if min(sum(len(b) for b in blocks[a]) for a in (n, baseline)) >= 2:     # no spread in one window
+                ci_abs = percentile_interval(est[n] - est[baseline], confidence)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ci = percentile_interval(100.0 * (est[n] / est[baseline] - 1.0), confidence)
             beyond = ci_abs is not None and (ci_abs[0] > 0 or ci_abs[1] < 0)
             out.append({"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
                         "baseline_value": base, "value": value, "change": change, "change_pct": pct,
                         "ci": None if ci is None else list(ci), "ci_abs": None if ci_abs is None else list(ci_abs),
-                        "verdict": "beyond noise" if beyond else "within noise"})
+                        "verdict": "no interval (one window)" if ci_abs is None else
+                        "beyond noise" if beyond else "within noise"})
     return out
 
 
@@ -122,6 +125,10 @@ def _num(v, digits: int = 4) -> str:
     if abs(v) >= 1000:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"
 
 
 def _pct(v) -> str:
@@ -163,7 +170,7 @@ def footer_lines(result: dict) -> list[str]:
     lines = []
     for case in result["cases"]:
         ranges = "; ".join(f"{n} {_num(a['window_range_rps'][0])}–{_num(a['window_range_rps'][1])} req/s over "
-                           f"{a['window_count']} windows of {a['servers']} servers"
+                           f"{_n(a['window_count'], 'window')} of {_n(a['servers'], 'server')}"
                            for n, a in case["arms"].items() if a["window_range_rps"])
         lines.append(f"{case['label']}: window means {ranges}")
         for n, a in case["arms"].items():
@@ -176,6 +183,8 @@ def footer_lines(result: dict) -> list[str]:
     par = result.get("parity")
     if par:
         for n, p in par["arms"].items():
+            if not p["servers"]:
+                continue
             lines.append(f"outputs matched ({n} vs {par['reference']}): {p['matched']} of {p['bodies']}"
                          + (f" on {p['servers']} servers" if p["servers"] > 1 else "")
                          + (f", numbers within {par['tolerance']:g}" if par["tolerance"] else ", exactly"))
@@ -185,9 +194,12 @@ def footer_lines(result: dict) -> list[str]:
                  f"(servers within arms, then windows within servers), B = {m['B']}, seed {m['seed']}; beyond noise "
                  f"= the interval excludes 0. Servers per arm: "
                  + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
-                 + f"; {m['windows']} × {m['window_s']:g} s windows per case and server after {m['warmup_s']:g} s "
+                 + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
                  f"of warm-up; order {m['order']}, case order reversed every other server; took "
                  f"{result['duration_s']:.0f} s.")
+    if any(a["servers"] == 1 for a in result["arms"].values()):
+        lines.append("With one server in an arm, the interval covers window-to-window noise, not server-to-server "
+                     "variation: run more rounds for that.")
     lines += [f"note: {n}" for n in result["notes"]]
     return lines
 
