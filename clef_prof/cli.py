@@ -9,7 +9,7 @@ from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
 from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
 # modules that each define add_parser(subparsers) for one or more subcommands
-COMMAND_MODULES = ("slicing", "scrub", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen")
+COMMAND_MODULES = ("slicing", "scrub", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen", "bench")
 
 
 def _stage_config(args) -> StageConfig:

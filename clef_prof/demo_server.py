@@ -304,7 +304,8 @@ class Pending:
 class DemoServer:
     def __init__(self, variant: str = "pr", host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
                  max_batch: int = MAX_BATCH, profile_endpoints: bool = True, die_in_window_s: float | None = None,
-                 never_healthy: bool = False, quiet: bool = False):
+                 never_healthy: bool = False, quiet: bool = False, delay_ms: float = 0.0, score_offset: float = 0.0,
+                 die_after_requests: int | None = None):
         if variant not in ("main", "pr"):
             raise ClefError(f"demo-server: --variant must be main or pr, not {variant!r}")
         self.variant, self.host, self.port = variant, host, port
@@ -313,6 +314,9 @@ class DemoServer:
         self.die_in_window_s = die_in_window_s
         self.never_healthy = never_healthy
         self.quiet = quiet
+        self.delay_s = max(0.0, delay_ms) / 1000.0
+        self.score_offset = score_offset
+        self.die_after_requests = die_after_requests
         self.q: queue.Queue[Pending] = queue.Queue()
         self.ready = False
         self.stopping = threading.Event()
@@ -350,13 +354,17 @@ class DemoServer:
                 dev = self.pooler.transfer(metas) if metas else []
             with S_HEAD:
                 scores = self.pooler.head(dev) if dev else []
+                if self.delay_s and good:
+                    time.sleep(self.delay_s * len(good))
             with S_ENCODE:
                 for (p, r), s in zip(good, scores):
-                    p.status, p.answer = 200, encode_response(r, s, len(r["state"].split()))
+                    p.status, p.answer = 200, encode_response(r, s + self.score_offset, len(r["state"].split()))
         t1 = time.monotonic()
         with self.lock:
             self.totals["requests"] += len(items)
             self.totals["batches"] += 1
+            if self.die_after_requests is not None and self.ready and self.totals["requests"] >= self.die_after_requests:
+                os.kill(os.getpid(), signal.SIGKILL)
             w = self.window
             if w is not None and t0 >= w["t0"]:
                 w["batches"].append((t1, len(items)))
@@ -553,7 +561,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: CUDA when torch sees a GPU, else the CPU path")
     p.add_argument("--max-batch", type=int, default=MAX_BATCH, help=f"largest batch (default {MAX_BATCH})")
     p.add_argument("--quiet", action="store_true", help="no start and stop lines on stderr")
-    f = p.add_argument_group("fault injection (for testing `clef-prof record`)")
+    f = p.add_argument_group("fault injection (for testing `clef-prof record` and `bench`)")
+    f.add_argument("--delay-ms", type=float, default=0.0, metavar="MS",
+                   help="the pooler takes MS ms more per request (a sleep in head): a slower server")
+    f.add_argument("--score-offset", type=float, default=0.0, metavar="F", help="add F to every score: other outputs")
+    f.add_argument("--die-after-requests", type=int, metavar="N", help="SIGKILL itself after serving N requests")
     f.add_argument("--no-profile-endpoints", action="store_true", help="/start_profile and /stop_profile answer 404")
     f.add_argument("--die-in-window", type=float, metavar="S", help="SIGKILL itself S seconds after /start_profile")
     f.add_argument("--fail-at-start", action="store_true", help="print an error and exit 3 before listening")
@@ -582,7 +594,8 @@ def cmd_demo_server(args) -> int:
         return 3
     server = DemoServer(args.variant, args.host, args.port, args.device, args.max_batch,
                         profile_endpoints=not args.no_profile_endpoints, die_in_window_s=args.die_in_window,
-                        never_healthy=args.never_healthy, quiet=args.quiet)
+                        never_healthy=args.never_healthy, quiet=args.quiet, delay_ms=args.delay_ms,
+                        score_offset=args.score_offset, die_after_requests=args.die_after_requests)
     return server.serve()
 
 
