@@ -31,7 +31,7 @@ from . import validate
 SCHEMA = "clef-prof/analyze/1"
 CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
                    "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
-                   "memcpy_calls", "memset_calls", "sync_calls")
+                   "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls")
 ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
@@ -236,6 +236,7 @@ def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = Fals
         kind = lookup(r["nameId"])
         slot, batch = placer(r["gtid"], r["start"], r["end"])
         tally.add_calls(kind, slot, batch)
+        tally.add_syncs(lookup.sync(r["nameId"]), slot)
         index.add(r["corr"], r["gtid"] >> 24)
         slots_.append(slot.astype(slot_t))
         batches_.append(batch.astype(np.int32))
