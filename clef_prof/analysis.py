@@ -26,7 +26,7 @@ from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_
 from .nvtx import census
 from .overlap import BusyStream, Unordered
 from .stages import StageConfig, Stages, build
-from . import validate
+from . import findings, validate
 
 SCHEMA = "clef-prof/analyze/1"
 CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
@@ -147,14 +147,17 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         stages = build(cap, config, requests)
         warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
-        tally = cov = own_ns = frames = None
+        tally = cov = own_ns = frames = lost = None
         if traced:
             step("cuda api")
+            n_batches = len(stages.batches)
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
             step("gpu activity")
             cov, own_ns, unpaired_memcpy, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
             warnings += _unpaired(calls, unpaired_memcpy)
+            lost = findings.lost_records(calls.slot, calls.kind, calls.paired, n_slots - 1, unpaired_memcpy,
+                                         n_batches - len(stages.batches))
             if keep:
                 frames = _frames(calls, gpu_rows)
         else:
@@ -169,6 +172,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     warnings += validate.stage_layout(cap, stages)
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
+    findings.annotate(result, table, config.findings, lost)
     out = Analysis(cap.path, config, result, stages, per_batch=table, traced=traced)
     out._frames = frames
     return out
