@@ -19,7 +19,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from .cli import _emit
+from .cli import _emit, add_threshold_option, finding_thresholds
 from .arm import CompareError, collect
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -358,6 +358,7 @@ def add_parser(sub) -> None:
     g.add_argument("--domain", help="NVTX domain of the stage ranges (default 'clef')")
     g.add_argument("--batch", help="name of the outer batch range (default 'pooler')")
     g.add_argument("--stages", help="comma-separated stage names (default parse,index,transfer,head,encode)")
+    add_threshold_option(g)
     p.set_defaults(func=run)
 
 
@@ -372,7 +373,8 @@ def _config(args):
     return StageConfig(
         domain=args.domain if args.domain is not None else cfg.domain,
         batch=args.batch if args.batch is not None else cfg.batch,
-        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages)
+        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages,
+        findings=finding_thresholds(cfg, args))
 
 
 def run(args) -> int:
