@@ -261,6 +261,10 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
         for v in comp["gates"]:
             out.append(f"- **{'fired' if v['fired'] else 'passed'}**: `{v['gate']}` — "
                        + gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1])
+    from .findings import compare_lines
+    if comp.get("findings"):
+        out += ["", "Findings (per finding: resolved, new or still there):", ""]
+        out += [f"- {line}" for line in compare_lines(comp)]
     if comp["notes"]:
         out.append("")
         out += [f"> note: {n}" for n in comp["notes"]]
@@ -314,6 +318,11 @@ def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
         console.print(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).")
     for line in method_lines(comp):
         console.print(line, highlight=False, style="dim")
+    from .findings import compare_lines
+    if comp.get("findings"):
+        console.print("[bold]Findings[/bold] (resolved, new or still there)", highlight=False)
+    for line in compare_lines(comp):
+        console.print(f"  {line}", highlight=False, markup=False)
     for n in comp["notes"]:
         console.print(f"note: {n}", highlight=False)
     for w in comp["warnings"]:

@@ -509,7 +509,7 @@ def compare_lines(comp: dict) -> list[str]:
         b = f["arms"][base]
         for arm, status in f["status"].items():
             a = f["arms"][arm]
-            where = f" in {f['stage']}" if not f["stage"].startswith("(") else f" {f['stage']}"
+            where = "" if f["stage"].startswith("(") else f" in {f['stage']}"
             fired = "" if a["captures"] == b["captures"] == 1 else (
                 f"; fired in {b['fired_in']}/{b['captures']} → {a['fired_in']}/{a['captures']} captures")
             out.append(f"{f['title']}{where} (`{f['id']}`): {status} ({_fmt(b['value'])} → {_fmt(a['value'])} "
