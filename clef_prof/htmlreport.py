@@ -33,8 +33,8 @@ tr.total td{font-weight:600;background:#fafafa}
 figure{margin:8px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e4e4}
 figcaption{color:#555;font-size:12px;margin-top:4px}
 footer{color:#777;font-size:12px;margin:32px 0 8px}
-.side{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.side>figure{flex:3 1 560px}
-.findings{flex:1 1 300px;font-size:13px}.findings li{margin:0 0 8px}
+.side{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.side>figure{flex:1 1 1000px;min-width:0}
+.findings{flex:1 1 320px;font-size:13px}.findings li{margin:0 0 8px}
 .sev-high{color:#b00020}.sev-medium{color:#a05a00}.sev-low{color:#555}.sev-info{color:#777}
 """
 
