@@ -28,12 +28,12 @@ from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_
 from .nvtx import census
 from .overlap import BusyStream, Unordered
 from .stages import StageConfig, Stages, build
-from . import validate
+from . import findings, validate
 
 SCHEMA = "clef-prof/analyze/1"
 CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
                    "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
-                   "memcpy_calls", "memset_calls", "sync_calls")
+                   "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls")
 ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
@@ -158,15 +158,18 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         stages = ranks.fold(build(cap, config, requests))
         warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
-        tally = cov = own_ns = frames = None
+        tally = cov = own_ns = frames = lost = None
         if traced:
             warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
+            n_batches = len(stages.batches)
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
             step("gpu activity")
             cov, own_ns, unpaired_memcpy, gpu_damage, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
             warnings += _unpaired(calls, n_slots, unpaired_memcpy) + _damaged(calls, gpu_damage)
+            lost = findings.lost_records(calls.slot, calls.kind, calls.paired, n_slots - 1, unpaired_memcpy,
+                                         n_batches - len(stages.batches))
             if keep:
                 frames = _frames(calls, gpu_rows)
         else:
@@ -181,6 +184,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     warnings += validate.stage_layout(cap, stages)
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
+    findings.annotate(result, table, config.findings, lost)
     out = Analysis(cap.path, config, result, stages, per_batch=table, traced=traced)
     out._frames = frames
     return out
@@ -250,6 +254,7 @@ def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = Fals
         kind = lookup(r["nameId"])
         slot, batch = placer(r["gtid"], r["start"], r["end"])
         tally.add_calls(kind, slot, batch)
+        tally.add_syncs(lookup.sync(r["nameId"]), slot)
         index.add(r["corr"], r["gtid"] >> 24)
         reversed_ += int((r["end"] < r["start"]).sum())
         slots_.append(slot.astype(slot_t))

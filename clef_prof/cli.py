@@ -21,7 +21,23 @@ def _stage_config(args) -> StageConfig:
     return StageConfig(
         domain=args.domain if args.domain is not None else cfg.domain,
         batch=args.batch if args.batch is not None else cfg.batch,
-        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages)
+        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages,
+        findings=finding_thresholds(cfg, args))
+
+
+def finding_thresholds(cfg: StageConfig, args) -> tuple[tuple[str, float], ...]:
+    """The spec's [findings] thresholds, then the --threshold flags over them."""
+    from .findings import parse_threshold
+
+    merged = dict(cfg.findings)
+    merged.update(parse_threshold(t) for t in getattr(args, "threshold", None) or [])
+    return tuple(merged.items())
+
+
+def add_threshold_option(g) -> None:
+    g.add_argument("--threshold", action="append", metavar="KEY=VALUE",
+                   help="override a findings threshold, e.g. overlap_max_pct=30 (repeat; also a [findings] table "
+                        "in the spec; the README lists them)")
 
 
 def add_stage_options(p: argparse.ArgumentParser) -> None:
@@ -31,6 +47,7 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", help=f"name of the outer batch range (default {DEFAULT_BATCH!r}, message 'pooler n=K')")
     g.add_argument("--stages", help=f"comma-separated stage names (default {','.join(DEFAULT_STAGES)})")
     g.add_argument("--requests", type=int, help="total requests in the capture, when batch ranges carry no size")
+    add_threshold_option(g)
 
 
 def cmd_analyze(args) -> int:

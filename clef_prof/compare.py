@@ -20,7 +20,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from .cli import _emit
+from .cli import _emit, add_threshold_option, finding_thresholds
 from .arm import CompareError, collect
 from .report import md
 
@@ -263,6 +263,10 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
         for v in comp["gates"]:
             out.append(f"- **{'fired' if v['fired'] else 'passed'}**: {md(v['gate'], code=True)} — "
                        + md(gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1]))
+    from .findings import compare_lines
+    if comp.get("findings"):
+        out += ["", "Findings (per finding: resolved, new or still there):", ""]
+        out += [f"- {md(line)}" for line in compare_lines(comp)]
     if comp["notes"]:
         out.append("")
         out += [f"> note: {md(n)}" for n in comp["notes"]]
@@ -317,6 +321,11 @@ def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
         console.print(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).")
     for line in method_lines(comp):
         console.print(escape(line), highlight=False, style="dim")
+    from .findings import compare_lines
+    if comp.get("findings"):
+        console.print("[bold]Findings[/bold] (resolved, new or still there)", highlight=False)
+    for line in compare_lines(comp):
+        console.print(f"  {line}", highlight=False, markup=False)
     for n in comp["notes"]:
         console.print(f"note: {escape(n)}", highlight=False)
     for w in comp["warnings"]:
@@ -361,6 +370,7 @@ def add_parser(sub) -> None:
     g.add_argument("--domain", help="NVTX domain of the stage ranges (default 'clef')")
     g.add_argument("--batch", help="name of the outer batch range (default 'pooler')")
     g.add_argument("--stages", help="comma-separated stage names (default parse,index,transfer,head,encode)")
+    add_threshold_option(g)
     p.set_defaults(func=run)
 
 
@@ -375,7 +385,8 @@ def _config(args):
     return StageConfig(
         domain=args.domain if args.domain is not None else cfg.domain,
         batch=args.batch if args.batch is not None else cfg.batch,
-        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages)
+        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages,
+        findings=finding_thresholds(cfg, args))
 
 
 def run(args) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .arm import Arms, CaptureRef, CompareError
+from .findings import compare_findings
 from .stages import StageConfig
 
 SCHEMA = "clef-prof/compare/1"
@@ -394,6 +395,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
                             "every arm is exact: no interval"},
         "config": {"domain": config.domain, "batch": config.batch, "stages": list(stages)},
         "metrics": out_metrics,
+        "findings": compare_findings({n: [d.result for d in data[n]] for n in names}, base),
         "warnings": warnings,
         "notes": notes,
     }

@@ -11,8 +11,10 @@ DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
 
 @dataclass(frozen=True)
 class StageConfig:
-    """The NVTX domain, the outer batch range and the stage names."""
+    """The NVTX domain, the outer batch range and the stage names; `findings`: threshold
+    overrides for the findings rules, as (key, value) pairs."""
 
     domain: str = DEFAULT_DOMAIN
     batch: str = DEFAULT_BATCH
     stages: tuple[str, ...] = DEFAULT_STAGES
+    findings: tuple[tuple[str, float], ...] = ()

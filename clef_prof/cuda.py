@@ -30,6 +30,10 @@ _GRAPH = {"cudaGraphLaunch", "cuGraphLaunch"}
 _SYNC = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
          "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
 _SUFFIX = re.compile(r"(_v\d+)?(_pt(sz|ds))?$")
+# what a synchronizing call waits for: a whole device/context, or a stream or event; and memcpy
+# APIs without "Async", which return only when the copy is done
+DEVICE_SYNC, STREAM_SYNC, SYNC_COPY = 1, 2, 3
+_DEVICE_SYNC = {"cudaDeviceSynchronize", "cudaThreadSynchronize", "cuCtxSynchronize"}
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND (identical 2022.4 .. 2026.2; carried because
 # the ENUM tables can be empty)
@@ -49,6 +53,18 @@ def api_kind(name: str) -> int:
         return SET
     if base in _SYNC:
         return SYNC
+    return 0
+
+
+def sync_kind(name: str) -> int:
+    """DEVICE_SYNC, STREAM_SYNC (stream or event), SYNC_COPY (a memcpy API without Async), or 0."""
+    base = _SUFFIX.sub("", name)
+    if base in _DEVICE_SYNC:
+        return DEVICE_SYNC
+    if base in _SYNC:
+        return STREAM_SYNC
+    if base.startswith(("cudaMemcpy", "cuMemcpy")) and "Async" not in base:
+        return SYNC_COPY
     return 0
 
 
@@ -108,7 +124,8 @@ class Calls:
 
 
 class KindLookup:
-    """nameId -> API call kind (int8): a dense table over StringIds ids, or a sorted one."""
+    """nameId -> API call kind (int8): a dense table over StringIds ids, or a sorted one;
+    `kind_lut`'s also carries `.sync`, nameId -> `sync_kind`."""
 
     def __init__(self, kinds: dict[int, int]):
         self.keys = np.array(sorted(kinds), dtype=np.int64)
@@ -131,7 +148,9 @@ def kind_lut(cap: Export) -> tuple[KindLookup, list[int]]:
     """(nameId -> kind lookup; the StringIds ids of the calls of interest)."""
     kinds = {i: api_kind(v) for i, v in cap.strings.items()}
     wanted = sorted(i for i, kd in kinds.items() if kd)
-    return KindLookup({i: kinds[i] for i in wanted}), wanted
+    lut = KindLookup({i: kinds[i] for i in wanted})
+    lut.sync = KindLookup({i: k for i in wanted if (k := sync_kind(cap.strings[i]))})
+    return lut, wanted
 
 
 def _calls_sql(wanted: list[int], where: str = "") -> str:

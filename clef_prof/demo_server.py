@@ -1,6 +1,6 @@
 """`clef-prof demo-server`: a reference pooling server in the Clef style, annotated for clef-prof.
 
-    clef-prof demo-server --variant main|pr [--port 8000] [--device auto|cpu|cuda]
+    clef-prof demo-server --variant main|pr [--sync none|item|device] [--port 8000] [--device auto|cpu|cuda]
     python -m clef_prof.demo_server --variant pr        # the same, without the CLI's parser
 
 Endpoints:
@@ -24,7 +24,10 @@ On a GPU (torch with CUDA) it mirrors the workload of the captures in tests/data
 to the GPU from pageable memory, blocking (9 H2D copies and 9 syncs per request); **pr** packs
 the same data with NumPy into 3 pinned buffers copied with `non_blocking=True` (3 H2D copies).
 `head` launches 15 kernels and one CUDA graph (3 kernels) per request, and makes one DtoH
-`.cpu()` copy per batch. Without a GPU the same stages do the same bookkeeping in pure Python.
+`.cpu()` copy per batch. `--sync item` adds one `.item()` per request in `transfer` (a DtoH copy
+and a cudaStreamSynchronize), `--sync device` one `torch.cuda.synchronize()` per request there
+(cudaDeviceSynchronize): what the findings' sync rule looks for. Without a GPU the same stages
+do the same bookkeeping in pure Python, and `--sync` does nothing.
 
 Only the standard library is imported, plus torch and NumPy in the GPU path.
 """
@@ -54,6 +57,7 @@ META_BYTES = 8 * sum(META_SIZES)
 PACKS = ((0, 1, 2), (3, 4, 5), (6, 7, 8))
 HEAD_KERNELS = 15         # kernel launches per request in head, plus one graph launch
 GRAPH_KERNELS = 3
+SYNC_MODES = ("none", "item", "device")   # --sync: a synchronizing call per request in transfer
 WINDOW_DOMAIN = "clef-prof"
 WINDOW_RANGE = "window"   # record --window nvtx: --nvtx-capture=window@clef-prof
 
@@ -133,8 +137,8 @@ class CpuPooler:
 
     device = "cpu"
 
-    def __init__(self, variant: str):
-        self.variant = variant
+    def __init__(self, variant: str, sync: str = "none"):
+        self.variant, self.sync = variant, sync        # no GPU to wait for: --sync does nothing here
 
     def transfer(self, metas: list[list[list[int]]]) -> list:
         out = []
@@ -177,10 +181,10 @@ class GpuPooler:
 
     device = "cuda"
 
-    def __init__(self, variant: str):
+    def __init__(self, variant: str, sync: str = "none"):
         import numpy as np
         import torch
-        self.np, self.torch, self.variant = np, torch, variant
+        self.np, self.torch, self.variant, self.sync = np, torch, variant, sync
         self.dev = torch.device("cuda")
         torch.cuda.init()
         width = META_SIZES[0]
@@ -229,6 +233,11 @@ class GpuPooler:
                     pinned = t.from_numpy(a).pin_memory()
                     dev.append(pinned.to(self.dev, non_blocking=True))          # 3 H2D copies
                 out.append(dev)
+        for bufs in out:
+            if self.sync == "item":
+                bufs[-1][-1].item()                        # 1 DtoH copy + cudaStreamSynchronize per request
+            elif self.sync == "device":
+                t.cuda.synchronize()                       # 1 cudaDeviceSynchronize per request
         return out
 
     def head(self, dev: list) -> list[float]:
@@ -254,9 +263,11 @@ class GpuPooler:
         self.torch.cuda.cudart().cudaProfilerStop()
 
 
-def make_pooler(variant: str, device: str = "auto"):
+def make_pooler(variant: str, device: str = "auto", sync: str = "none"):
+    if sync not in SYNC_MODES:
+        raise ClefError(f"demo-server: --sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
     if device == "cpu":
-        return CpuPooler(variant)
+        return CpuPooler(variant, sync)
     try:
         import torch
         ok = torch.cuda.is_available()
@@ -266,8 +277,8 @@ def make_pooler(variant: str, device: str = "auto"):
         if device == "cuda":
             raise ClefError("demo-server: --device cuda, but " + ("torch is not installed" if torch is None else
                                                                    "torch sees no CUDA device"))
-        return CpuPooler(variant)
-    return GpuPooler(variant)
+        return CpuPooler(variant, sync)
+    return GpuPooler(variant, sync)
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,7 +316,7 @@ class DemoServer:
     def __init__(self, variant: str = "pr", host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
                  max_batch: int = MAX_BATCH, profile_endpoints: bool = True, die_in_window_s: float | None = None,
                  never_healthy: bool = False, quiet: bool = False, delay_ms: float = 0.0, score_offset: float = 0.0,
-                 die_after_requests: int | None = None):
+                 die_after_requests: int | None = None, sync: str = "none"):
         if variant not in ("main", "pr"):
             raise ClefError(f"demo-server: --variant must be main or pr, not {variant!r}")
         self.variant, self.host, self.port = variant, host, port
@@ -320,7 +331,7 @@ class DemoServer:
         self.q: queue.Queue[Pending] = queue.Queue()
         self.ready = False
         self.stopping = threading.Event()
-        self.pooler = make_pooler(variant, device)
+        self.pooler = make_pooler(variant, device, sync)
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
@@ -516,7 +527,7 @@ class DemoServer:
     def version_info(self) -> dict:
         from . import __version__
         info = {"server": "clef-prof demo-server", "version": __version__, "variant": self.variant,
-                "device": self.pooler.device, "python": sys.version.split()[0], "max_batch": self.max_batch}
+                "sync": self.pooler.sync, "device": self.pooler.device, "python": sys.version.split()[0], "max_batch": self.max_batch}
         if self.pooler.device == "cuda":
             t = self.pooler.torch
             info.update(torch=t.__version__, cuda=t.version.cuda, gpu=t.cuda.get_device_name(0))
@@ -534,7 +545,7 @@ class DemoServer:
             self.warm_up()
             self.ready = True
             if not self.quiet:
-                print(f"demo-server: variant {self.variant} on {self.pooler.device}, "
+                print(f"demo-server: variant {self.variant}, sync {self.pooler.sync}, on {self.pooler.device}, "
                       f"listening on http://{self.host}:{self.port}", file=sys.stderr, flush=True)
             self.batcher()
         finally:
@@ -555,6 +566,9 @@ class DemoServer:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", choices=["main", "pr"], default="pr",
                    help="main: 9 pageable blocking H2D copies per request; pr: 3 packed pinned async copies")
+    p.add_argument("--sync", choices=SYNC_MODES, default="none",
+                   help="item: one .item() per request in transfer (DtoH copy + stream sync); device: one "
+                        "torch.cuda.synchronize() per request there; none (default). A no-op on the CPU path")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -595,7 +609,7 @@ def cmd_demo_server(args) -> int:
     server = DemoServer(args.variant, args.host, args.port, args.device, args.max_batch,
                         profile_endpoints=not args.no_profile_endpoints, die_in_window_s=args.die_in_window,
                         never_healthy=args.never_healthy, quiet=args.quiet, delay_ms=args.delay_ms,
-                        score_offset=args.score_offset, die_after_requests=args.die_after_requests)
+                        score_offset=args.score_offset, die_after_requests=args.die_after_requests, sync=args.sync)
     return server.serve()
 
 

@@ -33,6 +33,9 @@ tr.total td{font-weight:600;background:#fafafa}
 figure{margin:8px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e4e4}
 figcaption{color:#555;font-size:12px;margin-top:4px}
 footer{color:#777;font-size:12px;margin:32px 0 8px}
+.side{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.side>figure{flex:1 1 1000px;min-width:0}
+.findings{flex:1 1 320px;font-size:13px}.findings li{margin:0 0 8px}
+.sev-high{color:#b00020}.sev-medium{color:#a05a00}.sev-low{color:#555}.sev-info{color:#777}
 """
 
 
@@ -60,6 +63,16 @@ def _img(fig, alt: str, caption: str, dpi: int = 100) -> str:
 
     return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{png_base64(fig, dpi)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _findings(r: dict) -> str:
+    """The findings as a list, for beside the timeline."""
+    found = r.get("findings", [])
+    items = "".join(f'<li><b class="sev-{_e(f["severity"])}">{_e(f["severity"])}</b> · <code>{_e(f["stage"])}</code> · '
+                    f'<code>{_e(f["id"])}</code>: {_e(f["summary"])}<br><i>fix:</i> {_e(f["advice"])}<br>'
+                    f'<i>expected:</i> {_e(f["expected"])}</li>' for f in found)
+    return (f'<div class="findings"><b>Findings ({len(found)})</b>'
+            f'{"<ul>" + items + "</ul>" if found else "<p>no rule fired</p>"}</div>')
 
 
 def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
@@ -137,11 +150,15 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
                 if tl.zoom:
                     cap_text += (f"Below: batch #{tl.zoom['batch']} (n={tl.zoom['size']}), stage "
                                  f"{tl.zoom['stage']}, every H2D copy numbered.")
-            parts.append("<h2>Timeline</h2>" + _img(tl.figure, "timeline of consecutive batches", cap_text))
+            parts.append("<h2>Timeline and findings</h2><div class=\"side\">"
+                         + _img(tl.figure, "timeline of consecutive batches", cap_text) + _findings(r) + "</div>")
         fig = plots.stage_durations(cap)
         parts.append("<h2>Host time per stage, distribution</h2>" + _img(
             fig, "per-stage host time per batch", "one point per batch (each stage's instances in a batch summed); "
             "boxes: quartiles and median; log scale"))
+
+    if not any(p.startswith("<h2>Timeline and findings") for p in parts):
+        parts.append("<h2>Findings</h2>" + _findings(r))
 
     # threads and batches
     th = cap.threads

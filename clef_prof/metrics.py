@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .cuda import COPY, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC
+from .cuda import COPY, DEVICE_SYNC, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC, SYNC_COPY
 
 NS_PER_MS = 1e6
 
@@ -32,6 +32,7 @@ COPY_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned",
              "d2h_copies", "d2h_bytes", "d2h_pageable", "d2h_pinned")
 CALL_KEYS = {COPY: "memcpy_calls", LAUNCH: "kernel_launches", GRAPH: "graph_launches", SET: "memset_calls",
              SYNC: "sync_calls"}
+SYNC_KEYS = {DEVICE_SYNC: "device_syncs", SYNC_COPY: "sync_memcpy_calls"}
 BATCH_KEYS = ("kernel_launches", "graph_launches", "h2d_copies", "h2d_bytes", "d2h_copies", "d2h_bytes")
 
 
@@ -40,8 +41,8 @@ class CudaTally:
 
     def __init__(self, n_slots: int, n_batches: int):
         self.n_slots, self.n_batches = n_slots, n_batches
-        self.slot = {k: np.zeros(n_slots, np.int64) for k in (*COPY_KEYS, *CALL_KEYS.values(), "gpu_kernels",
-                                                              "graph_kernels", "graph_executions")}
+        self.slot = {k: np.zeros(n_slots, np.int64) for k in (*COPY_KEYS, *CALL_KEYS.values(), *SYNC_KEYS.values(),
+                                                              "gpu_kernels", "graph_kernels", "graph_executions")}
         self.batch = {k: np.zeros(n_batches, np.int64) for k in BATCH_KEYS}
 
     @staticmethod
@@ -61,6 +62,11 @@ class CudaTally:
             inb = batch >= 0
             for kd, key in ((LAUNCH, "kernel_launches"), (GRAPH, "graph_launches")):
                 self.batch[key] += self._cnt(batch[inb & (kind == kd)], self.n_batches)
+
+    def add_syncs(self, sync: np.ndarray, slot: np.ndarray) -> None:
+        """Device syncs and synchronous memcpy calls per slot (`cuda.sync_kind` of each call)."""
+        for kd, key in SYNC_KEYS.items():
+            self.slot[key] += self._cnt(slot[sync == kd], self.n_slots)
 
     def add_copies(self, slot, batch, copy_kind, src, dst, n, nbytes) -> None:
         ns = self.n_slots
@@ -91,7 +97,7 @@ class CudaTally:
     def counts(self) -> dict[str, np.ndarray]:
         keys = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes", "d2h_pageable",
                 "d2h_pinned", "memcpy_calls", "kernel_launches", "graph_launches", "memset_calls", "sync_calls",
-                "gpu_kernels", "graph_kernels", "graph_executions")
+                "device_syncs", "sync_memcpy_calls", "gpu_kernels", "graph_kernels", "graph_executions")
         return {k: self.slot[k] for k in keys}
 
 

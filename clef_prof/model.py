@@ -582,7 +582,7 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
             stages = tuple(s.strip() for s in stages.split(",") if s.strip())
         config = StageConfig(domain=config.domain if domain is None else domain,
                              batch=config.batch if batch is None else batch,
-                             stages=config.stages if stages is None else tuple(stages))
+                             stages=config.stages if stages is None else tuple(stages), findings=config.findings)
     key = _key(path, config, requests)
     if cache and key is not None:
         with _LOCK:

@@ -20,6 +20,9 @@ HOST_COLUMNS = [
     ("host_ms_mean", "mean ms /batch", "ms"),
     ("host_ms_p50", "p50 ms /batch", "ms"),
     ("host_ms_p99", "p99 ms /batch", "ms"),
+    ("share_of_batch_pct_mean", "% of batch span mean", "pct"),
+    ("share_of_batch_pct_p50", "% p50", "pct"),
+    ("share_of_batch_pct_p99", "% p99", "pct"),
     ("outside_batch_instances", "outside batch", "int"),
 ]
 CUDA_COLUMNS = [
@@ -33,9 +36,10 @@ CUDA_COLUMNS = [
 ]
 COLUMNS = HOST_COLUMNS + CUDA_COLUMNS
 CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean", "host_ms_p50", "host_ms_p99",
+            "share_of_batch_pct_mean", "share_of_batch_pct_p50", "share_of_batch_pct_p99",
             "h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
             "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
-            "memcpy_calls", "memset_calls", "sync_calls", "h2d_copies_per_request", "h2d_bytes_per_request",
+            "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls", "h2d_copies_per_request", "h2d_bytes_per_request",
             "d2h_copies_per_request", "kernel_launches_per_request", "graph_launches_per_request",
             "outside_batch_instances", "outside_batch_host_ms_per_request"]
 
@@ -157,6 +161,11 @@ def render_terminal(result: dict, console: Console | None = None) -> None:
             b = _with_pct(block)
             table.add_row(Text(name), *(fmt(b.get(k), kind) for k, _, kind in cols))
         console.print(table)
+    from .findings import lines as finding_lines
+    if "findings" in result:
+        console.print(f"[bold]Findings[/bold] ({len(result['findings'])})", highlight=False)
+    for line in finding_lines(result):
+        console.print(line, highlight=False, markup=False)
     for w in result["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
 
@@ -171,6 +180,8 @@ def render_markdown(result: dict) -> str:
     for name, block in _rows(result):
         b = _with_pct(block)
         out.append(f"| {md(name)} | " + " | ".join(fmt(b.get(k), kind) for k, _, kind in cols) + " |")
+    from .findings import markdown as findings_markdown
+    out += findings_markdown(result)
     if result["warnings"]:
         out.append("")
         out += [f"> **warning:** {md(w)}" for w in result["warnings"]]

@@ -46,7 +46,7 @@ _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _ARG_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
-TOP_KEYS = ("domain", "batch", "stages", "description")
+TOP_KEYS = ("domain", "batch", "stages", "description", "findings")
 BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
 
 
@@ -106,6 +106,7 @@ class Spec:
     batches: tuple[BatchTarget, ...] = ()
     stages: dict[str, tuple[Target, ...]] = field(default_factory=dict)
     description: str | None = None
+    findings: tuple[tuple[str, float], ...] = ()     # [findings] threshold overrides
 
     @property
     def batch_target(self) -> Target | None:
@@ -122,7 +123,7 @@ class Spec:
 
     @property
     def config(self) -> StageConfig:
-        return StageConfig(domain=self.domain, batch=self.batch_name, stages=tuple(self.stages))
+        return StageConfig(domain=self.domain, batch=self.batch_name, stages=tuple(self.stages), findings=self.findings)
 
     def bindings(self) -> list[Binding]:
         """Every target to wrap: the batch targets first, then the stages in spec order."""
@@ -150,6 +151,8 @@ class Spec:
             tables.append(t)
         d["batch"] = tables[0] if len(tables) == 1 else tables
         d["stages"] = {k: (str(v[0]) if len(v) == 1 else [str(t) for t in v]) for k, v in self.stages.items()}
+        if self.findings:
+            d["findings"] = dict(self.findings)
         return d
 
 
@@ -225,7 +228,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
         raise SpecError(f"{path}: a stage spec is a table")
     extra = set(data) - set(TOP_KEYS)
     if extra:
-        raise SpecError(f"{path}: unknown keys {', '.join(sorted(extra))} (expected domain, batch, stages)")
+        raise SpecError(f"{path}: unknown keys {', '.join(sorted(extra))} (expected domain, batch, stages, findings)")
     domain = data.get("domain", DEFAULT_DOMAIN)
     if not isinstance(domain, str):
         raise SpecError(f"{path}: domain must be a string")
@@ -269,4 +272,19 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
             ts.append(t)
         stages[name] = tuple(ts)
     return Spec(path=path, domain=domain, batch_name=batch_name, batches=tuple(batches), stages=stages,
-                description=description)
+                description=description, findings=_findings(data.get("findings", {}), path))
+
+
+def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:
+    """The [findings] table: threshold overrides, checked against the rules' thresholds."""
+    from .findings import ThresholdError, thresholds
+
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: [findings] must be a table of thresholds (e.g. overlap_max_pct = 30)")
+    if any(isinstance(v, bool) for v in raw.values()):
+        raise SpecError(f"{path}: [findings]: thresholds are numbers, not true/false")
+    try:
+        th = thresholds(raw)
+    except ThresholdError as exc:
+        raise SpecError(f"{path}: [findings]: {exc}") from None
+    return tuple((k, th[k]) for k in raw)

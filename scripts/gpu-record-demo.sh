@@ -21,7 +21,8 @@
 #      PYTHON (default python3), IMPORTER_LIBS (default .device/libs when it exists: Debian
 #      bookworm libdw1/libelf1 0.188, libdw.so.1 and libelf.so.1, carried to the machine), AB (rounds of `clef-prof ab`, default 0 = none),
 #      CHECK_GPU (default 1; 0 skips the torch/CUDA check, e.g. to try the script with WINDOW=nsys
-#      on a CPU machine).
+#      on a CPU machine), SYNC (item or device: also record OUT_DIR/pr-sync-SYNC, variant pr with
+#      `--sync SYNC`, one synchronizing call per request in transfer, for the sync finding).
 #
 # Needs: Python 3 with torch (CUDA) and numpy; nothing else (record, the load generator and the
 # demo server are standard library; pandas is only needed to analyze, which can run elsewhere).
@@ -33,7 +34,7 @@ NSYS_IN=$1 OUT=$2
 shift 2
 PY=${PYTHON:-python3}
 WARMUP=${WARMUP:-15} DURATION=${DURATION:-3} PORT=${PORT:-8765} CONCURRENCY=${CONCURRENCY:-16}
-WINDOW=${WINDOW:-profiler-api} AB=${AB:-0} CHECK_GPU=${CHECK_GPU:-1}
+WINDOW=${WINDOW:-profiler-api} AB=${AB:-0} CHECK_GPU=${CHECK_GPU:-1} SYNC=${SYNC:-}
 
 die() { echo "gpu-record-demo: $*" >&2; exit 1; }
 
@@ -88,6 +89,12 @@ for variant in main pr; do
   "$PY" "${RECORD[@]}" --out "$OUT/$variant" "${common[@]}" \
       -- "$PY" $DEMO --variant "$variant" --port "$PORT" || rc=1
 done
+if [ -n "$SYNC" ]; then
+  echo "== pr --sync $SYNC -> $OUT/pr-sync-$SYNC"
+  # shellcheck disable=SC2086
+  "$PY" "${RECORD[@]}" --out "$OUT/pr-sync-$SYNC" "${common[@]}" \
+      -- "$PY" $DEMO --variant pr --sync "$SYNC" --port "$PORT" || rc=1
+fi
 if [ "$AB" -gt 0 ]; then
   echo "== ab, $AB rounds -> $OUT/ab"
   "$PY" "${AB_CMD[@]}" --rounds "$AB" --order ABBA --out "$OUT/ab" "${common[@]}" \

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from clef_prof import ab, demo_server as ds, loadgen, manifest as mf, nsys as nsys_mod, procs
+from clef_prof.errors import ClefError
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -104,6 +105,15 @@ def test_cpu_transfer_copies_per_request(variant, copies):
     assert all(sum(len(b) for b in bufs) == 3424 for bufs in dev)
     scores = pooler.head(dev)
     assert len(scores) == 5 and all(0 <= s < 1 for s in scores)
+
+
+@pytest.mark.parametrize("sync", ds.SYNC_MODES)
+def test_cpu_path_runs_with_every_sync_mode(sync):
+    pooler = ds.make_pooler("pr", "cpu", sync)          # no GPU to wait for: --sync is a no-op here
+    metas = [ds.index_request(ds.parse_request(b)) for b in loadgen.make_bodies(200, 1, n=3)]
+    assert pooler.sync == sync and len(pooler.head(pooler.transfer(metas))) == 3
+    with pytest.raises(ClefError):
+        ds.make_pooler("pr", "cpu", "always")
 
 
 def test_parse_rejects_bad_requests():
