@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .cli import _emit, add_threshold_option, finding_thresholds
 from .arm import CompareError, collect
-from .report import md
+from .markup import md
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _GATE = re.compile(r"^\s*(?P<metric>[^\s<>=]+)\s*(?P<op>>=|<=|>|<)\s*"

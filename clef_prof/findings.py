@@ -420,7 +420,9 @@ def evaluate(result: dict, th: dict | None = None) -> list[dict]:
     most severe first, then in rule and stage order."""
     th = th or thresholds()
     out = []
-    for rule in RULES:
+    # with no request count (every batch n=0, or no batch) only the capture's own rules can judge
+    rules = RULES if result.get("requests") else [r for r in RULES if r.scope == "capture"]
+    for rule in rules:
         for scope in _scopes(rule, result):
             ev = rule.evidence(result, scope, th)
             sev = None if ev is None else rule.severity(ev, th)
@@ -451,7 +453,7 @@ def markdown(result: dict) -> list[str]:
     out = ["", "#### Findings", ""]
     if not found:
         return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
-    from .report import md
+    from .markup import md
 
     for f in found:
         out.append(f"- **{f['severity']}** · {md(f['stage'], code=True)} · `{f['id']}`: {md(f['summary'])}  \n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import sys
 
+from .markup import md
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -42,21 +42,6 @@ CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean",
             "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls", "h2d_copies_per_request", "h2d_bytes_per_request",
             "d2h_copies_per_request", "kernel_launches_per_request", "graph_launches_per_request",
             "outside_batch_instances", "outside_batch_host_ms_per_request"]
-
-
-_MD_CODE_BREAKERS = re.compile(r"[`|\\]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]#|~!])")
-
-
-def md(text, code: bool = False) -> str:
-    """Untrusted text (names, paths, messages) as one safe Markdown line or table cell: whitespace
-    and control characters become spaces, HTML is escaped, Markdown syntax and `|` are
-    backslash-escaped; with `code`, text that cannot break out of one is shown as a code span."""
-    s = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
-    if code and not _MD_CODE_BREAKERS.search(s):
-        return f"`{s}`" if s else ""
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", s)
 
 
 def fmt(value, kind: str) -> str:

@@ -205,12 +205,15 @@ def test_folder_without_manifest(tmp_path, capsys):
 # several captures: warnings name their capture
 
 def test_warnings_on_stderr_name_their_capture(capsys):
-    assert main(["analyze", str(SLICE_MAIN), str(SLICE_PR), "-f", "csv", "--jobs", "1"]) == 0
+    cpu = SLICE_MAIN.parent / "cpu23-inline.sqlite"
+    assert main(["analyze", str(SLICE_MAIN), str(cpu), "-f", "csv", "--jobs", "1"]) == 0
     out, err = capsys.readouterr()
     lines = err.splitlines()
-    assert lines and all(ln.startswith((f"warning: {SLICE_MAIN}: ", f"warning: {SLICE_PR}: ")) for ln in lines)
-    assert f"warning: {SLICE_PR}: 1 ranges cut at the capture edges were excluded (encode: 1)" in lines
-    assert {row.split(",")[0] for row in out.splitlines()[1:]} == {str(SLICE_MAIN), str(SLICE_PR)}
+    assert lines and all(ln.startswith((f"warning: {SLICE_MAIN}: ", f"warning: {cpu}: ")) for ln in lines)
+    assert any(ln.startswith(f"warning: {SLICE_MAIN}: nsys 2023.4.4.54 ships CUPTI 12.4") for ln in lines)
+    assert f"warning: {cpu}: CUDA was not traced (record with -t cuda,nvtx): H2D, kernel and overlap figures " \
+           "are not shown" in lines
+    assert {row.split(",")[0] for row in out.splitlines()[1:]} == {str(SLICE_MAIN), str(cpu)}
 
 
 # ---------------------------------------------------------------------------------------------

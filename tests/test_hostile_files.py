@@ -258,7 +258,8 @@ def test_markdown_escapes_names_and_paths(hostile_names):
         md = p.stdout
         assert "<img" not in md and "<b>" not in md and not re.search(r"(?<!\\)\]\(javascript", md)
         lines = md.splitlines()
-        assert not [x for x in lines if x.lstrip().startswith("#") and not x.startswith("### clef-prof compare")]
+        assert not [x for x in lines if x.lstrip().startswith("#")
+                    and x not in ("#### Findings",) and not x.startswith("### clef-prof compare")]
         table: list[int] = []
         for line in lines + [""]:
             if line.startswith("|"):
@@ -289,4 +290,5 @@ def test_a_slice_is_its_own_session(capture, tmp_path):
     assert run_cli("slice", capture(MAIN), out, "--from", "0.4", "--to", "0.7").returncode == 0
     r = json.loads(run_cli("analyze", out, "-f", "json").stdout)
     assert r["capture"]["duration_s"] == pytest.approx(0.3)
-    assert (r["requests"], r["batches"], r["warnings"]) == (256, 48, [])
+    assert (r["requests"], r["batches"]) == (256, 48)
+    assert [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == []

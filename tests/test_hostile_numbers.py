@@ -115,10 +115,12 @@ def test_nonpositive_requests_refused(n):
     one_line(run_cli("analyze", TRACES / f"{MAIN}.sqlite", "--requests", n), 1, "--requests must be a positive")
 
 
-@pytest.mark.parametrize("t0,t1", [("nan", "0.5"), ("0", "inf"), ("0.5", "0.4"), ("0", "1e30")])
-def test_slice_window_must_be_finite(tmp_path, t0, t1):
+@pytest.mark.parametrize("t0,t1,says", [("nan", "0.5", "--from nan: expected a number of seconds"),
+                                        ("0", "inf", "--to inf: expected a number of seconds"),
+                                        ("0.5", "0.4", "--to must be after --from")])
+def test_slice_window_must_be_finite(tmp_path, t0, t1, says):
     out = tmp_path / "out.sqlite"
-    one_line(run_cli("slice", TRACES / f"{MAIN}.sqlite", out, "--from", t0, "--to", t1), 1, "window must be finite")
+    one_line(run_cli("slice", TRACES / f"{MAIN}.sqlite", out, "--from", t0, "--to", t1), 1, says)
     assert not out.exists()
 
 
@@ -128,7 +130,7 @@ def test_unreadable_path(tmp_path):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
     try:
-        one_line(run_cli("analyze", path), 1, "cannot be read")
+        one_line(run_cli("analyze", path), 1, "not a regular file")
     finally:
         s.close()
 
@@ -171,7 +173,9 @@ def clean():
 
 
 def test_clean_slices_raise_no_warning(clean):
-    assert clean[MAIN]["warnings"] == []
+    # the one warning of the 2023.4 capture: its nsys's CUPTI 12.4 is older than the CUDA 13.0 driver
+    assert [w for w in clean[MAIN]["warnings"] if "ships CUPTI 12.4" not in w] == []
+    assert len(clean[MAIN]["warnings"]) == 1
     assert [w for w in clean[PR25]["warnings"] if "cut at the capture edges" not in w] == []
 
 

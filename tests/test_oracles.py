@@ -259,7 +259,7 @@ def test_ties_at_range_boundaries(tmp_path):
     con.close()
     assert ties == 48 and at_edge >= 4 * 48
     r = analyze(str(f)).result
-    assert r["batches"] == 48 and r["warnings"] == []
+    assert r["batches"] == 48 and [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == []
     assert all(r["stages"][s]["instances"] == 48 for s in STAGES)
     assert r["stages"]["transfer"]["h2d_copies"] == h2d == 9 * 256
     assert r["stages"]["head"]["kernel_launches"] == 15 * 256

@@ -102,14 +102,21 @@ def test_window_auto_probes_the_server(monkeypatch, tmp_path, routes, window):
         srv.server_close()
 
 
-def _manifest(steps):
+def _manifest(steps, inside=30, overlapping=40):
     return {"status": "ok", "load": {"concurrency": 4},
             "window": {"mode": "profiler-api", "max_iterations": steps},
-            "client": {"window": {"completions": 400}, "window_outer": {"completions": 410}}}
+            "client": {"window": {"completions": 400}, "window_outer": {"completions": 410},
+                       "capture": {"requests_inside": inside, "requests_overlapping": overlapping, "recorded_s": 0.05}}}
 
 
 def test_completions_check_understands_max_iterations():
+    """A window that max_iterations ended early is judged on the span the export recorded (record
+    bounds the client's requests by it), not on the wall-clock window up to /stop_profile, whose
+    400 completions would be a false alarm."""
     result = {"requests": 32, "requests_source": "message n=K"}
     assert check_manifest(result, _manifest(8)) == []
-    assert any("the client completed 400" in w for w in check_manifest(result, _manifest(None)))
-    assert any("max_iterations=8" in w for w in check_manifest({**result, "requests": 900}, _manifest(8)))
+    assert check_manifest(result, _manifest(None)) == []
+    lost = check_manifest({**result, "requests": 12}, _manifest(8))
+    assert len(lost) == 1 and "batch ranges were lost" in lost[0]
+    extra = check_manifest({**result, "requests": 900}, _manifest(8))
+    assert len(extra) == 1 and "requests this client did not send" in extra[0]

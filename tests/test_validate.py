@@ -71,14 +71,18 @@ def _with_manifest(capture, tmp_path, **manifest):
 def test_manifest_agrees_with_client_completions(capture, truth, tmp_path):
     """The capture's own client view (its truth file): 1515 completions between the acks, 1520 requests."""
     done = truth("gpu-q1c16-main")["client"]["completed_strictly_between_start_and_stop_acks"]
-    r = _with_manifest(capture, tmp_path, client={"window": {"completions": done}},
+    # 1515 answered inside the span, at most 16 more (the concurrency) in flight at its edges
+    r = _with_manifest(capture, tmp_path, client={"window": {"completions": done},
+                                                  "capture": {"requests_inside": done, "requests_overlapping": done + 16}},
                        server_counts={"requests": 1520}, window={"mode": "profiler-api"})
     assert r["manifest"].endswith("manifest.json")
     assert r["warnings"] == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
 
 
 def test_manifest_disagreement_and_dead_server_warn(capture, tmp_path):
-    r = _with_manifest(capture, tmp_path, client={"window": {"completions": 1200}})
-    assert any("client completed 1200" in w for w in r["warnings"])
+    # the client's bounds for the recorded span say at least 1600 requests: 1520 means lost batches
+    r = _with_manifest(capture, tmp_path, client={"capture": {"requests_inside": 1600, "requests_overlapping": 1616,
+                                                              "recorded_s": 1.49}})
+    assert any("batch ranges count 1520 requests" in w and "were lost" in w for w in r["warnings"])
     r = _with_manifest(capture, tmp_path, status="server died")
     assert any("'server died'" in w for w in r["warnings"])
