@@ -71,6 +71,20 @@ def _term_as_interrupt():
 
 
 @contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered on exit) in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
 def atomic_output(path, inputs=()):
     """Yield a temporary path in the output's folder; on success it is renamed to `path`, on any
     failure or interruption (Ctrl-C, SIGTERM) it is removed and nothing appears at `path`."""
@@ -78,19 +92,24 @@ def atomic_output(path, inputs=()):
     check_output(path, inputs)
     real = os.path.realpath(path)
     with _term_as_interrupt():
+        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp",
-                                       dir=os.path.dirname(real) or ".")
-        except OSError as exc:
-            raise ClefError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        os.close(fd)
-        try:
+            # Ctrl-C or SIGTERM between the file's creation and `tmp` being set would leave it behind:
+            # they wait until it is set, and are raised in the `try` that removes it
+            with _signals_held():
+                try:
+                    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp",
+                                               dir=os.path.dirname(real) or ".")
+                except OSError as exc:
+                    raise ClefError(f"{path}: cannot write ({exc.strerror or exc})") from None
+                os.close(fd)
             yield tmp
             os.chmod(tmp, 0o644)
             os.replace(tmp, real)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
             raise
 
 
