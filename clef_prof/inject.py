@@ -41,6 +41,7 @@ import re
 import shlex
 import sys
 import threading
+import types
 
 from .errors import ClefError, SpecError
 
@@ -84,6 +85,8 @@ def _say(text: str) -> None:
 # resolving and wrapping one target
 
 _MISSING = object()
+_C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                types.ClassMethodDescriptorType, types.MethodWrapperType)
 
 
 def _unwrap_kind(raw, owner_is_class: bool):
@@ -98,6 +101,9 @@ def _unwrap_kind(raw, owner_is_class: bool):
         raise ValueError("is a property, not a callable")
     if not callable(raw):
         raise ValueError(f"is not callable (a {type(raw).__name__})")
+    if isinstance(raw, _C_CALLABLES):
+        raise ValueError(f"is implemented in C (a {type(raw).__name__}): C code and names bound before "
+                         f"never call a wrapper; name the Python function that calls it")
     if owner_is_class and hasattr(raw, "__get__") and not inspect.isbuiltin(raw) and not isinstance(raw, type):
         raise ValueError(f"is a {type(raw).__name__} descriptor; inject wraps functions, methods, "
                          f"classmethods, staticmethods and coroutines")
@@ -278,6 +284,7 @@ _lock = threading.RLock()
 _hooks: dict[str, list] = {}          # module name -> callbacks(module), run after it is imported
 _busy = threading.local()
 _installed: dict[str, object] = {}     # spec path -> Spec, specs installed in this process
+_states: dict[str, "_State"] = {}      # spec path -> its _State
 _finder = None
 
 
@@ -296,6 +303,17 @@ class _HookLoader:
     def create_module(self, spec):
         create = getattr(self._clef_loader, "create_module", None)
         return create(spec) if create is not None else None
+
+    def get_code(self, fullname):
+        """The module's code; for a main module with targets (`runpy` runs `-m` and workers
+        through this), compiled to wrap them as their definitions run."""
+        loader = self._clef_loader
+        get_filename = getattr(loader, "get_filename", None)
+        entries = _main_bindings(fullname, get_filename(fullname) if get_filename else None)
+        get_source = getattr(loader, "get_source", None)
+        source = get_source(fullname) if entries and get_source else None
+        code = main_code(source, get_filename(fullname), entries) if source is not None else None
+        return code if code is not None else loader.get_code(fullname)
 
     def exec_module(self, module):
         loader = self._clef_loader
@@ -394,8 +412,42 @@ def _report(on_error: str, err: SpecError) -> None:
     os._exit(EXIT_UNRESOLVED)
 
 
+class _State:
+    """One installed spec in this process: how to report, and why each target is not wrapped
+    yet (None once wrapped; left out once a line about it was printed)."""
+
+    def __init__(self, spec, on_error: str, verbose: bool):
+        self.spec, self.on_error, self.verbose = spec, on_error, verbose
+        self.pending = {b.where: (f"{b.target.path} was never run" if b.target.path else
+                                  f"module {b.target.module} was never imported") for b in spec.bindings()}
+
+    def report(self, b, err: SpecError) -> None:
+        self.pending.pop(b.where, None)
+        _report(self.on_error, err)
+
+    def wrap(self, b, module) -> None:
+        """Wrap binding `b` in `module` (a module, or a main module's namespace)."""
+        try:
+            p = prepare(b, self.spec, module)
+        except TargetError as exc:
+            self.report(b, exc)
+            return
+        if p is not None:
+            try:
+                p.apply()
+            except (AttributeError, TypeError) as exc:
+                self.report(b, TargetError(self.spec.path, b.where, str(b.target), f"cannot be replaced: {exc}"))
+                return
+            if self.verbose:
+                _say(f"clef-prof inject[{os.getpid()}]: {b.where} {b.target} ({p.kind}) -> {b.role} range "
+                     f"{b.name!r} in domain {self.spec.domain!r}")
+        if b.where in self.pending:
+            self.pending[b.where] = None
+
+
 def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
-    """Wrap `spec`'s targets in this process, now or when their modules are imported.
+    """Wrap `spec`'s targets in this process, now or when their modules are imported, or (in
+    the main module) as their definitions run.
 
     on_error: "raise" (TargetError from the import that found the problem), "warn" (one
     stderr line, target skipped) or "exit" (one stderr line, then exit code 1). Installing
@@ -410,29 +462,16 @@ def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
         if key in _installed:
             return
         _installed[key] = spec
-    pid = os.getpid()
+        state = _states[key] = _State(spec, on_error, verbose)
     by_module: dict[str, list] = {}
     for b in spec.bindings():
-        by_module.setdefault(b.target.module, []).append(b)
+        if b.target.path is None:
+            by_module.setdefault(b.target.module, []).append(b)
 
     def wrap_all(bindings):
         def hook(module):
             for b in bindings:
-                try:
-                    p = prepare(b, spec, module)
-                except TargetError as exc:
-                    _report(on_error, exc)
-                    continue
-                if p is None:
-                    continue
-                try:
-                    p.apply()
-                except (AttributeError, TypeError) as exc:
-                    _report(on_error, TargetError(spec.path, b.where, str(b.target), f"cannot be replaced: {exc}"))
-                    continue
-                if verbose:
-                    _say(f"clef-prof inject[{pid}]: {b.where} {b.target} ({p.kind}) -> {b.role} range "
-                         f"{b.name!r} in domain {spec.domain!r}")
+                state.wrap(b, module)
         return hook
 
     # a module missing from a package that *was* imported is a definite error: check each
@@ -443,12 +482,12 @@ def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
         for i in range(1, len(parts)):
             checks.setdefault((".".join(parts[:i]), ".".join(parts[:i + 1])), []).extend(bindings)
     for (parent, child), bindings in checks.items():
-        when_imported(parent, _child_check(child, bindings, spec, on_error))
+        when_imported(parent, _child_check(child, bindings, state))
     for mod, bindings in by_module.items():
         when_imported(mod, wrap_all(bindings))
 
 
-def _child_check(child: str, bindings, spec, on_error):
+def _child_check(child: str, bindings, state):
     def hook(parent_module):
         if child in sys.modules:
             return
@@ -468,12 +507,220 @@ def _child_check(child: str, bindings, spec, on_error):
             problem = f"no module named {child!r}"
         b = bindings[0]
         more = f" (and {len(bindings) - 1} more target(s) in it)" if len(bindings) > 1 else ""
-        _report(on_error, TargetError(spec.path, b.where, str(b.target), problem + more))
+        for other in bindings[1:]:
+            state.pending.pop(other.where, None)
+        state.report(b, TargetError(state.spec.path, b.where, str(b.target), problem + more))
     return hook
 
 
+# --------------------------------------------------------------------------------------------
+# targets in the main module
+#
+# The main module (`python -m pkg.server`, `python path/server.py`, and its `__mp_main__` copy in
+# spawn and forkserver workers) is never imported under its name, and its code runs top to
+# bottom, `if __name__ == "__main__": main()` included, before any import hook could see the
+# finished module. So its source is compiled with one call to `_main_defined` after every
+# top-level statement (also inside top-level if/try/with/for/while blocks, never in a function
+# or class body): each target is wrapped as soon as its definition has run, before the code
+# below it (the main guard) can call it. Line numbers are kept. That code reaches the
+# interpreter through the one door each launch has:
+# - `-m NAME` (runpy), and workers of such a parent (`runpy.run_module(NAME, "__mp_main__")`):
+#   the post-import finder's loader answers `get_code(NAME)`;
+# - a script by path: the `cpython.run_file` audit event, raised just before the interpreter
+#   runs the file, runs it instead (into the real `__main__`, as the interpreter would) and
+#   ends with its exit status; installed only when a target names that script;
+# - workers of a script parent (`runpy.run_path(PATH, run_name="__mp_main__")`): run_path.
+# A target names the main module by module name (`-m`; for a script, when its path ends with
+# the module's path: `embedsrv.server` matches `.../embedsrv/server.py`) or by file path.
+
+ENV_MAIN = "CLEF_PROF_MAIN"            # the module a `-m` parent runs: its workers re-run it
+_main_runs: dict[int, list] = {}       # key in the compiled main code -> [(state, binding)]
+
+
+class _Namespace:
+    """A main module's globals as an object, for prepare() and setattr()."""
+
+    def __init__(self, g: dict):
+        self.__dict__ = g
+
+
+def _matches_main(target, name: str | None, filename: str | None) -> bool:
+    """Whether `target` names the main code run as module `name` from `filename`."""
+    if target.path is not None:
+        return filename is not None and os.path.realpath(filename) == os.path.realpath(target.path)
+    if name is not None:
+        return target.module == name
+    if filename is None:
+        return False
+    parts = target.module.split(".")
+    stem = os.path.splitext(os.path.realpath(filename))[0].split(os.sep)
+    return stem[-len(parts):] == parts
+
+
+def _main_bindings(name: str | None, filename: str | None) -> list:
+    with _lock:
+        states = list(_states.values())
+    return [(st, b) for st in states for b in st.spec.bindings() if _matches_main(b.target, name, filename)]
+
+
+def main_code(source, filename: str, entries: list):
+    """`source` compiled with a `_main_defined` call after each top-level statement, or None
+    when it does not compile (the interpreter then reports it as usual)."""
+    import ast
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError):
+        return None
+    with _lock:
+        key = len(_main_runs)
+        _main_runs[key] = entries
+    for st, b in entries:
+        if b.where in st.pending:
+            st.pending[b.where] = f"{filename} ran, but defined no {b.target.qualname} at its top level"
+    call = f"__import__('clef_prof.inject', None, None, ('_main_defined',))._main_defined({key}, globals())"
+
+    def hook(after):
+        node = ast.parse(call).body[0]
+        for n in ast.walk(node):
+            n.lineno = n.end_lineno = after.end_lineno
+            n.col_offset = n.end_col_offset = 0
+        return node
+
+    def fill(body, top=False):
+        out, i = [], 0
+        if top:   # the docstring and `from __future__` imports stay first
+            while i < len(body) and (isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__" or
+                                     i == 0 and isinstance(body[i], ast.Expr) and
+                                     isinstance(body[i].value, ast.Constant)):
+                out.append(body[i])
+                i += 1
+        for stmt in body[i:]:
+            for field in ("body", "orelse", "finalbody"):
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                        isinstance(getattr(stmt, field, None), list) and getattr(stmt, field):
+                    setattr(stmt, field, fill(getattr(stmt, field)))
+            for h in getattr(stmt, "handlers", ()):
+                h.body = fill(h.body)
+            out += [stmt, hook(stmt)]
+        return out
+
+    tree.body = fill(tree.body, top=True)
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def _main_defined(key: int, g: dict) -> None:
+    """Called by the main module's code after each top-level statement: wrap every target
+    whose first name is now defined."""
+    ns = None
+    for st, b in _main_runs.get(key, ()):
+        if b.target.qualname.split(".", 1)[0] in g and b.where in st.pending:
+            ns = ns or _Namespace(g)
+            st.wrap(b, ns)
+
+
+def _source(filename: str):
+    try:
+        import io
+        with io.open_code(filename) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+class _RunFile:
+    """Audit hook: at `cpython.run_file`, run the script with its targets wrapped, then end
+    the process with its exit status (SystemExit, which the interpreter honours there)."""
+
+    __cantrace__ = True          # debuggers and coverage keep working in the script
+
+    def __init__(self):
+        self.done = False
+
+    def __call__(self, event, args):
+        if self.done or event != "cpython.run_file":
+            return
+        self.done = True
+        filename = os.path.abspath(args[0])
+        entries = _main_bindings(None, filename)
+        source = _source(filename) if entries else None
+        code = main_code(source, filename, entries) if source is not None else None
+        if code is None:
+            return               # the interpreter runs (or rejects) the file itself
+        main = sys.modules["__main__"]
+        main.__file__, main.__cached__ = filename, None
+        try:
+            exec(code, main.__dict__)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # what the interpreter does with an uncaught exception
+            tb = exc.__traceback__.tb_next           # from the script's frame on
+            sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+            raise SystemExit(130 if isinstance(exc, KeyboardInterrupt) else 1) from None
+        raise SystemExit(0)
+
+
+def _patch_runpy(runpy) -> None:
+    """`runpy.run_path` runs a script with its targets wrapped (spawn and forkserver workers
+    re-run their parent's script as `__mp_main__` through it)."""
+    orig = runpy.run_path
+    if getattr(orig, MARK, None) is not None or not hasattr(runpy, "_run_module_code"):
+        return
+
+    @functools.wraps(orig)
+    def run_path(path_name, init_globals=None, run_name=None):
+        filename = os.path.abspath(os.fsdecode(path_name))
+        entries = _main_bindings(None, filename) if os.path.isfile(filename) else []
+        source = _source(filename) if entries else None
+        code = main_code(source, filename, entries) if source is not None else None
+        if code is None:
+            return orig(path_name, init_globals, run_name)
+        run_name = run_name or "<run_path>"
+        return runpy._run_module_code(code, init_globals, run_name, pkg_name=run_name.rpartition(".")[0],
+                                      script_name=path_name)
+    setattr(run_path, MARK, ("runpy", "run_path"))
+    runpy.run_path = run_path
+
+
+def _launch() -> tuple[str, str] | None:
+    """("module", NAME) or ("script", PATH): how this interpreter was told to run its main
+    code (sys.orig_argv, Python >= 3.10); None for -c, stdin or an older Python."""
+    argv = list(getattr(sys, "orig_argv", ()))[1:]
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-c", "-") or a.startswith("-c"):
+            return None
+        if a == "-m":
+            return ("module", argv[i + 1]) if i + 1 < len(argv) else None
+        if a.startswith("-m"):
+            return "module", a[2:]
+        if a in ("-X", "-W", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if a.startswith("-") and a != "--":
+            i += 1
+            continue
+        rest = argv[i + 1:] if a == "--" else argv[i:]
+        return ("script", os.path.abspath(rest[0])) if rest else None
+    return None
+
+
+def _report_pending() -> None:
+    """At exit: one stderr line per target this process never wrapped (and said nothing about)."""
+    pid = os.getpid()
+    with _lock:
+        states = list(_states.values())
+    for st in states:
+        for b in st.spec.bindings():
+            why = st.pending.get(b.where)
+            if why:
+                _say(f"clef-prof inject[{pid}]: warning: {b.where} {b.target} was never wrapped in this "
+                     f"process: {why}")
+
+
 def bootstrap() -> None:
-    """Install the spec named by $CLEF_PROF_SPEC (called by the bootstrap sitecustomize)."""
+    """Install the spec named by $CLEF_PROF_SPEC (called by the bootstrap sitecustomize), reach
+    the main module's targets, and report the targets never wrapped at exit."""
     path = os.environ.get(ENV_SPEC)
     if not path:
         return
@@ -485,6 +732,16 @@ def bootstrap() -> None:
         _report("warn" if lenient else "exit", exc)
         return
     install(spec, on_error="warn" if lenient else "exit")
+    import atexit
+    atexit.register(_report_pending)
+    launch = _launch()
+    if launch and launch[0] == "module":
+        os.environ[ENV_MAIN] = launch[1]
+    elif launch and _main_bindings(None, launch[1]):
+        sys.addaudithook(_RunFile())
+    if os.environ.get(ENV_MAIN):
+        _hooks.setdefault(os.environ[ENV_MAIN], [])
+    when_imported("runpy", _patch_runpy)
 
 
 def installed() -> list:
