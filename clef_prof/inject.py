@@ -681,28 +681,30 @@ def _patch_runpy(runpy) -> None:
     runpy.run_path = run_path
 
 
-def _launch() -> tuple[str, str] | None:
-    """("module", NAME) or ("script", PATH): how this interpreter was told to run its main
-    code (sys.orig_argv, Python >= 3.10); None for -c, stdin or an older Python."""
-    argv = list(getattr(sys, "orig_argv", ()))[1:]
-    i = 0
-    while i < len(argv):
-        a = argv[i]
+def python_launch(args: list[str], cwd: str | None = None) -> tuple[tuple[str, str] | None, str]:
+    """What a Python command line (without the interpreter) runs as its main code:
+    ("module", NAME) for `-m NAME`, ("script", PATH) for a file; None for -c, stdin or no
+    argument; and the option letters among I, E, S it gives (each keeps the hook out)."""
+    i, off = 0, ""
+    while i < len(args):
+        a = args[i]
         if a in ("-c", "-") or a.startswith("-c"):
-            return None
+            return None, off
         if a == "-m":
-            return ("module", argv[i + 1]) if i + 1 < len(argv) else None
+            return (("module", args[i + 1]) if i + 1 < len(args) else None), off
         if a.startswith("-m"):
-            return "module", a[2:]
+            return ("module", a[2:]), off
         if a in ("-X", "-W", "--check-hash-based-pycs"):
             i += 2
             continue
+        if a.startswith("-") and not a.startswith("--"):
+            off += "".join(c for c in a[1:] if c in "IES" and c not in off)
         if a.startswith("-") and a != "--":
             i += 1
             continue
-        rest = argv[i + 1:] if a == "--" else argv[i:]
-        return ("script", os.path.abspath(rest[0])) if rest else None
-    return None
+        rest = args[i + 1:] if a == "--" else args[i:]
+        return (("script", os.path.abspath(os.path.join(cwd or os.getcwd(), rest[0]))) if rest else None), off
+    return None, off
 
 
 def _report_pending() -> None:
@@ -734,7 +736,7 @@ def bootstrap() -> None:
     install(spec, on_error="warn" if lenient else "exit")
     import atexit
     atexit.register(_report_pending)
-    launch = _launch()
+    launch = python_launch(list(getattr(sys, "orig_argv", ()))[1:])[0]   # Python >= 3.10
     if launch and launch[0] == "module":
         os.environ[ENV_MAIN] = launch[1]
     elif launch and _main_bindings(None, launch[1]):
@@ -802,11 +804,14 @@ _CHECK_SNIPPET = (
 
 
 def _check_child(argv: list[str]) -> None:
-    """In a fresh interpreter: import each target of the spec, try to wrap it, and write what
-    fails (and each target's kind) as JSON."""
+    """In a fresh interpreter: import each target of the spec (the command's main script by
+    its path), wrap it, and write what fails (and each target's kind) as JSON. The module
+    being imported is written to OUT.progress first, so that a hang or a hard exit is named."""
+    import importlib.util
     import json
-    spec_path, out_path, path0 = argv[0], argv[1], (argv[2] if len(argv) > 2 else None)
-    if path0 is not None:
+    spec_path, out_path, path0, main_kind, main_value = argv
+    main = (main_kind, main_value) if main_kind else None
+    if path0:
         sys.path.insert(0, path0)
     from .spec import load
     errors, warnings, kinds = [], [], {}
@@ -815,34 +820,67 @@ def _check_child(argv: list[str]) -> None:
     except SpecError as exc:
         errors.append(str(exc))
         spec = None
-    if spec is not None:
-        modules = {}
-        for b in spec.bindings():
-            mod = b.target.module
-            if mod not in modules:
-                try:
-                    modules[mod] = ("ok", importlib.import_module(mod))
-                except ModuleNotFoundError as exc:
-                    if exc.name and (mod == exc.name or mod.startswith(exc.name + ".")):
-                        modules[mod] = ("missing", exc.name)
-                    else:
-                        modules[mod] = ("unknown", f"importing {mod} failed: ModuleNotFoundError: {exc}")
-                except BaseException as exc:  # noqa: BLE001 - the target's own import trouble
-                    modules[mod] = ("unknown", f"importing {mod} raised {type(exc).__name__}: {exc}")
-            state, val = modules[mod]
-            if state == "missing":
-                errors.append({"where": b.where, "target": str(b.target),
-                               "problem": f"no module named {val!r}", "top_level": "." not in val})
-            elif state == "unknown":
-                warnings.append(f"spec {spec.path} {b.where}: {b.target}: not checked: {val}")
+    modules = {}
+
+    def load_module(b):
+        t = b.target
+        script = None
+        if t.path is not None:
+            if main is not None and main[0] == "module":
+                return ("error", f"the command runs -m {main[1]}, not this file: a file target is wrapped "
+                                 f"only in the script run by path (and its workers)")
+            if main is not None and not _matches_main(t, None, main[1]):
+                return "error", f"the command runs {main[1]}, not this file"
+            script = t.path
+        elif main is not None and main[0] == "script" and _matches_main(t, None, main[1]):
+            script = main[1]
+        key = script or t.module
+        if key in modules:
+            return modules[key]
+        with open(out_path + ".progress", "w") as fh:
+            fh.write(f"{b.where} {t}: importing {key}")
+        try:
+            if script is not None:
+                if not os.path.isfile(script):
+                    raise ModuleNotFoundError(f"no such file {script}", name=None)
+                s = importlib.util.spec_from_file_location("__clef_prof_main__", script)
+                mod = importlib.util.module_from_spec(s)
+                sys.modules[s.name] = mod
+                s.loader.exec_module(mod)
+                modules[key] = ("ok", mod)
             else:
-                try:
-                    p = prepare(b, spec, val)
-                    kinds[b.where] = ("wrapped" if p is None else
-                                      f"async {p.kind}" if p.flavour == "async" else p.kind)
-                except TargetError as exc:
-                    errors.append({"where": exc.where, "target": exc.target, "problem": exc.problem,
-                                   "top_level": False})
+                modules[key] = ("ok", importlib.import_module(t.module))
+        except ModuleNotFoundError as exc:
+            if script is None and exc.name and (t.module == exc.name or t.module.startswith(exc.name + ".")):
+                modules[key] = ("missing", exc.name)
+            else:
+                modules[key] = ("soft", f"importing {key} failed: ModuleNotFoundError: {exc}")
+        except SystemExit as exc:
+            modules[key] = ("soft", f"importing {key} exited (SystemExit: {exc.code})")
+        except BaseException as exc:  # noqa: BLE001 - the target's own import trouble
+            modules[key] = ("soft", f"importing {key} raised {type(exc).__name__}: {exc}")
+        return modules[key]
+
+    for b in (spec.bindings() if spec is not None else ()):
+        state, val = load_module(b)
+        problem = None
+        if state == "missing":
+            problem, soft = f"no module named {val!r}", "." not in val
+        elif state in ("soft", "error"):
+            problem, soft = val, state == "soft"
+        else:
+            try:
+                p = prepare(b, spec, val)
+                if p is not None:
+                    p.apply()
+                kinds[b.where] = ("wrapped" if p is None else
+                                  f"async {p.kind}" if p.flavour == "async" else p.kind)
+            except TargetError as exc:
+                problem, soft = exc.problem, False
+            except (AttributeError, TypeError) as exc:
+                problem, soft = f"cannot be replaced: {exc}", False
+        if problem is not None:
+            errors.append({"where": b.where, "target": str(b.target), "problem": problem, "soft": soft})
     with open(out_path, "w") as fh:
         json.dump({"errors": errors, "warnings": warnings, "kinds": kinds, "python": sys.executable}, fh)
 
@@ -856,22 +894,8 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
     cwd = cwd or os.getcwd()
     exe = shutil.which(command[0]) or command[0]
     if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
-        args = command[1:]
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a in ("-m", "-c") or a.startswith("-m") or a.startswith("-c"):
-                return exe, cwd
-            if a in ("-X", "-W", "--check-hash-based-pycs"):
-                i += 2
-                continue
-            if a == "-":
-                return exe, cwd
-            if a.startswith("-"):
-                i += 1
-                continue
-            return exe, os.path.dirname(os.path.abspath(os.path.join(cwd, a)))
-        return exe, cwd
+        main, _ = python_launch(command[1:], cwd)
+        return exe, (os.path.dirname(main[1]) if main and main[0] == "script" else cwd)
     try:
         with open(exe, "rb") as fh:
             first = fh.readline(512).decode("utf-8", "replace").strip()
@@ -889,6 +913,18 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
     return None, None
 
 
+def command_main(command: list[str], cwd: str | None = None) -> tuple[tuple[str, str] | None, str]:
+    """The command's main code (`python_launch`), and the options that keep the hook out;
+    a Python script run directly (shebang) is its own main script."""
+    import shutil
+    if not command:
+        return None, ""
+    if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
+        return python_launch(command[1:], cwd)
+    exe = shutil.which(command[0]) or os.path.join(cwd or os.getcwd(), command[0])
+    return ("script", os.path.abspath(exe)), ""
+
+
 class CheckResult:
     """What importing a spec's targets in a fresh interpreter found: one line per problem."""
 
@@ -903,41 +939,50 @@ class CheckResult:
 
 
 def check_targets(spec, python: str | None = None, path0: str | None = None, timeout: float = 120,
-                  strict_top_level: bool = True) -> CheckResult:
-    """Import every target of `spec` in a fresh `python` (sys.path[0] = path0) and try to wrap
-    it. A top-level package missing counts as an error only with strict_top_level (when
-    `python` is the command's own interpreter); otherwise it is a warning."""
+                  strict_top_level: bool = True, main: tuple[str, str] | None = None) -> CheckResult:
+    """Import every target of `spec` in a fresh `python` (sys.path[0] = path0; `main`, the
+    command's main code, loaded as the command will run it) and try to wrap it. A top-level
+    package missing, or a module that raises or exits on import, counts as an error only with
+    strict_top_level (when `python` is the command's own interpreter); else as a warning. A
+    module that hangs (`timeout`) or ends the interpreter is an error."""
     import json
     import subprocess
     import tempfile
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="clef-prof-check-") as tmp:
         out = os.path.join(tmp, "result.json")
-        argv = [python, "-c", _CHECK_SNIPPET, PKG_DIR, os.path.abspath(spec.path), out]
-        if path0 is not None:
-            argv.append(path0)
-        env = {k: v for k, v in os.environ.items() if k not in (ENV_SPEC, ENV_LENIENT)}
+        argv = [python, "-c", _CHECK_SNIPPET, PKG_DIR, os.path.abspath(spec.path), out, path0 or "",
+                *(main or ("", ""))]
+        env = {k: v for k, v in os.environ.items() if k not in (ENV_SPEC, ENV_LENIENT, ENV_MAIN)}
+
+        def progress() -> str:
+            try:
+                with open(out + ".progress") as fh:
+                    return fh.read()
+            except OSError:
+                return "importing the targets"
+
         try:
             p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, timeout=timeout)
+                               stderr=subprocess.PIPE, timeout=timeout, start_new_session=True)
         except subprocess.TimeoutExpired:
-            return CheckResult(warnings=[f"importing the targets took more than {timeout:.0f} s; not checked"],
-                               python=python)
+            return CheckResult([SpecError(f"spec {spec.path} {progress()}: did not finish within "
+                                          f"{timeout:g} s (--check-timeout)")], python=python)
         except OSError as exc:
             return CheckResult(warnings=[f"cannot run {python} to check the targets: {exc}; not checked"],
                                python=python)
         if not os.path.exists(out):
             tail = (p.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             why = tail[-1] if tail else f"exit code {p.returncode}"
-            return CheckResult(warnings=[f"checking the targets in {python} failed ({why}); not checked"],
-                               python=python)
+            return CheckResult([SpecError(f"spec {spec.path} {progress()}: ended the checking "
+                                          f"interpreter {python} ({why})")], python=python)
         with open(out) as fh:
             res = json.load(fh)
     errors, warnings = [], list(res["warnings"])
     for e in res["errors"]:
         if isinstance(e, str):
             errors.append(SpecError(e))
-        elif e["top_level"] and not strict_top_level:
+        elif e["soft"] and not strict_top_level:
             warnings.append(f"spec {spec.path} {e['where']}: {e['target']}: not checked: {e['problem']} "
                             f"in {python}")
         else:
@@ -1034,7 +1079,9 @@ def add_parser(subparsers) -> None:
                            "first (--python, or this interpreter, from the current directory) and the "
                            "classmethods, staticmethods and coroutines that nsys's wrapper mishandles are "
                            "left out, with a warning")
-    mode.add_argument("--check", action="store_true", help="only import and check every target, then exit")
+    mode.add_argument("--check", action="store_true",
+                      help="only import and check every target, then exit; with -- COMMAND, as that command "
+                           "will run them (its interpreter, its main module or script)")
     p.add_argument("--format", choices=["sh", "env", "json"], default="sh",
                    help="--print-env output: shell exports (default), NAME=value lines, or JSON")
     p.add_argument("--lenient", action="store_true",
@@ -1054,8 +1101,12 @@ def _print_warnings(warnings) -> None:
         _say(f"clef-prof: warning: {w}")
 
 
-def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient) -> CheckResult:
-    res = check_targets(spec, python, path0, timeout, strict_top_level)
+def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient, main=None, off="") -> CheckResult:
+    res = check_targets(spec, python, path0, timeout, strict_top_level, main)
+    if off:
+        res.errors.insert(0, SpecError(f"spec {spec.path}: the command runs Python with -{off}, which keeps "
+                                       f"{'site (and so the injection hook) out' if 'S' in off else 'PYTHONPATH (and so the injection hook) out'}: "
+                                       f"no target would be wrapped"))
     _print_warnings(res.warnings)
     if res.errors and lenient:
         _print_warnings(f"{e}; skipped (--lenient)" for e in res.errors)
@@ -1073,10 +1124,10 @@ def cmd_inject(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if args.emit_nsys_json or args.print_env or args.check:
+    if args.emit_nsys_json or args.print_env:
         if command:
             raise ClefError(f"a command ({command[0]}) makes no sense with "
-                            f"{'--emit-nsys-json' if args.emit_nsys_json else '--print-env' if args.print_env else '--check'}")
+                            f"{'--emit-nsys-json' if args.emit_nsys_json else '--print-env'}")
     if args.emit_nsys_json:
         import json
         kinds = None
@@ -1101,22 +1152,26 @@ def cmd_inject(args) -> int:
     if args.print_env:
         sys.stdout.write(format_env(environment(spec.path, args.lenient, verbose=args.verbose), args.format))
         return 0
-    if args.check:
-        python = args.python or sys.executable
-        res = _check_or_raise(spec, python, os.getcwd(), args.check_timeout, True, args.lenient)
-        _say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
-             f"in {python}")
-        return 0 if len(res.kinds) == len(spec.bindings()) or args.lenient else 1
-    if not command:
+    if not command and not args.check:
         raise ClefError("inject needs a command after --, or --print-env, --emit-nsys-json or --check")
-    if not args.no_check:
+    if args.check or not args.no_check:
         python, path0 = command_python(command)
+        main, off = command_main(command)
         strict = True
         if args.python:
             python = args.python
         elif python is None:
-            python, path0, strict = sys.executable, os.getcwd(), False
-        _check_or_raise(spec, python, path0, args.check_timeout, strict, args.lenient)
+            python, path0, strict = sys.executable, os.getcwd(), not command
+        if not command:
+            path0 = os.getcwd()
+        res = _check_or_raise(spec, python, path0, args.check_timeout, strict, args.lenient, main, off)
+    if args.check:
+        n_main = sum(_matches_main(b.target, *((main[1], None) if main[0] == "module" else (None, main[1])))
+                     for b in spec.bindings()) if main else 0
+        in_main = f" ({n_main} in the main module {main[1]}, wrapped as their definitions run)" if n_main else ""
+        _say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
+             f"in {python}{in_main}")
+        return 0 if len(res.kinds) == len(spec.bindings()) or args.lenient else 1
     env = dict(os.environ)
     env.update(environment(spec.path, args.lenient, verbose=args.verbose))
     try:
