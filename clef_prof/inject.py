@@ -838,7 +838,7 @@ def _check_child(argv: list[str]) -> None:
         if key in modules:
             return modules[key]
         with open(out_path + ".progress", "w") as fh:
-            fh.write(f"{b.where} {t}: importing {key}")
+            fh.write(f"{b.where}: {t}: importing {key}")
         try:
             if script is not None:
                 if not os.path.isfile(script):
