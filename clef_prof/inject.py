@@ -15,7 +15,8 @@ Targets are wrapped lazily: `install()` puts a finder at the front of `sys.meta_
 only answers for the modules a spec names (and their parent packages). When one is
 imported, its loader runs the module's code, then the wrappers are set on the module or the
 class, before the importer gets the module back, so `from pkg.server import parse_schema`
-elsewhere binds the wrapped function. Targets already imported are wrapped at once.
+elsewhere binds the wrapped function. Targets already imported are wrapped at once. Targets
+in the main module are wrapped as their definitions run (see "targets in the main module").
 
 Ranges are emitted through `clef_prof.annotate` (the ctypes NVTX client): a stage target is
 wrapped by `annotate.stage(name, domain)` (push/pop; start/end for coroutines), the batch
@@ -26,8 +27,9 @@ Unresolvable targets (a missing attribute, a module missing from a package that 
 imported, something not callable or not wrappable) print one line on stderr and end the
 process with exit code 1; with `CLEF_PROF_LENIENT=1` (`--lenient`) they print a warning and
 are skipped. A target whose module is never imported in a process is not an error there:
-a server's API process and its workers import different modules. `clef-prof inject`
-imports every target up front, in the command's interpreter, before launching.
+a server's API process and its workers import different modules; at exit, each process
+prints one line per target it never wrapped. `clef-prof inject` imports every target up
+front, in the command's interpreter and as the command will run them, before launching.
 
 This module is standard library only: it runs in every profiled process.
 """
@@ -1014,6 +1016,10 @@ def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[
     names = [spec.batch_name, *spec.stages]
     for b in spec.bindings():
         kind = (kinds or {}).get(b.where) or ""
+        if b.target.path is not None:
+            left_out.append(f"{b.where}: {b.target} is a file target: nsys imports modules by name; left out of "
+                            f"the JSON")
+            continue
         if kind.startswith("async "):
             left_out.append(f"{b.where}: {b.target} is a coroutine function: nsys's range would end when the "
                             f"coroutine is created, before it runs; left out of the JSON")
