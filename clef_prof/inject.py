@@ -36,7 +36,7 @@ This module is standard library only: it runs in every profiled process.
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -809,7 +809,6 @@ def _check_child(argv: list[str]) -> None:
     """In a fresh interpreter: import each target of the spec (the command's main script by
     its path), wrap it, and write what fails (and each target's kind) as JSON. The module
     being imported is written to OUT.progress first, so that a hang or a hard exit is named."""
-    import importlib.util
     import json
     spec_path, out_path, path0, main_kind, main_value = argv
     main = (main_kind, main_value) if main_kind else None
