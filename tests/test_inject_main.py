@@ -9,7 +9,6 @@ through `clef-prof inject`, every range is counted per stage and per process wit
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import subprocess
 import sys
@@ -48,8 +47,8 @@ def test_main_module_targets_wrapped_in_process_and_workers(tmp_path, spec, laun
 
 def test_never_wrapped_targets_reported_at_exit(tmp_path):
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.read_text() + f'unused = "embedsrv.unused:never_called"\n'
-                                       f'late = "embedsrv.server:NotDefined"\n')
+    spec.write_text(SPEC.read_text() + 'unused = "embedsrv.unused:never_called"\n'
+                                       'late = "embedsrv.server:NotDefined"\n')
     facts, err = run_injected(spec, "module", tmp_path, "--batches", "1", inject_cli=False)
     lines = err.splitlines()
     for pid in (facts["parent_pid"], facts["worker_pid"]):
