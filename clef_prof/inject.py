@@ -15,7 +15,8 @@ Targets are wrapped lazily: `install()` puts a finder at the front of `sys.meta_
 only answers for the modules a spec names (and their parent packages). When one is
 imported, its loader runs the module's code, then the wrappers are set on the module or the
 class, before the importer gets the module back, so `from pkg.server import parse_schema`
-elsewhere binds the wrapped function. Targets already imported are wrapped at once.
+elsewhere binds the wrapped function. Targets already imported are wrapped at once. Targets
+in the main module are wrapped as their definitions run (see "targets in the main module").
 
 Ranges are emitted through `clef_prof.annotate` (the ctypes NVTX client): a stage target is
 wrapped by `annotate.stage(name, domain)` (push/pop; start/end for coroutines), the batch
@@ -26,21 +27,23 @@ Unresolvable targets (a missing attribute, a module missing from a package that 
 imported, something not callable or not wrappable) print one line on stderr and end the
 process with exit code 1; with `CLEF_PROF_LENIENT=1` (`--lenient`) they print a warning and
 are skipped. A target whose module is never imported in a process is not an error there:
-a server's API process and its workers import different modules. `clef-prof inject`
-imports every target up front, in the command's interpreter, before launching.
+a server's API process and its workers import different modules; at exit, each process
+prints one line per target it never wrapped. `clef-prof inject` imports every target up
+front, in the command's interpreter and as the command will run them, before launching.
 
 This module is standard library only: it runs in every profiled process.
 """
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
 import inspect
 import os
 import re
 import shlex
 import sys
 import threading
+import types
 
 from .errors import ClefError, SpecError
 
@@ -84,6 +87,8 @@ def _say(text: str) -> None:
 # resolving and wrapping one target
 
 _MISSING = object()
+_C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                types.ClassMethodDescriptorType, types.MethodWrapperType)
 
 
 def _unwrap_kind(raw, owner_is_class: bool):
@@ -98,6 +103,9 @@ def _unwrap_kind(raw, owner_is_class: bool):
         raise ValueError("is a property, not a callable")
     if not callable(raw):
         raise ValueError(f"is not callable (a {type(raw).__name__})")
+    if isinstance(raw, _C_CALLABLES):
+        raise ValueError(f"is implemented in C (a {type(raw).__name__}): C code and names bound before "
+                         f"never call a wrapper; name the Python function that calls it")
     if owner_is_class and hasattr(raw, "__get__") and not inspect.isbuiltin(raw) and not isinstance(raw, type):
         raise ValueError(f"is a {type(raw).__name__} descriptor; inject wraps functions, methods, "
                          f"classmethods, staticmethods and coroutines")
@@ -278,6 +286,7 @@ _lock = threading.RLock()
 _hooks: dict[str, list] = {}          # module name -> callbacks(module), run after it is imported
 _busy = threading.local()
 _installed: dict[str, object] = {}     # spec path -> Spec, specs installed in this process
+_states: dict[str, "_State"] = {}      # spec path -> its _State
 _finder = None
 
 
@@ -296,6 +305,17 @@ class _HookLoader:
     def create_module(self, spec):
         create = getattr(self._clef_loader, "create_module", None)
         return create(spec) if create is not None else None
+
+    def get_code(self, fullname):
+        """The module's code; for a main module with targets (`runpy` runs `-m` and workers
+        through this), compiled to wrap them as their definitions run."""
+        loader = self._clef_loader
+        get_filename = getattr(loader, "get_filename", None)
+        entries = _main_bindings(fullname, get_filename(fullname) if get_filename else None)
+        get_source = getattr(loader, "get_source", None)
+        source = get_source(fullname) if entries and get_source else None
+        code = main_code(source, get_filename(fullname), entries) if source is not None else None
+        return code if code is not None else loader.get_code(fullname)
 
     def exec_module(self, module):
         loader = self._clef_loader
@@ -394,8 +414,42 @@ def _report(on_error: str, err: SpecError) -> None:
     os._exit(EXIT_UNRESOLVED)
 
 
+class _State:
+    """One installed spec in this process: how to report, and why each target is not wrapped
+    yet (None once wrapped; left out once a line about it was printed)."""
+
+    def __init__(self, spec, on_error: str, verbose: bool):
+        self.spec, self.on_error, self.verbose = spec, on_error, verbose
+        self.pending = {b.where: (f"{b.target.path} was never run" if b.target.path else
+                                  f"module {b.target.module} was never imported") for b in spec.bindings()}
+
+    def report(self, b, err: SpecError) -> None:
+        self.pending.pop(b.where, None)
+        _report(self.on_error, err)
+
+    def wrap(self, b, module) -> None:
+        """Wrap binding `b` in `module` (a module, or a main module's namespace)."""
+        try:
+            p = prepare(b, self.spec, module)
+        except TargetError as exc:
+            self.report(b, exc)
+            return
+        if p is not None:
+            try:
+                p.apply()
+            except (AttributeError, TypeError) as exc:
+                self.report(b, TargetError(self.spec.path, b.where, str(b.target), f"cannot be replaced: {exc}"))
+                return
+            if self.verbose:
+                _say(f"clef-prof inject[{os.getpid()}]: {b.where} {b.target} ({p.kind}) -> {b.role} range "
+                     f"{b.name!r} in domain {self.spec.domain!r}")
+        if b.where in self.pending:
+            self.pending[b.where] = None
+
+
 def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
-    """Wrap `spec`'s targets in this process, now or when their modules are imported.
+    """Wrap `spec`'s targets in this process, now or when their modules are imported, or (in
+    the main module) as their definitions run.
 
     on_error: "raise" (TargetError from the import that found the problem), "warn" (one
     stderr line, target skipped) or "exit" (one stderr line, then exit code 1). Installing
@@ -410,29 +464,16 @@ def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
         if key in _installed:
             return
         _installed[key] = spec
-    pid = os.getpid()
+        state = _states[key] = _State(spec, on_error, verbose)
     by_module: dict[str, list] = {}
     for b in spec.bindings():
-        by_module.setdefault(b.target.module, []).append(b)
+        if b.target.path is None:
+            by_module.setdefault(b.target.module, []).append(b)
 
     def wrap_all(bindings):
         def hook(module):
             for b in bindings:
-                try:
-                    p = prepare(b, spec, module)
-                except TargetError as exc:
-                    _report(on_error, exc)
-                    continue
-                if p is None:
-                    continue
-                try:
-                    p.apply()
-                except (AttributeError, TypeError) as exc:
-                    _report(on_error, TargetError(spec.path, b.where, str(b.target), f"cannot be replaced: {exc}"))
-                    continue
-                if verbose:
-                    _say(f"clef-prof inject[{pid}]: {b.where} {b.target} ({p.kind}) -> {b.role} range "
-                         f"{b.name!r} in domain {spec.domain!r}")
+                state.wrap(b, module)
         return hook
 
     # a module missing from a package that *was* imported is a definite error: check each
@@ -443,12 +484,12 @@ def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
         for i in range(1, len(parts)):
             checks.setdefault((".".join(parts[:i]), ".".join(parts[:i + 1])), []).extend(bindings)
     for (parent, child), bindings in checks.items():
-        when_imported(parent, _child_check(child, bindings, spec, on_error))
+        when_imported(parent, _child_check(child, bindings, state))
     for mod, bindings in by_module.items():
         when_imported(mod, wrap_all(bindings))
 
 
-def _child_check(child: str, bindings, spec, on_error):
+def _child_check(child: str, bindings, state):
     def hook(parent_module):
         if child in sys.modules:
             return
@@ -468,12 +509,222 @@ def _child_check(child: str, bindings, spec, on_error):
             problem = f"no module named {child!r}"
         b = bindings[0]
         more = f" (and {len(bindings) - 1} more target(s) in it)" if len(bindings) > 1 else ""
-        _report(on_error, TargetError(spec.path, b.where, str(b.target), problem + more))
+        for other in bindings[1:]:
+            state.pending.pop(other.where, None)
+        state.report(b, TargetError(state.spec.path, b.where, str(b.target), problem + more))
     return hook
 
 
+# --------------------------------------------------------------------------------------------
+# targets in the main module
+#
+# The main module (`python -m pkg.server`, `python path/server.py`, and its `__mp_main__` copy in
+# spawn and forkserver workers) is never imported under its name, and its code runs top to
+# bottom, `if __name__ == "__main__": main()` included, before any import hook could see the
+# finished module. So its source is compiled with one call to `_main_defined` after every
+# top-level statement (also inside top-level if/try/with/for/while blocks, never in a function
+# or class body): each target is wrapped as soon as its definition has run, before the code
+# below it (the main guard) can call it. Line numbers are kept. That code reaches the
+# interpreter through the one door each launch has:
+# - `-m NAME` (runpy), and workers of such a parent (`runpy.run_module(NAME, "__mp_main__")`):
+#   the post-import finder's loader answers `get_code(NAME)`;
+# - a script by path: the `cpython.run_file` audit event, raised just before the interpreter
+#   runs the file, runs it instead (into the real `__main__`, as the interpreter would) and
+#   ends with its exit status; installed only when a target names that script;
+# - workers of a script parent (`runpy.run_path(PATH, run_name="__mp_main__")`): run_path.
+# A target names the main module by module name (`-m`; for a script, when its path ends with
+# the module's path: `embedsrv.server` matches `.../embedsrv/server.py`) or by file path.
+
+ENV_MAIN = "CLEF_PROF_MAIN"            # the module a `-m` parent runs: its workers re-run it
+_main_runs: dict[int, list] = {}       # key in the compiled main code -> [(state, binding)]
+
+
+class _Namespace:
+    """A main module's globals as an object, for prepare() and setattr()."""
+
+    def __init__(self, g: dict):
+        self.__dict__ = g
+
+
+def _matches_main(target, name: str | None, filename: str | None) -> bool:
+    """Whether `target` names the main code run as module `name` from `filename`."""
+    if target.path is not None:
+        return filename is not None and os.path.realpath(filename) == os.path.realpath(target.path)
+    if name is not None:
+        return target.module == name
+    if filename is None:
+        return False
+    parts = target.module.split(".")
+    stem = os.path.splitext(os.path.realpath(filename))[0].split(os.sep)
+    return stem[-len(parts):] == parts
+
+
+def _main_bindings(name: str | None, filename: str | None) -> list:
+    with _lock:
+        states = list(_states.values())
+    return [(st, b) for st in states for b in st.spec.bindings() if _matches_main(b.target, name, filename)]
+
+
+def main_code(source, filename: str, entries: list):
+    """`source` compiled with a `_main_defined` call after each top-level statement, or None
+    when it does not compile (the interpreter then reports it as usual)."""
+    import ast
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError):
+        return None
+    with _lock:
+        key = len(_main_runs)
+        _main_runs[key] = entries
+    for st, b in entries:
+        if b.where in st.pending:
+            st.pending[b.where] = f"{filename} ran, but defined no {b.target.qualname} at its top level"
+    call = f"__import__('clef_prof.inject', None, None, ('_main_defined',))._main_defined({key}, globals())"
+
+    def hook(after):
+        node = ast.parse(call).body[0]
+        for n in ast.walk(node):
+            n.lineno = n.end_lineno = after.end_lineno
+            n.col_offset = n.end_col_offset = 0
+        return node
+
+    def fill(body, top=False):
+        out, i = [], 0
+        if top:   # the docstring and `from __future__` imports stay first
+            while i < len(body) and (isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__" or
+                                     i == 0 and isinstance(body[i], ast.Expr) and
+                                     isinstance(body[i].value, ast.Constant)):
+                out.append(body[i])
+                i += 1
+        for stmt in body[i:]:
+            for field in ("body", "orelse", "finalbody"):
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                        isinstance(getattr(stmt, field, None), list) and getattr(stmt, field):
+                    setattr(stmt, field, fill(getattr(stmt, field)))
+            for h in getattr(stmt, "handlers", ()):
+                h.body = fill(h.body)
+            out += [stmt, hook(stmt)]
+        return out
+
+    tree.body = fill(tree.body, top=True)
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def _main_defined(key: int, g: dict) -> None:
+    """Called by the main module's code after each top-level statement: wrap every target
+    whose first name is now defined."""
+    ns = None
+    for st, b in _main_runs.get(key, ()):
+        if b.target.qualname.split(".", 1)[0] in g and b.where in st.pending:
+            ns = ns or _Namespace(g)
+            st.wrap(b, ns)
+
+
+def _source(filename: str):
+    try:
+        import io
+        with io.open_code(filename) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+class _RunFile:
+    """Audit hook: at `cpython.run_file`, run the script with its targets wrapped, then end
+    the process with its exit status (SystemExit, which the interpreter honours there)."""
+
+    __cantrace__ = True          # debuggers and coverage keep working in the script
+
+    def __init__(self):
+        self.done = False
+
+    def __call__(self, event, args):
+        if self.done or event != "cpython.run_file":
+            return
+        self.done = True
+        filename = os.path.abspath(args[0])
+        entries = _main_bindings(None, filename)
+        source = _source(filename) if entries else None
+        code = main_code(source, filename, entries) if source is not None else None
+        if code is None:
+            return               # the interpreter runs (or rejects) the file itself
+        main = sys.modules["__main__"]
+        main.__file__, main.__cached__ = filename, None
+        try:
+            exec(code, main.__dict__)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # what the interpreter does with an uncaught exception
+            tb = exc.__traceback__.tb_next           # from the script's frame on
+            sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+            raise SystemExit(130 if isinstance(exc, KeyboardInterrupt) else 1) from None
+        raise SystemExit(0)
+
+
+def _patch_runpy(runpy) -> None:
+    """`runpy.run_path` runs a script with its targets wrapped (spawn and forkserver workers
+    re-run their parent's script as `__mp_main__` through it)."""
+    orig = runpy.run_path
+    if getattr(orig, MARK, None) is not None or not hasattr(runpy, "_run_module_code"):
+        return
+
+    @functools.wraps(orig)
+    def run_path(path_name, init_globals=None, run_name=None):
+        filename = os.path.abspath(os.fsdecode(path_name))
+        entries = _main_bindings(None, filename) if os.path.isfile(filename) else []
+        source = _source(filename) if entries else None
+        code = main_code(source, filename, entries) if source is not None else None
+        if code is None:
+            return orig(path_name, init_globals, run_name)
+        run_name = run_name or "<run_path>"
+        return runpy._run_module_code(code, init_globals, run_name, pkg_name=run_name.rpartition(".")[0],
+                                      script_name=path_name)
+    setattr(run_path, MARK, ("runpy", "run_path"))
+    runpy.run_path = run_path
+
+
+def python_launch(args: list[str], cwd: str | None = None) -> tuple[tuple[str, str] | None, str]:
+    """What a Python command line (without the interpreter) runs as its main code:
+    ("module", NAME) for `-m NAME`, ("script", PATH) for a file; None for -c, stdin or no
+    argument; and the option letters among I, E, S it gives (each keeps the hook out)."""
+    i, off = 0, ""
+    while i < len(args):
+        a = args[i]
+        if a in ("-c", "-") or a.startswith("-c"):
+            return None, off
+        if a == "-m":
+            return (("module", args[i + 1]) if i + 1 < len(args) else None), off
+        if a.startswith("-m"):
+            return ("module", a[2:]), off
+        if a in ("-X", "-W", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if a.startswith("-") and not a.startswith("--"):
+            off += "".join(c for c in a[1:] if c in "IES" and c not in off)
+        if a.startswith("-") and a != "--":
+            i += 1
+            continue
+        rest = args[i + 1:] if a == "--" else args[i:]
+        return (("script", os.path.abspath(os.path.join(cwd or os.getcwd(), rest[0]))) if rest else None), off
+    return None, off
+
+
+def _report_pending() -> None:
+    """At exit: one stderr line per target this process never wrapped (and said nothing about)."""
+    pid = os.getpid()
+    with _lock:
+        states = list(_states.values())
+    for st in states:
+        for b in st.spec.bindings():
+            why = st.pending.get(b.where)
+            if why:
+                _say(f"clef-prof inject[{pid}]: warning: {b.where} {b.target} was never wrapped in this "
+                     f"process: {why}")
+
+
 def bootstrap() -> None:
-    """Install the spec named by $CLEF_PROF_SPEC (called by the bootstrap sitecustomize)."""
+    """Install the spec named by $CLEF_PROF_SPEC (called by the bootstrap sitecustomize), reach
+    the main module's targets, and report the targets never wrapped at exit."""
     path = os.environ.get(ENV_SPEC)
     if not path:
         return
@@ -485,6 +736,16 @@ def bootstrap() -> None:
         _report("warn" if lenient else "exit", exc)
         return
     install(spec, on_error="warn" if lenient else "exit")
+    import atexit
+    atexit.register(_report_pending)
+    launch = python_launch(list(getattr(sys, "orig_argv", ()))[1:])[0]   # Python >= 3.10
+    if launch and launch[0] == "module":
+        os.environ[ENV_MAIN] = launch[1]
+    elif launch and _main_bindings(None, launch[1]):
+        sys.addaudithook(_RunFile())
+    if os.environ.get(ENV_MAIN):
+        _hooks.setdefault(os.environ[ENV_MAIN], [])
+    when_imported("runpy", _patch_runpy)
 
 
 def installed() -> list:
@@ -545,11 +806,13 @@ _CHECK_SNIPPET = (
 
 
 def _check_child(argv: list[str]) -> None:
-    """In a fresh interpreter: import each target of the spec, try to wrap it, and write what
-    fails (and each target's kind) as JSON."""
+    """In a fresh interpreter: import each target of the spec (the command's main script by
+    its path), wrap it, and write what fails (and each target's kind) as JSON. The module
+    being imported is written to OUT.progress first, so that a hang or a hard exit is named."""
     import json
-    spec_path, out_path, path0 = argv[0], argv[1], (argv[2] if len(argv) > 2 else None)
-    if path0 is not None:
+    spec_path, out_path, path0, main_kind, main_value = argv
+    main = (main_kind, main_value) if main_kind else None
+    if path0:
         sys.path.insert(0, path0)
     from .spec import load
     errors, warnings, kinds = [], [], {}
@@ -558,34 +821,67 @@ def _check_child(argv: list[str]) -> None:
     except SpecError as exc:
         errors.append(str(exc))
         spec = None
-    if spec is not None:
-        modules = {}
-        for b in spec.bindings():
-            mod = b.target.module
-            if mod not in modules:
-                try:
-                    modules[mod] = ("ok", importlib.import_module(mod))
-                except ModuleNotFoundError as exc:
-                    if exc.name and (mod == exc.name or mod.startswith(exc.name + ".")):
-                        modules[mod] = ("missing", exc.name)
-                    else:
-                        modules[mod] = ("unknown", f"importing {mod} failed: ModuleNotFoundError: {exc}")
-                except BaseException as exc:  # noqa: BLE001 - the target's own import trouble
-                    modules[mod] = ("unknown", f"importing {mod} raised {type(exc).__name__}: {exc}")
-            state, val = modules[mod]
-            if state == "missing":
-                errors.append({"where": b.where, "target": str(b.target),
-                               "problem": f"no module named {val!r}", "top_level": "." not in val})
-            elif state == "unknown":
-                warnings.append(f"spec {spec.path} {b.where}: {b.target}: not checked: {val}")
+    modules = {}
+
+    def load_module(b):
+        t = b.target
+        script = None
+        if t.path is not None:
+            if main is not None and main[0] == "module":
+                return ("error", f"the command runs -m {main[1]}, not this file: a file target is wrapped "
+                                 f"only in the script run by path (and its workers)")
+            if main is not None and not _matches_main(t, None, main[1]):
+                return "error", f"the command runs {main[1]}, not this file"
+            script = t.path
+        elif main is not None and main[0] == "script" and _matches_main(t, None, main[1]):
+            script = main[1]
+        key = script or t.module
+        if key in modules:
+            return modules[key]
+        with open(out_path + ".progress", "w") as fh:
+            fh.write(f"{b.where}: {t}: importing {key}")
+        try:
+            if script is not None:
+                if not os.path.isfile(script):
+                    raise ModuleNotFoundError(f"no such file {script}", name=None)
+                s = importlib.util.spec_from_file_location("__clef_prof_main__", script)
+                mod = importlib.util.module_from_spec(s)
+                sys.modules[s.name] = mod
+                s.loader.exec_module(mod)
+                modules[key] = ("ok", mod)
             else:
-                try:
-                    p = prepare(b, spec, val)
-                    kinds[b.where] = ("wrapped" if p is None else
-                                      f"async {p.kind}" if p.flavour == "async" else p.kind)
-                except TargetError as exc:
-                    errors.append({"where": exc.where, "target": exc.target, "problem": exc.problem,
-                                   "top_level": False})
+                modules[key] = ("ok", importlib.import_module(t.module))
+        except ModuleNotFoundError as exc:
+            if script is None and exc.name and (t.module == exc.name or t.module.startswith(exc.name + ".")):
+                modules[key] = ("missing", exc.name)
+            else:
+                modules[key] = ("soft", f"importing {key} failed: ModuleNotFoundError: {exc}")
+        except SystemExit as exc:
+            modules[key] = ("soft", f"importing {key} exited (SystemExit: {exc.code})")
+        except BaseException as exc:  # noqa: BLE001 - the target's own import trouble
+            modules[key] = ("soft", f"importing {key} raised {type(exc).__name__}: {exc}")
+        return modules[key]
+
+    for b in (spec.bindings() if spec is not None else ()):
+        state, val = load_module(b)
+        problem = None
+        if state == "missing":
+            problem, soft = f"no module named {val!r}", "." not in val
+        elif state in ("soft", "error"):
+            problem, soft = val, state == "soft"
+        else:
+            try:
+                p = prepare(b, spec, val)
+                if p is not None:
+                    p.apply()
+                kinds[b.where] = ("wrapped" if p is None else
+                                  f"async {p.kind}" if p.flavour == "async" else p.kind)
+            except TargetError as exc:
+                problem, soft = exc.problem, False
+            except (AttributeError, TypeError) as exc:
+                problem, soft = f"cannot be replaced: {exc}", False
+        if problem is not None:
+            errors.append({"where": b.where, "target": str(b.target), "problem": problem, "soft": soft})
     runner = None
     if spec is not None and any(b.runner for b in spec.bindings()):
         from . import vllm_runner
@@ -604,22 +900,8 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
     cwd = cwd or os.getcwd()
     exe = shutil.which(command[0]) or command[0]
     if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
-        args = command[1:]
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a in ("-m", "-c") or a.startswith("-m") or a.startswith("-c"):
-                return exe, cwd
-            if a in ("-X", "-W", "--check-hash-based-pycs"):
-                i += 2
-                continue
-            if a == "-":
-                return exe, cwd
-            if a.startswith("-"):
-                i += 1
-                continue
-            return exe, os.path.dirname(os.path.abspath(os.path.join(cwd, a)))
-        return exe, cwd
+        main, _ = python_launch(command[1:], cwd)
+        return exe, (os.path.dirname(main[1]) if main and main[0] == "script" else cwd)
     try:
         with open(exe, "rb") as fh:
             first = fh.readline(512).decode("utf-8", "replace").strip()
@@ -637,6 +919,18 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
     return None, None
 
 
+def command_main(command: list[str], cwd: str | None = None) -> tuple[tuple[str, str] | None, str]:
+    """The command's main code (`python_launch`), and the options that keep the hook out;
+    a Python script run directly (shebang) is its own main script."""
+    import shutil
+    if not command:
+        return None, ""
+    if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
+        return python_launch(command[1:], cwd)
+    exe = shutil.which(command[0]) or os.path.join(cwd or os.getcwd(), command[0])
+    return ("script", os.path.abspath(exe)), ""
+
+
 class CheckResult:
     """What importing a spec's targets in a fresh interpreter found: one line per problem."""
 
@@ -652,41 +946,50 @@ class CheckResult:
 
 
 def check_targets(spec, python: str | None = None, path0: str | None = None, timeout: float = 120,
-                  strict_top_level: bool = True) -> CheckResult:
-    """Import every target of `spec` in a fresh `python` (sys.path[0] = path0) and try to wrap
-    it. A top-level package missing counts as an error only with strict_top_level (when
-    `python` is the command's own interpreter); otherwise it is a warning."""
+                  strict_top_level: bool = True, main: tuple[str, str] | None = None) -> CheckResult:
+    """Import every target of `spec` in a fresh `python` (sys.path[0] = path0; `main`, the
+    command's main code, loaded as the command will run it) and try to wrap it. A top-level
+    package missing, or a module that raises or exits on import, counts as an error only with
+    strict_top_level (when `python` is the command's own interpreter); else as a warning. A
+    module that hangs (`timeout`) or ends the interpreter is an error."""
     import json
     import subprocess
     import tempfile
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="clef-prof-check-") as tmp:
         out = os.path.join(tmp, "result.json")
-        argv = [python, "-c", _CHECK_SNIPPET, PKG_DIR, os.path.abspath(spec.path), out]
-        if path0 is not None:
-            argv.append(path0)
-        env = {k: v for k, v in os.environ.items() if k not in (ENV_SPEC, ENV_LENIENT)}
+        argv = [python, "-c", _CHECK_SNIPPET, PKG_DIR, os.path.abspath(spec.path), out, path0 or "",
+                *(main or ("", ""))]
+        env = {k: v for k, v in os.environ.items() if k not in (ENV_SPEC, ENV_LENIENT, ENV_MAIN)}
+
+        def progress() -> str:
+            try:
+                with open(out + ".progress") as fh:
+                    return fh.read()
+            except OSError:
+                return "importing the targets"
+
         try:
             p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, timeout=timeout)
+                               stderr=subprocess.PIPE, timeout=timeout, start_new_session=True)
         except subprocess.TimeoutExpired:
-            return CheckResult(warnings=[f"importing the targets took more than {timeout:.0f} s; not checked"],
-                               python=python)
+            return CheckResult([SpecError(f"spec {spec.path} {progress()}: did not finish within "
+                                          f"{timeout:g} s (--check-timeout)")], python=python)
         except OSError as exc:
             return CheckResult(warnings=[f"cannot run {python} to check the targets: {exc}; not checked"],
                                python=python)
         if not os.path.exists(out):
             tail = (p.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             why = tail[-1] if tail else f"exit code {p.returncode}"
-            return CheckResult(warnings=[f"checking the targets in {python} failed ({why}); not checked"],
-                               python=python)
+            return CheckResult([SpecError(f"spec {spec.path} {progress()}: ended the checking "
+                                          f"interpreter {python} ({why})")], python=python)
         with open(out) as fh:
             res = json.load(fh)
     errors, warnings = [], list(res["warnings"])
     for e in res["errors"]:
         if isinstance(e, str):
             errors.append(SpecError(e))
-        elif e["top_level"] and not strict_top_level:
+        elif e["soft"] and not strict_top_level:
             warnings.append(f"spec {spec.path} {e['where']}: {e['target']}: not checked: {e['problem']} "
                             f"in {python}")
         else:
@@ -718,6 +1021,10 @@ def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[
     names = [spec.batch_name, *spec.stages]
     for b in spec.bindings():
         kind = (kinds or {}).get(b.where) or ""
+        if b.target.path is not None:
+            left_out.append(f"{b.where}: {b.target} is a file target: nsys imports modules by name; left out of "
+                            f"the JSON")
+            continue
         if kind.startswith("async "):
             left_out.append(f"{b.where}: {b.target} is a coroutine function: nsys's range would end when the "
                             f"coroutine is created, before it runs; left out of the JSON")
@@ -783,7 +1090,9 @@ def add_parser(subparsers) -> None:
                            "first (--python, or this interpreter, from the current directory) and the "
                            "classmethods, staticmethods and coroutines that nsys's wrapper mishandles are "
                            "left out, with a warning")
-    mode.add_argument("--check", action="store_true", help="only import and check every target, then exit")
+    mode.add_argument("--check", action="store_true",
+                      help="only import and check every target, then exit; with -- COMMAND, as that command "
+                           "will run them (its interpreter, its main module or script)")
     p.add_argument("--format", choices=["sh", "env", "json"], default="sh",
                    help="--print-env output: shell exports (default), NAME=value lines, or JSON")
     p.add_argument("--lenient", action="store_true",
@@ -803,8 +1112,12 @@ def _print_warnings(warnings) -> None:
         _say(f"clef-prof: warning: {w}")
 
 
-def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient) -> CheckResult:
-    res = check_targets(spec, python, path0, timeout, strict_top_level)
+def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient, main=None, off="") -> CheckResult:
+    res = check_targets(spec, python, path0, timeout, strict_top_level, main)
+    if off:
+        res.errors.insert(0, SpecError(f"spec {spec.path}: the command runs Python with -{off}, which keeps "
+                                       f"{'site (and so the injection hook) out' if 'S' in off else 'PYTHONPATH (and so the injection hook) out'}: "
+                                       f"no target would be wrapped"))
     _print_warnings(res.warnings)
     if res.errors and lenient:
         _print_warnings(f"{e}; skipped (--lenient)" for e in res.errors)
@@ -822,10 +1135,10 @@ def cmd_inject(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if args.emit_nsys_json or args.print_env or args.check:
+    if args.emit_nsys_json or args.print_env:
         if command:
             raise ClefError(f"a command ({command[0]}) makes no sense with "
-                            f"{'--emit-nsys-json' if args.emit_nsys_json else '--print-env' if args.print_env else '--check'}")
+                            f"{'--emit-nsys-json' if args.emit_nsys_json else '--print-env'}")
     if args.emit_nsys_json:
         import json
         kinds = None
@@ -850,9 +1163,23 @@ def cmd_inject(args) -> int:
     if args.print_env:
         sys.stdout.write(format_env(environment(spec.path, args.lenient, verbose=args.verbose), args.format))
         return 0
+    if not command and not args.check:
+        raise ClefError("inject needs a command after --, or --print-env, --emit-nsys-json or --check")
+    if args.check or not args.no_check:
+        python, path0 = command_python(command)
+        main, off = command_main(command)
+        strict = True
+        if args.python:
+            python = args.python
+        elif python is None:
+            python, path0, strict = sys.executable, os.getcwd(), not command
+        if not command:
+            path0 = os.getcwd()
+        res = _check_or_raise(spec, python, path0, args.check_timeout, strict, args.lenient, main, off)
     if args.check:
-        python = args.python or sys.executable
-        res = _check_or_raise(spec, python, os.getcwd(), args.check_timeout, True, args.lenient)
+        n_main = sum(_matches_main(b.target, *((main[1], None) if main[0] == "module" else (None, main[1])))
+                     for b in spec.bindings()) if main else 0
+        in_main = f" ({n_main} in the main module {main[1]}, wrapped as their definitions run)" if n_main else ""
         never: list[str] = []
         if res.runner is not None:
             from . import vllm_runner
@@ -863,21 +1190,11 @@ def cmd_inject(args) -> int:
             _print_warnings(warns)
         called = [w for w in res.kinds if w not in never]
         _say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
-             f"in {python}" + (f"; {len(called)} of them will be called" if never else ""))
+             f"in {python}{in_main}" + (f"; {len(called)} of them will be called" if never else ""))
         batches = [b.where for b in spec.bindings() if b.role == "batch"]
         if batches and all(w in never for w in batches):
             return 1
         return 0 if len(res.kinds) == len(spec.bindings()) or args.lenient else 1
-    if not command:
-        raise ClefError("inject needs a command after --, or --print-env, --emit-nsys-json or --check")
-    if not args.no_check:
-        python, path0 = command_python(command)
-        strict = True
-        if args.python:
-            python = args.python
-        elif python is None:
-            python, path0, strict = sys.executable, os.getcwd(), False
-        _check_or_raise(spec, python, path0, args.check_timeout, strict, args.lenient)
     env = dict(os.environ)
     env.update(environment(spec.path, args.lenient, verbose=args.verbose))
     try:

@@ -5,7 +5,9 @@ nsys scatters a profiled server over several process groups and sessions: `nsys 
 is re-parented to init, and `nsys-launcher` starts the application in a session of its own.
 Neither a process group nor the parent chain reaches all of them, so every process of a
 capture carries a marker in its environment (`CLEF_PROF_RUN=<token>`, inherited through
-fork and exec), and /proc/<pid>/environ is scanned for it.
+fork and exec), and /proc/<pid>/environ is scanned for it. A child that drops the marker
+(`setsid env -i ...`) is still a child: `Tree` remembers every descendant (by parent id) of
+the marked processes and of nsys, so it can be ended after its parent is gone.
 
 Standard library only.
 """
@@ -29,13 +31,14 @@ class Proc:
     comm: str
     exe: str
     cmdline: str
+    start: int = 0         # start time in clock ticks since boot: (pid, start) names one process
 
     @property
     def alive(self) -> bool:
         return self.state not in ("Z", "X")
 
 
-def _stat(pid: int) -> tuple[str, str, int, int, int] | None:
+def _stat(pid: int) -> tuple[str, str, int, int, int, int] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode("utf-8", "replace")
@@ -45,7 +48,7 @@ def _stat(pid: int) -> tuple[str, str, int, int, int] | None:
     comm = raw[lp + 1:rp]
     rest = raw[rp + 2:].split()
     try:
-        return comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3])
+        return comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
     except (IndexError, ValueError):
         return None
 
@@ -54,7 +57,7 @@ def read(pid: int) -> Proc | None:
     st = _stat(pid)
     if st is None:
         return None
-    comm, state, ppid, pgid, sid = st
+    comm, state, ppid, pgid, sid, start = st
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -64,7 +67,7 @@ def read(pid: int) -> Proc | None:
             cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
         cmdline = ""
-    return Proc(pid, ppid, pgid, sid, state, comm, exe, cmdline)
+    return Proc(pid, ppid, pgid, sid, state, comm, exe, cmdline, start)
 
 
 def _pids() -> list[int]:
@@ -94,6 +97,47 @@ def marked(token: str, name: str = ENV_MARK) -> list[Proc]:
         if p is not None and p.alive:
             out.append(p)
     return out
+
+
+def descendants(pids) -> list[Proc]:
+    """Every live descendant of `pids` (by parent id, from one scan of /proc)."""
+    children: dict[int, list[Proc]] = {}
+    for pid in _pids():
+        p = read(pid)
+        if p is not None:
+            children.setdefault(p.ppid, []).append(p)
+    out, todo, seen = [], list(pids), set(pids)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c.pid not in seen:
+                seen.add(c.pid)
+                out.append(c)
+                todo.append(c.pid)
+    return [p for p in out if p.alive]
+
+
+class Tree:
+    """The processes of one capture: the marked ones and, remembered at each `update()`, every
+    descendant of them and of `roots` (nsys), marker or not."""
+
+    def __init__(self, token: str, name: str = ENV_MARK):
+        self.token, self.name = token, name
+        self.known: dict[int, int] = {}        # pid -> start time
+
+    def update(self, roots=()) -> None:
+        top = [*roots, *(p.pid for p in marked(self.token, self.name))]
+        for p in descendants(top):
+            self.known[p.pid] = p.start
+
+    def left(self) -> list[Proc]:
+        """Marked processes, and remembered descendants that still run (the same process: pid
+        and start time)."""
+        out = {p.pid: p for p in marked(self.token, self.name)}
+        for pid, start in self.known.items():
+            p = read(pid)
+            if p is not None and p.alive and p.start == start and pid != os.getpid():
+                out[pid] = p
+        return list(out.values())
 
 
 def alive(pid: int) -> bool:
@@ -147,18 +191,22 @@ def wait_gone(check, timeout: float, step: float = 0.05) -> bool:
         time.sleep(step)
 
 
-def terminate_marked(token: str, timeouts=(3.0, 3.0, 2.0), name: str = ENV_MARK) -> list[Proc]:
-    """SIGINT, then SIGTERM, then SIGKILL every marked process (and its group); what is left."""
+def terminate_marked(token: str, timeouts=(3.0, 3.0, 2.0), name: str = ENV_MARK, tree: Tree | None = None) -> list[Proc]:
+    """SIGINT, then SIGTERM, then SIGKILL every marked process (and its group), and every
+    process `tree` remembers; what is left."""
+    def left():
+        return tree.left() if tree is not None else marked(token, name)
+
     for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), timeouts):
-        left = marked(token, name)
-        if not left:
+        procs = left()
+        if not procs:
             return []
-        signal_pids([p.pid for p in left], sig)
+        signal_pids([p.pid for p in procs], sig)
         if sig == signal.SIGKILL:
-            signal_groups([p.pgid for p in left], sig)
-        if wait_gone(lambda: not marked(token, name), wait):
+            signal_groups([p.pgid for p in procs], sig)
+        if wait_gone(lambda: not left(), wait):
             return []
-    return marked(token, name)
+    return left()
 
 
 def describe(procs: list[Proc]) -> str:

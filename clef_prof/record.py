@@ -25,8 +25,9 @@
 4. Writes `manifest.json` beside the export (see clef_prof.manifest).
 
 It never leaves the server or nsys running: every process of the capture carries a marker in
-its environment, and whatever is still alive at the end, on Ctrl-C, SIGTERM or any failure,
-is signalled until it is gone.
+its environment, the children of the server and of nsys are remembered by parent id (a child
+that drops the marker, `setsid env -i ...`, included), and whatever is still alive at the
+end, on Ctrl-C, SIGTERM or any failure, is signalled until it is gone.
 
 Standard library only (runs on GPU machines without pandas).
 """
@@ -417,6 +418,7 @@ class Capture:
         self.client: subprocess.Popen | None = None
         self.load: Load | None = None
         self.roots: list[procs.Proc] = []
+        self.tree = procs.Tree(pl.token)        # every descendant seen, marker or not
         self.events: list[dict] = []
         self.notes: list[str] = list(pl.notes) + list(history or [])
         self.status = mf.STATUS_OK
@@ -465,7 +467,11 @@ class Capture:
         return self.proc is not None and self.proc.poll() is None
 
     def app_procs(self) -> list[procs.Proc]:
-        return [p for p in procs.marked(self.pl.token) if not procs.is_tool(p, self.pl.nsys.install_root)]
+        return [p for p in self.tree.left() if not procs.is_tool(p, self.pl.nsys.install_root)]
+
+    def track(self) -> None:
+        """Remember the children of the server and of nsys now, while their parents live."""
+        self.tree.update([self.proc.pid] if self.proc is not None else [])
 
     def server_alive(self) -> bool:
         if not self.nsys_alive():
@@ -495,6 +501,7 @@ class Capture:
         self.t_healthy = time.time_ns()
         self.say(f"healthy after {(self.t_healthy - self.t_server) / 1e9:.1f} s")
         self.roots = procs.app_roots(procs.marked(self.pl.token), self.pl.nsys.install_root)
+        self.track()
         vpath = self.cfg.preset_obj.version
         if vpath:
             status, text = http("GET", self.cfg.url.rstrip("/") + vpath, timeout=3.0)
@@ -756,6 +763,7 @@ class Capture:
                  (signal.SIGTERM, 5.0 if quick else self.cfg.stop_timeout / 2),
                  (signal.SIGKILL, 5.0))
         for sig, wait in steps:
+            self.track()
             app = self.app_procs()
             if not app:
                 break
@@ -764,6 +772,8 @@ class Capture:
                 self.note(f"the server did not stop on {procs.sig_name(steps[0][0]) if sig == signal.SIGTERM else 'SIGTERM'}"
                           f"; sending {procs.sig_name(sig)}")
             procs.signal_groups([p.pgid for p in roots], sig)
+            groups = {p.pgid for p in roots}      # a child in a session of its own: by pid
+            procs.signal_pids([p.pid for p in app if p.pgid not in groups], sig)
             if sig == signal.SIGKILL:
                 procs.signal_pids([p.pid for p in app], sig)
             procs.wait_gone(lambda: not self.app_procs(), wait)
@@ -781,9 +791,10 @@ class Capture:
             self.load.stop(grace_s=0.5)
         if self.client is not None and self.client.poll() is None:
             _stop_group(self.client, (2.0, 2.0, 1.0))
+        self.track()
         if self.proc is not None and self.proc.poll() is None:
             _stop_group(self.proc, (5.0, 3.0, 2.0))
-        left = procs.terminate_marked(self.pl.token)
+        left = procs.terminate_marked(self.pl.token, tree=self.tree)
         if left:
             self.say(f"warning: processes left that could not be ended: {procs.describe(left)}")
 

@@ -10,6 +10,7 @@ Minimal form::
     name = "pooler"                      # optional, "pooler" by default
     [stages]
     parse = "pkg.server:parse_schema"    # or a list of targets
+    encode = "../srv/server.py:respond"  # a script by path (relative to the spec's folder)
 
 `size_arg` (and the optional `request_ids_arg`) name a parameter of the batch target, or an
 attribute path below one: `"pooling_metadata.prompt_lens"` is `len(pooling_metadata.prompt_lens)`
@@ -45,6 +46,7 @@ from .errors import SpecError
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _ARG_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_FILE_TARGET = re.compile(r"^(.+\.py):([A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$")
 
 TOP_KEYS = ("domain", "batch", "stages", "description", "findings")
 BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
@@ -52,15 +54,22 @@ BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
 
 @dataclass(frozen=True)
 class Target:
-    """`package.module:Qualified.name` of a callable to wrap in an NVTX range."""
+    """`package.module:Qualified.name` of a callable to wrap in an NVTX range, or
+    `path/to/script.py:Qualified.name` for a script run by path (`path` is then its absolute
+    path, relative ones taken from `base`, the spec's folder; `module` is the text as written)."""
 
     module: str
     qualname: str
+    path: str | None = None
 
     @classmethod
-    def parse(cls, text: str, where: str) -> "Target":
+    def parse(cls, text: str, where: str, base: str | None = None) -> "Target":
+        m = _FILE_TARGET.match(text.strip()) if isinstance(text, str) else None
+        if m:
+            return cls(m.group(1), m.group(2), os.path.normpath(os.path.join(base or os.getcwd(), m.group(1))))
         if not isinstance(text, str) or not _TARGET.match(text.strip()):
-            raise SpecError(f"{where}: {text!r} is not a target of the form 'package.module:Class.method'")
+            raise SpecError(f"{where}: {text!r} is not a target of the form 'package.module:Class.method' "
+                            f"or 'path/to/script.py:Class.method'")
         mod, qual = text.strip().split(":", 1)
         if not _MODULE.match(mod):
             raise SpecError(f"{where}: {text!r}: {mod!r} is not a module path")
@@ -236,6 +245,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
     if description is not None and not isinstance(description, str):
         raise SpecError(f"{path}: description must be a string")
     tables, batch_name = _batch_tables(data.get("batch", {}), path)
+    base = os.path.dirname(os.path.abspath(path)) if not str(path).startswith("<") else None
     if not isinstance(batch_name, str) or not batch_name.strip():
         raise SpecError(f"{path}: [batch].name must be a non-empty string")
     batches: list[BatchTarget] = []
@@ -245,7 +255,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
         rid_arg = _arg_path(t.get("request_ids_arg"), f"{where}.request_ids_arg", path)
         if "target" not in t:
             continue
-        target = Target.parse(t["target"], f"{path} {where}.target")
+        target = Target.parse(t["target"], f"{path} {where}.target", base)
         if target in seen:
             raise SpecError(f"{path}: {where}.target: {target} is already the target of {seen[target]}")
         seen[target] = f"{where}.target"
@@ -265,7 +275,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
             raise SpecError(f"{path}: [stages].{name}: an empty list of targets")
         ts = []
         for v in vals:
-            t = Target.parse(v, f"{path} [stages].{name}")
+            t = Target.parse(v, f"{path} [stages].{name}", base)
             if t in seen:
                 raise SpecError(f"{path}: [stages].{name}: {t} is already the target of {seen[t]}")
             seen[t] = f"[stages].{name}"

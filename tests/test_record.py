@@ -411,3 +411,59 @@ def test_spec_injects_stages_into_an_unannotated_server(tmp_path, mark):
         assert r["stages"][name]["instances"] > 0, name
     assert_within_client_bounds(r, m, 4)
     assert check_manifest(r, m) == []
+
+
+# --------------------------------------------------------------------------------------------
+# a grandchild that drops the marker and leaves the session
+
+ESCAPING_SERVER = '''
+import argparse, subprocess, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--port", type=int)
+ap.add_argument("--pidfile")
+a = ap.parse_args()
+child = subprocess.Popen(["setsid", "env", "-i", "sleep", "3017"])   # no marker, a session of its own
+open(a.pidfile, "w").write(str(child.pid))
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.command == "POST":
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_POST = do_GET
+
+
+try:
+    HTTPServer(("127.0.0.1", a.port), H).serve_forever()
+except KeyboardInterrupt:
+    pass
+'''
+
+
+def test_record_ends_a_grandchild_without_the_marker(tmp_path, mark):
+    (tmp_path / "server.py").write_text(ESCAPING_SERVER)
+    out, port, pidfile = tmp_path / "cap", free_port(), tmp_path / "grandchild.pid"
+    p = clef("record", "--out", out, "--url", f"http://127.0.0.1:{port}", "--window", "nsys", *FAST, "--",
+             sys.executable, tmp_path / "server.py", "--port", port, "--pidfile", pidfile, mark=mark)
+    assert p.returncode == 0, p.stderr[-3000:]
+    pid = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                alive = fh.read() == b"sleep\x003017\x00"
+        except OSError:
+            alive = False
+        if not alive:
+            break
+        time.sleep(0.1)
+    assert not alive, f"the server's grandchild {pid} (setsid env -i sleep 3017) is still running"

@@ -1,8 +1,8 @@
 """An embedding service around a real transformers `BertModel` (random weights, fp16 on CUDA),
 served with aiohttp, with no NVTX in its code: clef-prof's injection and attribution are
-checked on it (`tests/programs/embedsrv.toml`).
+checked on it (`tests/programs/bertsrv.toml`).
 
-    python -m embedsrv.server --port 8000 [--device cuda|cpu] [--max-batch 16]
+    python -m bertsrv.server --port 8000 [--device cuda|cpu] [--max-batch 16]
 
 A batcher thread runs `Embedder.run(texts)` once per batch: the tokenizer's `__call__`,
 `BatchEncoding.to(device)`, `BertModel.forward`, and one `.cpu()` of the pooled rows. The
@@ -45,7 +45,7 @@ class Embedder:
     def __init__(self, device: str, max_len: int = 256):
         self.device = device
         self.max_len = max_len
-        self._dir = tempfile.mkdtemp(prefix="embedsrv-")
+        self._dir = tempfile.mkdtemp(prefix="bertsrv-")
         self.tokenizer = BertTokenizerFast(vocab_file=vocab_file(self._dir))
         torch.manual_seed(0)
         cfg = BertConfig(vocab_size=self.tokenizer.vocab_size, hidden_size=256, num_hidden_layers=4,
