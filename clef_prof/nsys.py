@@ -260,11 +260,16 @@ def export_command(nsys: Nsys, report: str, sqlite: str) -> list[str]:
 
 
 def importer_path(nsys_path: str) -> str | None:
-    """The QdstrmImporter that an nsys uses (target-linux-x64/../host-linux-x64/, or beside it)."""
+    """The QdstrmImporter that an nsys uses: target-linux-x64/../host-linux-x64/ in the Nsight
+    Systems layout, beside nsys, or in another host folder beside nsys's own (the layouts that
+    bundle nsys, such as Nsight Compute's, name it by platform), nearest first."""
     real = os.path.realpath(nsys_path)
     here = os.path.dirname(real)
-    for c in (os.path.join(os.path.dirname(here), "host-linux-x64", "QdstrmImporter"),
-              os.path.join(here, "QdstrmImporter")):
+    up = os.path.dirname(here)
+    found = [os.path.join(up, "host-linux-x64", "QdstrmImporter"), os.path.join(here, "QdstrmImporter")]
+    found += sorted(glob.glob(os.path.join(glob.escape(up), "*", "QdstrmImporter")))
+    found += sorted(glob.glob(os.path.join(glob.escape(os.path.dirname(up)), "*", "*", "QdstrmImporter")))
+    for c in found:
         if _usable(c):
             return c
     return None

@@ -425,6 +425,7 @@ class Capture:
         self.detail: str | None = None
         self.server_info = None
         self.server_counts = None
+        self.reimported = False
         self.opened_ns = self.closed_ns = None
         self.outer = [None, None]
         self.died_ns = None
@@ -890,9 +891,12 @@ class Capture:
         if self.report is None:
             qd = self.base + ".qdstrm"
             if os.path.exists(qd):
-                msg = (f"nsys left {qd} but no .nsys-rep: its QdstrmImporter is missing or failed (nsys looks for it "
-                       f"in {os.path.join(self.pl.nsys.install_root, 'host-linux-x64')}); convert it there with "
-                       "`QdstrmImporter -i FILE.qdstrm`")
+                imp = importer_path(self.pl.nsys.path)
+                msg = (f"nsys left {qd} but no .nsys-rep: " + (
+                    f"its QdstrmImporter ({imp}) failed (see the notes above); once it runs, convert with "
+                    f"`{imp} -i {qd}`" if imp else
+                    f"no QdstrmImporter was found beside {self.pl.nsys.path} (nsys looks for it in "
+                    f"{os.path.join(self.pl.nsys.install_root, 'host-linux-x64')})"))
             elif self.pl.window == "profiler-api":
                 msg = ("nsys wrote no report: the capture range never opened. cudaProfilerStart reaches nsys only "
                        "from a server that uses CUDA" + ("" if gpu_present() else " (this machine has no NVIDIA GPU)")
@@ -943,6 +947,7 @@ class Capture:
                          f"or ${ENV_IMPORTER_LIBS}"))
             return None
         self.note(f"nsys left {os.path.basename(qdstrm)}; imported it with {importer}")
+        self.reimported = True
         return rep
 
     def nsys_messages(self) -> list[str]:
@@ -954,7 +959,10 @@ class Capture:
                     text.append(fh.read())
             except OSError:
                 pass
-        return cupti.problem_lines("\n".join(text))
+        lines = cupti.problem_lines("\n".join(text))
+        if self.reimported:     # nsys's own import failed, and record's import replaced it
+            lines = [ln for ln in lines if not ln.startswith("Importer error status")]
+        return lines
 
     def manifest(self, exported: str | None) -> dict:
         cfg, pl = self.cfg, self.pl

@@ -79,11 +79,12 @@ def _cut(d: sqlite3.Connection, tables: set[str], t0_ns: int, t1_ns: int) -> Non
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         d.execute("DROP INDEX clef_slice_corr")
     if "NVTX_EVENTS" in tables:
-        # a range cut by the window takes the ranges nested in it on its thread with it, as nsys
-        # does with a batch still open at the capture end
+        # a range cut by one edge of the window takes the ranges nested in it on its thread with it,
+        # as nsys does with a batch still open at the capture end; one that spans the whole window
+        # (a session-long range, such as a server's profiling-window mark) takes nothing
         d.execute('CREATE TEMP TABLE clef_cut AS SELECT globalTid, start, "end" FROM NVTX_EVENTS WHERE '
-                  'eventType IN (59, 60, 70, 71) AND start < ? AND "end" > ? AND NOT (start >= ? AND "end" <= ?)',
-                  (t1_ns, t0_ns, *w))
+                  'eventType IN (59, 60, 70, 71) AND start < ? AND "end" > ? AND NOT (start >= ? AND "end" <= ?) '
+                  'AND NOT (start < ? AND "end" > ?)', (t1_ns, t0_ns, *w, *w))
         d.execute('DELETE FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71) AND EXISTS (SELECT 1 FROM clef_cut c '
                   'WHERE c.globalTid = NVTX_EVENTS.globalTid AND c.start <= NVTX_EVENTS.start '
                   'AND NVTX_EVENTS."end" <= c."end")')
