@@ -84,13 +84,12 @@ class _Names:
     """Range names factorized once, so that each match is decided per distinct name."""
 
     def __init__(self, names: np.ndarray):
-        uniq, self.codes = factorize(names)
-        self.uniq = uniq.astype(str)
+        self.uniq, self.codes = factorize(names)
 
     def match(self, wanted: str) -> np.ndarray:
         if len(self.codes) == 0:
             return np.zeros(0, dtype=bool)
-        hit = (self.uniq == wanted) | np.char.startswith(self.uniq, wanted + " ")
+        hit = np.array([u == wanted or u.startswith(wanted + " ") for u in self.uniq], dtype=bool)
         return hit[self.codes]
 
 
