@@ -168,13 +168,14 @@ class Export:
 
     def rowid_windows(self, table: str, rows: int | None = None, parts: int | None = None) -> list[str]:
         """WHERE conditions that split a table into consecutive rowid windows (in rowid order,
-        which is time order in nsys exports), `rows` rowids each or `parts` windows."""
+        which is time order in nsys exports), `rows` rowids each or `parts` windows; by default at
+        least one window per reader thread, so that they share even a small table."""
         rng = self.rowid_range(table)
         if rng is None:
             return []
         lo, hi = rng
         n = hi - lo + 1
-        parts = max(1, parts if parts is not None else -(-n // (rows or CHUNK_ROWS)))
+        parts = max(1, parts if parts is not None else max(READERS, -(-n // (rows or CHUNK_ROWS))))
         step = -(-n // parts)
         return [f"rowid >= {a} AND rowid < {min(a + step, hi + 1)}" for a in range(lo, hi + 1, step)]
 
