@@ -42,16 +42,15 @@ class Analysis:
     """Everything `analyze` found: the JSON-ready `result` and the frames behind it.
 
     `result`, `stages` and `batch_table` are computed by `analyze` (NumPy columns; `per_batch` is
-    that table as a pandas DataFrame, made when first used). The row-level frames
+    that table as a pandas DataFrame, made when first used). The row-level tables, `rows(name)`,
     `calls` (one row per CUDA API call of interest), `transfers` (memcpy rows), `kernels`
     and `gpu_busy` (every GPU interval) hold a row per event, which does not fit in memory
     for multi-GB captures: they are read from the export when first used (the file must
-    still be there), or at once with `analyze(..., rows=True)`.
+    still be there), or at once with `analyze(..., rows=True)`; the properties of the same
+    names give them as pandas DataFrames.
     """
 
     def __init__(self, path: str, config: StageConfig, result: dict, stages: Stages,
-                 calls: "pd.DataFrame | None" = None, transfers: "pd.DataFrame | None" = None,
-                 kernels: "pd.DataFrame | None" = None, gpu_busy: "pd.DataFrame | None" = None,
                  batch_table: Table | None = None, traced: bool = True):
         self.path = path
         self.config = config
@@ -59,9 +58,9 @@ class Analysis:
         self.stages = stages
         self.batch_table = batch_table
         self._per_batch = None
+        self._pd: dict = {}                 # the row-level tables as pandas frames, once asked for
         self._traced = traced
-        given = {"calls": calls, "transfers": transfers, "kernels": kernels, "gpu_busy": gpu_busy}
-        self._frames = given if all(v is not None for v in given.values()) else None
+        self._frames: dict[str, Table] | None = None
 
     def __repr__(self) -> str:
         return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.get('requests')!r})"
@@ -82,7 +81,7 @@ class Analysis:
         return self._frames is not None
 
     def load_rows(self) -> "Analysis":
-        """Read the row-level frames now (from `path`); a no-op once they are loaded."""
+        """Read the row-level tables now (from `path`); a no-op once they are loaded."""
         if self._frames is None:
             if not self._traced:
                 self._frames = _no_frames()
@@ -91,21 +90,30 @@ class Analysis:
                     self._frames = row_frames(cap, self.stages)
         return self
 
+    def rows(self, name: str) -> Table:
+        """One row-level table (`calls`, `transfers`, `kernels`, `gpu_busy`) as NumPy columns."""
+        return self.load_rows()._frames[name]
+
+    def _frame(self, name: str) -> "pd.DataFrame":
+        if name not in self._pd:
+            self._pd[name] = self.rows(name).frame()
+        return self._pd[name]
+
     @property
     def calls(self) -> "pd.DataFrame":
-        return self.load_rows()._frames["calls"]
+        return self._frame("calls")
 
     @property
     def transfers(self) -> "pd.DataFrame":
-        return self.load_rows()._frames["transfers"]
+        return self._frame("transfers")
 
     @property
     def kernels(self) -> "pd.DataFrame":
-        return self.load_rows()._frames["kernels"]
+        return self._frame("kernels")
 
     @property
     def gpu_busy(self) -> "pd.DataFrame":
-        return self.load_rows()._frames["gpu_busy"]
+        return self._frame("gpu_busy")
 
 
 def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None = None,
@@ -195,14 +203,12 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     return out
 
 
-def _no_frames() -> dict:
-    """The row-level frames of a capture without CUDA trace: empty."""
-    import pandas as pd
-
-    return {k: pd.DataFrame() for k in ROW_FRAMES}
+def _no_frames() -> dict[str, Table]:
+    """The row-level tables of a capture without CUDA trace: empty."""
+    return {k: Table() for k in ROW_FRAMES}
 
 
-def row_frames(cap: Export, stages: Stages) -> "dict[str, pd.DataFrame]":
+def row_frames(cap: Export, stages: Stages) -> dict[str, Table]:
     """The row-level frames of a traced capture, placed with `stages` (the batches `analyze`
     kept): calls, transfers, kernels and gpu_busy, one row per event, in table order."""
     n_slots = len(stages.config.stages) + 2
@@ -395,32 +401,27 @@ def _pair(paired: np.ndarray, call: np.ndarray) -> int:
     return dup
 
 
-def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> "dict[str, pd.DataFrame]":
-    """The row-level frames from a keep-mode pass (columns and dtypes as they always were)."""
-    import pandas as pd
-
+def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
+    """The row-level tables from a keep-mode pass (columns and dtypes as they always were)."""
     r = calls.rows
-    calls_df = pd.DataFrame({"start": r["start"], "end": r["end"], "gtid": r["gtid"], "corr": r["corr"],
-                             "kind": calls.kind, "slot": calls.slot.astype(np.int64),
-                             "batch": calls.batch.astype(np.int64)})
+    calls_t = Table(start=r["start"], end=r["end"], gtid=r["gtid"], corr=r["corr"], kind=calls.kind,
+                    slot=calls.slot.astype(np.int64), batch=calls.batch.astype(np.int64))
 
-    def table(name: str) -> "pd.DataFrame":
-        spec = [("start", 0), ("end", 0), ("gpid", 0), ("corr", 0), ("device", 0)]
-        spec += [(n, 0) for n, _, _ in cu.GPU_TABLES[name]]
+    def table(name: str) -> Table:
         chunks = gpu_rows.get(name, [])
-        cols = [n for n, _ in spec]
-        df = pd.DataFrame({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
+        cols = ["start", "end", "gpid", "corr", "device", *(n for n, _, _ in cu.GPU_TABLES[name])]
+        t = Table({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
         for c, dt in (("call", np.int64), ("slot", np.int64), ("batch", np.int64), ("api_kind", np.int8)):
-            df[c] = _cat([ch[c] for ch in chunks], dt)
-        return df
+            t[c] = _cat([ch[c] for ch in chunks], dt)
+        return t
 
     transfers, kernels, memset, graphs = (table(t) for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
-    kernels["from_graph"] = kernels["api_kind"].to_numpy() == cu.GRAPH
-    parts = [d[["gpid", "start", "end", "slot", "batch"]].assign(kind=k) for d, k in
+    kernels["from_graph"] = kernels["api_kind"] == cu.GRAPH
+    busy_cols = ("gpid", "start", "end", "slot", "batch")
+    parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
              ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
-    busy_df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        {c: np.zeros(0, np.int64) for c in ("gpid", "start", "end", "slot", "batch")})
-    return {"calls": calls_df, "transfers": transfers, "kernels": kernels, "gpu_busy": busy_df}
+    busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
+    return {"calls": calls_t, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
 
 
 def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:

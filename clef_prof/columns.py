@@ -34,6 +34,11 @@ class Table:
     def columns(self) -> list[str]:
         return list(self.cols)
 
+    def equals(self, other: "Table") -> bool:
+        """The same columns, in order, with the same dtypes and values."""
+        return self.columns == other.columns and all(
+            a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(self.cols.values(), other.cols.values()))
+
     def assign(self, **more) -> "Table":
         out = Table(dict(self.cols))
         for k, v in more.items():
