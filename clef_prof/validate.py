@@ -166,11 +166,11 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
                                    f"WHERE globalPid IN ({pids})"):
             pnames[int(gpid)] = exe_name(name)
     inst, b = stages.instances, stages.batches
-    names_ = stages.config.stages
+    stage_names = stages.config.stages
 
     def per_stage(codes: np.ndarray) -> dict[str, int]:
-        n = np.bincount(codes, minlength=len(names_))
-        return {s: int(n[i]) for i, s in enumerate(names_) if n[i]}
+        n = np.bincount(codes, minlength=len(stage_names))
+        return {s: int(n[i]) for i, s in enumerate(stage_names) if n[i]}
 
     out = []
     for g in gtids:         # once per thread holding stage ranges
