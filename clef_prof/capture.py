@@ -400,7 +400,7 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
     the caller then reads rows, and says which column holds what)."""
     cols = ", ".join(f"c{i}" for i in range(len(names)))
     aggs = ", ".join(f"CAST(group_concat(ifnull(c{i}, 0)) AS BLOB)" for i in range(len(names)))
-    n, *texts = conn.execute(f"WITH t({cols}) AS ({sql}) SELECT count(*), {aggs} FROM t").fetchone()
+    n, *texts = conn.execute(f"WITH clef_cols({cols}) AS ({sql}) SELECT count(*), {aggs} FROM clef_cols").fetchone()
     out = {}
     for name, text in zip(names, texts):
         dt = dtypes.get(name) or "int64"
@@ -408,8 +408,10 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
             out[name] = np.zeros(0, dtype=dt)
             continue
         # one token per row, digits with at most a leading minus: nothing else parses as a number
-        if (text.count(b",") != n - 1 or text.translate(None, b"0123456789,-") or b"-," in text
-                or text.endswith(b"-") or text.count(b"-") != text.count(b",-") + text.startswith(b"-")):
+        if text.count(b",") != n - 1 or text.translate(None, b"0123456789,-"):
+            return None
+        if b"-" in text and (b"-," in text or text.endswith(b"-")
+                             or text.count(b"-") != text.count(b",-") + text.startswith(b"-")):
             return None
         try:
             with warnings.catch_warnings():
