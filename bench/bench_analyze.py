@@ -262,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: nsys not found, (c) skipped (install with scripts/install-nsys.sh)", file=sys.stderr)
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)     # as installed: byte-code cached
+    run_child([sys.executable, "-c", "import clef_prof.cli, clef_prof.analysis, clef_prof.report"], env=env)
     made: list[str] = []
     if args.files:
         files = args.files

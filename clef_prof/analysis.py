@@ -13,16 +13,16 @@ export the first time one is used (`analyze(..., rows=True)` reads them at once)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
 
 from . import cuda as cu
 from . import cupti
 from . import ranks
 from .attribute import Placer, slots
 from .capture import Export
+from .columns import Table
 from .errors import CaptureError
 from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
@@ -37,29 +37,33 @@ CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h
 ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 class Analysis:
     """Everything `analyze` found: the JSON-ready `result` and the frames behind it.
 
-    `result`, `stages` and `per_batch` are computed by `analyze`. The row-level frames
+    `result`, `stages` and `batch_table` are computed by `analyze` (NumPy columns; `per_batch` is
+    that table as a pandas DataFrame, made when first used). The row-level tables, `rows(name)`,
     `calls` (one row per CUDA API call of interest), `transfers` (memcpy rows), `kernels`
     and `gpu_busy` (every GPU interval) hold a row per event, which does not fit in memory
     for multi-GB captures: they are read from the export when first used (the file must
-    still be there), or at once with `analyze(..., rows=True)`.
+    still be there), or at once with `analyze(..., rows=True)`; the properties of the same
+    names give them as pandas DataFrames.
     """
 
     def __init__(self, path: str, config: StageConfig, result: dict, stages: Stages,
-                 calls: pd.DataFrame | None = None, transfers: pd.DataFrame | None = None,
-                 kernels: pd.DataFrame | None = None, gpu_busy: pd.DataFrame | None = None,
-                 per_batch: pd.DataFrame | None = None, traced: bool = True):
+                 batch_table: Table | None = None, traced: bool = True):
         self.path = path
         self.config = config
         self.result = result
         self.stages = stages
-        self.per_batch = per_batch
+        self.batch_table = batch_table
+        self._per_batch = None
+        self._pd: dict = {}                 # the row-level tables as pandas frames, once asked for
         self._traced = traced
-        given = {"calls": calls, "transfers": transfers, "kernels": kernels, "gpu_busy": gpu_busy}
-        self._frames = given if all(v is not None for v in given.values()) else None
+        self._frames: dict[str, Table] | None = None
 
     def __repr__(self) -> str:
         return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.get('requests')!r})"
@@ -69,34 +73,50 @@ class Analysis:
         return self.result["warnings"]
 
     @property
+    def per_batch(self) -> "pd.DataFrame | None":
+        """`batch_table` as a pandas DataFrame (one row per batch)."""
+        if self._per_batch is None and self.batch_table is not None:
+            self._per_batch = self.batch_table.frame()
+        return self._per_batch
+
+    @property
     def rows_loaded(self) -> bool:
         return self._frames is not None
 
     def load_rows(self) -> "Analysis":
-        """Read the row-level frames now (from `path`); a no-op once they are loaded."""
+        """Read the row-level tables now (from `path`); a no-op once they are loaded."""
         if self._frames is None:
             if not self._traced:
-                self._frames = {k: pd.DataFrame() for k in ROW_FRAMES}
+                self._frames = _no_frames()
             else:
                 with Export.open(self.path) as cap:
                     self._frames = row_frames(cap, self.stages)
         return self
 
-    @property
-    def calls(self) -> pd.DataFrame:
-        return self.load_rows()._frames["calls"]
+    def rows(self, name: str) -> Table:
+        """One row-level table (`calls`, `transfers`, `kernels`, `gpu_busy`) as NumPy columns."""
+        return self.load_rows()._frames[name]
+
+    def _frame(self, name: str) -> "pd.DataFrame":
+        if name not in self._pd:
+            self._pd[name] = self.rows(name).frame()
+        return self._pd[name]
 
     @property
-    def transfers(self) -> pd.DataFrame:
-        return self.load_rows()._frames["transfers"]
+    def calls(self) -> "pd.DataFrame":
+        return self._frame("calls")
 
     @property
-    def kernels(self) -> pd.DataFrame:
-        return self.load_rows()._frames["kernels"]
+    def transfers(self) -> "pd.DataFrame":
+        return self._frame("transfers")
 
     @property
-    def gpu_busy(self) -> pd.DataFrame:
-        return self.load_rows()._frames["gpu_busy"]
+    def kernels(self) -> "pd.DataFrame":
+        return self._frame("kernels")
+
+    @property
+    def gpu_busy(self) -> "pd.DataFrame":
+        return self._frame("gpu_busy")
 
 
 def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None = None,
@@ -175,7 +195,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         else:
             warnings.append(validate.no_cuda(cap))
             if keep:
-                frames = {k: pd.DataFrame() for k in ROW_FRAMES}
+                frames = _no_frames()
     finally:
         if stream is not None:
             stream.close()
@@ -185,12 +205,17 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
     findings.annotate(result, table, config.findings, lost)
-    out = Analysis(cap.path, config, result, stages, per_batch=table, traced=traced)
+    out = Analysis(cap.path, config, result, stages, batch_table=table, traced=traced)
     out._frames = frames
     return out
 
 
-def row_frames(cap: Export, stages: Stages) -> dict[str, pd.DataFrame]:
+def _no_frames() -> dict[str, Table]:
+    """The row-level tables of a capture without CUDA trace: empty."""
+    return {k: Table() for k in ROW_FRAMES}
+
+
+def row_frames(cap: Export, stages: Stages) -> dict[str, Table]:
     """The row-level frames of a traced capture, placed with `stages` (the batches `analyze`
     kept): calls, transfers, kernels and gpu_busy, one row per event, in table order."""
     n_slots = len(stages.config.stages) + 2
@@ -222,7 +247,7 @@ def _call_pass(cap: Export, stages: Stages, n_slots: int, lookup, calls_q, strea
     (`validate.lost_tail`); the full-table scan that finds that record only runs when some
     batch starts after the last call of interest (then the calls are read again)."""
     calls, tally, last = _place_calls(stages, n_slots, lookup, stream, keep)
-    b_start = stages.batches["start"].to_numpy()
+    b_start = stages.batches["start"]
     warnings: list[str] = []
     if len(b_start) and (last is None or (b_start > last).any()):
         stages2, warnings = validate.lost_tail(stages, cu.last_api_end(cap))
@@ -307,8 +332,8 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     outside = n_slots - 1
     b = stages.batches
     if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
-        b = pd.concat([b, stages.replicas[b.columns]], ignore_index=True)
-    busy = BusyStream(b["gtid"].to_numpy() >> 24, b["start"].to_numpy(), b["end"].to_numpy(), list(pid), ordered)
+        b = Table.concat([b, stages.replicas.select(b.columns)])
+    busy = BusyStream(b["gtid"] >> 24, b["start"], b["end"], list(pid), ordered)
     b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
@@ -384,30 +409,27 @@ def _pair(paired: np.ndarray, call: np.ndarray) -> int:
     return dup
 
 
-def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, pd.DataFrame]:
-    """The row-level frames from a keep-mode pass (columns and dtypes as they always were)."""
+def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
+    """The row-level tables from a keep-mode pass (columns and dtypes as they always were)."""
     r = calls.rows
-    calls_df = pd.DataFrame({"start": r["start"], "end": r["end"], "gtid": r["gtid"], "corr": r["corr"],
-                             "kind": calls.kind, "slot": calls.slot.astype(np.int64),
-                             "batch": calls.batch.astype(np.int64)})
+    calls_t = Table(start=r["start"], end=r["end"], gtid=r["gtid"], corr=r["corr"], kind=calls.kind,
+                    slot=calls.slot.astype(np.int64), batch=calls.batch.astype(np.int64))
 
-    def table(name: str) -> pd.DataFrame:
-        spec = [("start", 0), ("end", 0), ("gpid", 0), ("corr", 0), ("device", 0)]
-        spec += [(n, 0) for n, _, _ in cu.GPU_TABLES[name]]
+    def table(name: str) -> Table:
         chunks = gpu_rows.get(name, [])
-        cols = [n for n, _ in spec]
-        df = pd.DataFrame({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
+        cols = ["start", "end", "gpid", "corr", "device", *(n for n, _, _ in cu.GPU_TABLES[name])]
+        t = Table({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
         for c, dt in (("call", np.int64), ("slot", np.int64), ("batch", np.int64), ("api_kind", np.int8)):
-            df[c] = _cat([ch[c] for ch in chunks], dt)
-        return df
+            t[c] = _cat([ch[c] for ch in chunks], dt)
+        return t
 
     transfers, kernels, memset, graphs = (table(t) for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
-    kernels["from_graph"] = kernels["api_kind"].to_numpy() == cu.GRAPH
-    parts = [d[["gpid", "start", "end", "slot", "batch"]].assign(kind=k) for d, k in
+    kernels["from_graph"] = kernels["api_kind"] == cu.GRAPH
+    busy_cols = ("gpid", "start", "end", "slot", "batch")
+    parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
              ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
-    busy_df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        {c: np.zeros(0, np.int64) for c in ("gpid", "start", "end", "slot", "batch")})
-    return {"calls": calls_df, "transfers": transfers, "kernels": kernels, "gpu_busy": busy_df}
+    busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
+    return {"calls": calls_t, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
 
 
 def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:
@@ -473,7 +495,7 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
 
     stage_out = {}
     for code, name in enumerate(cfg.stages):
-        sub = inst[inst["stage"] == name]
+        sub = inst[inst["code"] == code]
         total_ns = int((sub["end"] - sub["start"]).sum())
         loose = sub[sub["batch"] < 0]
         loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
@@ -481,12 +503,12 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
                  "host_ms_per_request": safe_div(total_ns / NS_PER_MS, req),
                  "outside_batch_instances": int(len(loose)),
                  "outside_batch_host_ms_per_request": safe_div(loose_ms, req),
-                 **host_stats(per_batch_durations(inst, name)), **cuda_block([code])}
+                 **host_stats(per_batch_durations(inst, code)), **cuda_block([code])}
         block.update(per_req(block))
         stage_out[name] = block
 
     b = stages.batches
-    bdur = (b["end"] - b["start"]).to_numpy()
+    bdur = b["end"] - b["start"]
     pooler = {"name": cfg.batch, "instances": int(len(b)), "host_ns_total": int(bdur.sum()),
               "host_ms_total": float(bdur.sum() / NS_PER_MS),
               "host_ms_per_request": safe_div(float(bdur.sum() / NS_PER_MS), req), **host_stats(bdur),
@@ -539,19 +561,22 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
 def _ranks(stages: Stages, cov) -> list[dict]:
     """Per process holding batches: its first rank (replicas share one), whether its batches are the
     ones counted, and its own batches, requests, host ms per request and GPU overlap."""
-    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True)]
+    cols = ("start", "end", "gtid", "size", "gpu_busy_ns", "counted")
+    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True).select(cols)]
     if stages.replicas is not None:
-        parts.append(stages.replicas.assign(counted=False))
-    b = pd.concat(parts, ignore_index=True)
+        reps = stages.replicas
+        parts.append(reps.assign(counted=False, **({} if "gpu_busy_ns" in reps else {"gpu_busy_ns": 0})).select(cols))
+    b = Table.concat(parts)
     if len(b) == 0:
         return []
-    b["pk"] = b["gtid"].to_numpy() >> 24
+    pks = b["gtid"] >> 24
     out = []
-    for pk, g in b.groupby("pk"):
+    for pk in np.unique(pks):       # once per process holding batches
+        g = b[pks == pk]
         dur = int((g["end"] - g["start"]).sum())
         req = int(g["size"].sum())
         out.append({"pid": int(pk) & 0xFFFFFF, "first_rank_pid": int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
-                    "counted": bool(g["counted"].iloc[0]), "batches": int(len(g)), "requests": req,
+                    "counted": bool(g["counted"][0]), "batches": int(len(g)), "requests": req,
                     "host_ms_per_request": safe_div(dur / NS_PER_MS, req),
                     "gpu_busy_fraction_of_pooler_span": float(g["gpu_busy_ns"].sum()) / max(dur, 1)
                     if cov is not None else None})
@@ -560,9 +585,9 @@ def _ranks(stages: Stages, cov) -> list[dict]:
 
 def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
     inst, b = stages.instances, stages.batches
-    starts = np.concatenate([inst["start"].to_numpy(), b["start"].to_numpy()])
-    ends = np.concatenate([inst["end"].to_numpy(), b["end"].to_numpy()])
-    gtids = np.unique(np.concatenate([inst["gtid"].to_numpy(), b["gtid"].to_numpy()]))
+    starts = np.concatenate([inst["start"], b["start"]])
+    ends = np.concatenate([inst["end"], b["end"]])
+    gtids = np.unique(np.concatenate([inst["gtid"], b["gtid"]]))
     return {
         "nsys_version": cap.nsys_version,
         "cuda_driver_version": cap.cuda_driver_version,

@@ -19,15 +19,15 @@ class Placer:
     def __init__(self, stages: Stages):
         inst, bat = stages.instances, stages.batches
         self.n_stages = len(stages.config.stages)
-        key = np.concatenate([inst["gtid"].to_numpy(), bat["gtid"].to_numpy()])
-        s = np.concatenate([inst["start"].to_numpy(), bat["start"].to_numpy()])
-        e = np.concatenate([inst["end"].to_numpy(), bat["end"].to_numpy()])
+        key = np.concatenate([inst["gtid"], bat["gtid"]])
+        s = np.concatenate([inst["start"], bat["start"]])
+        e = np.concatenate([inst["end"], bat["end"]])
         self.empty = len(key) == 0
         self.threads = np.unique(key)
         self.containment = None if self.empty else Containment(key, s, e)
-        self.unit_slot = np.concatenate([inst["stage"].cat.codes.to_numpy().astype(np.int64),
+        self.unit_slot = np.concatenate([inst["code"].astype(np.int64),
                                          np.full(len(bat), self.n_stages, dtype=np.int64)])
-        self.unit_batch = np.concatenate([inst["batch"].to_numpy(), np.arange(len(bat), dtype=np.int64)])
+        self.unit_batch = np.concatenate([inst["batch"], np.arange(len(bat), dtype=np.int64)])
 
     def __call__(self, gtid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         outside = self.n_stages + 1

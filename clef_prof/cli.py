@@ -8,8 +8,11 @@ import sys
 from .errors import EXIT_INPUT, EXIT_STRICT, ClefError
 from .config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
-# modules that each define add_parser(subparsers) for one or more subcommands
-COMMAND_MODULES = ("slicing", "scrub", "compare", "inject", "htmlreport", "doctor", "record", "ab", "demo_server", "loadgen", "bench")
+# subcommand -> the module whose add_parser(subparsers) registers it; a command line naming one
+# imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
+COMMANDS = {"slice": "slicing", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "htmlreport",
+            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "load": "loadgen",
+            "bench": "bench"}
 
 
 def _stage_config(args) -> StageConfig:
@@ -51,7 +54,6 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_analyze(args) -> int:
-    from . import report
     from .inputs import resolve
 
     cfg = _stage_config(args)
@@ -69,8 +71,10 @@ def cmd_analyze(args) -> int:
         import json
         text = json.dumps(results[0] if len(results) == 1 else results, indent=2) + "\n"
     elif args.format == "markdown":
+        from . import report
         text = "\n".join(report.render_markdown(r) for r in results)
     elif args.format == "csv":
+        from . import report
         text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
                        for i, r in enumerate(results))
     if text is not None:
@@ -80,6 +84,7 @@ def cmd_analyze(args) -> int:
                 for w in r["warnings"]:
                     print(f"warning: {r['path']}: {w}", file=sys.stderr)
     else:
+        from . import report
         for r in results:
             report.render_terminal(r)
     if args.strict and any(r["warnings"] for r in results):
@@ -111,7 +116,8 @@ def _emit(text: str, output: str | None, inputs=()) -> None:
         sys.stdout.write(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv` naming a command, only that command's module is imported."""
     from . import __version__
 
     p = argparse.ArgumentParser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
@@ -148,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
 
     import importlib
-    for name in COMMAND_MODULES:
+    command = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    wanted = [] if command == "analyze" else [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for name in wanted:
         importlib.import_module(f".{name}", __package__).add_parser(sub)
     return p
 
@@ -175,7 +183,8 @@ def run_command(func, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     return run_command(args.func, args)
 
 

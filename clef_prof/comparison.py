@@ -17,9 +17,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .arm import Arms, CaptureRef, CompareError
+from .columns import Table
 from .findings import compare_findings
 from .stages import StageConfig
 
@@ -85,31 +85,31 @@ class CaptureData:
 
     export: str
     result: dict = field(repr=False)
-    table: pd.DataFrame = field(repr=False)   # one row per batch: size, host_ns, stage:<s>:ns, ...
+    table: Table = field(repr=False)   # one row per batch: size, host_ns, stage:<s>:ns, ...
 
 
-def batch_table(a) -> pd.DataFrame:
+def batch_table(a) -> Table:
     """analyze's per-batch table, with the CUDA work of each stage in each batch and the GPU busy
     time of the batch's own work (its union) added."""
     from . import cuda as cu
 
-    pb = a.per_batch
+    pb = a.batch_table
     stages = a.config.stages
     n = len(pb)
     clash = [s for s in stages if f"{s}_ns" in ("host_ns", "gpu_busy_ns", "size_ns")]
     if clash:
         raise CompareError(f"stage name {clash[0]!r} clashes with a per-batch column; rename the stage")
-    cols = {"size": pb["size"].to_numpy(), "host_ns": pb["host_ns"].to_numpy()}
+    cols = {"size": pb["size"], "host_ns": pb["host_ns"]}
     for s in stages:
-        cols[f"stage:{s}:ns"] = pb[f"{s}_ns"].to_numpy()
+        cols[f"stage:{s}:ns"] = pb[f"{s}_ns"]
     if a.result["capture"]["cuda_traced"]:
         for k in CUDA_KEYS:
-            cols[k] = pb[k].to_numpy()
-        cols["gpu_busy_ns"] = pb["gpu_busy_ns"].to_numpy()
-        c, t = a.calls, a.transfers
-        c_slot, c_batch, c_kind = c["slot"].to_numpy(), c["batch"].to_numpy(), c["kind"].to_numpy()
-        t_slot, t_batch = t["slot"].to_numpy(), t["batch"].to_numpy()
-        t_kind, t_n, t_b = t["copyKind"].to_numpy(), t["copies"].to_numpy(), t["bytes"].to_numpy()
+            cols[k] = pb[k]
+        cols["gpu_busy_ns"] = pb["gpu_busy_ns"]
+        c, t = a.rows("calls"), a.rows("transfers")
+        c_slot, c_batch, c_kind = c["slot"], c["batch"], c["kind"]
+        t_slot, t_batch = t["slot"], t["batch"]
+        t_kind, t_n, t_b = t["copyKind"], t["copies"], t["bytes"]
 
         def per_batch(batch, mask, weights=None):
             return np.bincount(batch[mask], weights=None if weights is None else weights[mask],
@@ -123,22 +123,25 @@ def batch_table(a) -> pd.DataFrame:
             for label, kd in (("h2d", cu.HTOD), ("d2h", cu.DTOH)):
                 cols[f"stage:{s}:{label}_copies"] = per_batch(t_batch, tin & (t_kind == kd), t_n)
                 cols[f"stage:{s}:{label}_bytes"] = per_batch(t_batch, tin & (t_kind == kd), t_b)
-        cols["gpu_own_ns"] = _own_busy(a.gpu_busy, len(stages), n)
-    return pd.DataFrame(cols)
+        cols["gpu_own_ns"] = _own_busy(a.rows("gpu_busy"), len(stages), n)
+    return Table(cols)
 
 
-def _own_busy(busy: pd.DataFrame, n_stages: int, n: int) -> np.ndarray:
+def _own_busy(busy: Table, n_stages: int, n: int) -> np.ndarray:
     """Per batch, the length of the union of the GPU intervals launched inside it (analyze's
     `gpu_busy_ms_per_request`, batch by batch)."""
     if busy is None or len(busy) == 0:
         return np.zeros(n, np.int64)
-    m = (busy["slot"].to_numpy() < n_stages + 1) & (busy["batch"].to_numpy() >= 0)
-    b, s, e = busy["batch"].to_numpy()[m], busy["start"].to_numpy()[m], busy["end"].to_numpy()[m]
+    m = (busy["slot"] < n_stages + 1) & (busy["batch"] >= 0)
+    b, s, e = busy["batch"][m], busy["start"][m], busy["end"][m]
     if len(b) == 0:
         return np.zeros(n, np.int64)
     o = np.lexsort((s, b))
     b, s, e = b[o], s[o], e[o]
-    reach = pd.Series(e).groupby(b).cummax().to_numpy()        # furthest end so far in the batch
+    # furthest end so far in the batch: a running max of (batch, rank of end), which never
+    # crosses into the next batch since its batch part is larger
+    ends, rank = np.unique(e, return_inverse=True)
+    reach = ends[np.maximum.accumulate(b * len(ends) + rank.reshape(-1)) - b * len(ends)]
     prev = np.empty_like(reach)
     prev[0] = np.iinfo(np.int64).min
     prev[1:] = reach[:-1]
@@ -310,9 +313,11 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     columns = sorted({c for m in metrics for c in (m.num, m.den)})
     col = {c: i for i, c in enumerate(columns)}
 
-    blocks = {n: [d.table[columns].to_numpy(dtype=np.float64) for d in data[n]] for n in names}
+    # (a table is a Table or any mapping of column name to array, e.g. a DataFrame)
+    blocks = {n: [np.column_stack([np.asarray(d.table[c]) for c in columns]).astype(np.float64) for d in data[n]]
+              for n in names}
     pooled = {n: np.concatenate(blocks[n]) for n in names}
-    ints = {n: pd.concat([d.table[columns] for d in data[n]], ignore_index=True) for n in names}
+    ints = {n: {c: np.concatenate([np.asarray(d.table[c]) for d in data[n]]) for c in columns} for n in names}
     rngs = arm_rngs(seed, len(names))
     boot = {n: resampled_sums(rng, blocks[n], n_boot) for n, rng in zip(names, rngs)}
 
@@ -336,7 +341,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
             mean = float(x[:, i_num].sum() / x[:, i_den].sum() * m.scale)
             k = None
             if m.kind in ("count", "bytes"):
-                k = _exact_multiple(ints[n][m.num].to_numpy(), ints[n][m.den].to_numpy())
+                k = _exact_multiple(ints[n][m.num], ints[n][m.den])
                 if k is not None:
                     mean = k
             exact[n] = k is not None

@@ -16,10 +16,7 @@ is "unknown" unless the releases around it agree on the CUDA major):
 """
 from __future__ import annotations
 
-import ctypes
 import re
-import shutil
-import subprocess
 
 # (year, release) -> (CUDA major, CUPTI version) of the CUPTI that nsys ships
 NSYS_CUPTI: dict[tuple[int, int], tuple[int, str]] = {
@@ -99,6 +96,10 @@ def problem_lines(text: str, limit: int = 20) -> list[str]:
 def local_driver_version() -> tuple[int | None, str]:
     """(CUDA driver version as cuDriverGetVersion encodes it, or None; where it came from or why not):
     libcuda's cuDriverGetVersion through ctypes, else `nvidia-smi`."""
+    import ctypes
+    import shutil
+    import subprocess
+
     for name in ("libcuda.so.1", "libcuda.so"):
         try:
             lib = ctypes.CDLL(name)

@@ -91,9 +91,9 @@ def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside
 
 def annotate(result: dict, per_batch, overrides=(), lost: dict | None = None) -> None:
     """Add stage shares (per stage block), lost-record counts and the findings to `result`."""
-    host = per_batch["host_ns"].to_numpy()
+    host = np.asarray(per_batch["host_ns"])
     for name, block in result["stages"].items():
-        block.update(stage_shares(per_batch[f"{name}_ns"].to_numpy(), host))
+        block.update(stage_shares(np.asarray(per_batch[f"{name}_ns"]), host))
     result["lost_records"] = lost
     th = thresholds(overrides)
     result["findings_thresholds"] = th

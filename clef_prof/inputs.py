@@ -13,11 +13,8 @@ and compare. Standard library only (the CLI imports it to build its parser).
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
-import shlex
-import subprocess
 import sys
 
 from .errors import ClefError
@@ -95,6 +92,10 @@ def _fresh(export: str, report: str) -> bool:
 def export_report(report: str) -> str:
     """The SQLite export of an `.nsys-rep`: an up-to-date one beside it or in the cache, else a
     new one made with `nsys export` (said in one line on stderr)."""
+    import hashlib
+    import shlex
+    import subprocess
+
     from .nsys import NsysMissing, locate
 
     if not os.path.isfile(report):

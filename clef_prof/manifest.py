@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -35,6 +34,8 @@ STATUS_FAILED = "failed"
 
 def git_info(path: str) -> dict | None:
     """{"revision", "dirty", "root"} of the git work tree holding `path`, or None."""
+    import subprocess
+
     def git(*args):
         p = subprocess.run(["git", "-C", path, *args], capture_output=True, text=True, timeout=10,
                            stdin=subprocess.DEVNULL)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from .columns import Table
 from .cuda import COPY, DEVICE_SYNC, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC, SYNC_COPY
 
 NS_PER_MS = 1e6
@@ -18,13 +18,16 @@ def host_stats(durations_ns: np.ndarray) -> dict[str, float | None]:
             "host_ms_p99": float(np.percentile(d, 99))}
 
 
-def per_batch_durations(instances: pd.DataFrame, stage: str) -> np.ndarray:
-    """A stage's host time per batch (instances in one batch summed); free instances alone."""
-    sub = instances[instances["stage"] == stage]
-    dur = (sub["end"] - sub["start"]).to_numpy()
-    b = sub["batch"].to_numpy()
+def per_batch_durations(instances: Table, code: int) -> np.ndarray:
+    """Stage `code`'s host time per batch (instances in one batch summed, in batch order); free
+    instances alone."""
+    sub = instances[instances["code"] == code]
+    dur = sub["end"] - sub["start"]
+    b = sub["batch"]
     inside = b >= 0
-    summed = pd.Series(dur[inside]).groupby(b[inside]).sum().to_numpy() if inside.any() else np.zeros(0, np.int64)
+    _, inv = np.unique(b[inside], return_inverse=True)
+    summed = np.zeros(inv.max() + 1 if len(inv) else 0, np.int64)
+    np.add.at(summed, inv.reshape(-1), dur[inside])
     return np.concatenate([summed, dur[~inside]])
 
 
@@ -108,21 +111,20 @@ def safe_div(a, b):
 
 
 def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,
-                    gpu_covered_ns: np.ndarray | None) -> pd.DataFrame:
+                    gpu_covered_ns: np.ndarray | None) -> Table:
     """One row per batch (the unit `compare` resamples): size, host ns of the batch and of each
     stage, the CUDA work launched inside it (`CudaTally.batch`; None without CUDA trace) and the
     ns of its host span during which the GPU was busy."""
     b = stages.batches
     n = len(b)
-    out = pd.DataFrame({"start": b["start"].to_numpy(), "end": b["end"].to_numpy(), "gtid": b["gtid"].to_numpy(),
-                        "size": b["size"].to_numpy(), "host_ns": (b["end"] - b["start"]).to_numpy()})
+    out = Table(start=b["start"], end=b["end"], gtid=b["gtid"], size=b["size"], host_ns=b["end"] - b["start"])
     inst = stages.instances
     inside = inst[inst["batch"] >= 0]
-    dur = (inside["end"] - inside["start"]).to_numpy()
-    codes = inside["stage"].cat.codes.to_numpy()
+    dur = inside["end"] - inside["start"]
+    codes = inside["code"]
     for code, name in enumerate(stages.config.stages):
         m = codes == code
-        out[f"{name}_ns"] = np.bincount(inside["batch"].to_numpy()[m], weights=dur[m], minlength=n)[:n].astype(np.int64)
+        out[f"{name}_ns"] = np.bincount(inside["batch"][m], weights=dur[m], minlength=n)[:n].astype(np.int64)
     if batch_counts is not None:
         for key in BATCH_KEYS:
             out[key] = batch_counts[key]

@@ -209,15 +209,15 @@ class Capture:
         | pid, tid, process, thread | | the thread that pushed the range |
         """
         inst = self.analysis.stages.instances
-        b = inst["batch"].to_numpy().astype(np.int64)
-        sizes = self.analysis.stages.batches["size"].to_numpy()
-        start, end = inst["start"].to_numpy(), inst["end"].to_numpy()
+        b = inst["batch"].astype(np.int64)
+        sizes = self.analysis.stages.batches["size"]
+        start, end = inst["start"], inst["end"]
         df = pd.DataFrame({
             "batch": b,
-            "stage": pd.Categorical(inst["stage"].astype(str), categories=list(self.config.stages)),
+            "stage": pd.Categorical.from_codes(inst["code"], categories=list(self.config.stages)),
             "start_ns": start, "end_ns": end, "duration_ns": end - start, "duration_ms": (end - start) / 1e6,
             "batch_size": np.where(b >= 0, sizes[np.maximum(b, 0)] if len(sizes) else 0, 0).astype(np.int64),
-            **self._who(inst["gtid"].to_numpy()),
+            **self._who(inst["gtid"]),
         })
         return df
 
@@ -234,7 +234,7 @@ class Capture:
             r = read_ranges(cap, self.config.domain, [self.config.batch], [self.config.batch])
         ranges = pd.DataFrame({"gtid": r.gtid, "start": r.start, "end": r.end, "message": r.name})
         ranges = ranges.drop_duplicates(["gtid", "start", "end"])
-        m = b[["gtid", "start", "end"]].merge(ranges, how="left", on=["gtid", "start", "end"])
+        m = b.select(["gtid", "start", "end"]).frame().merge(ranges, how="left", on=["gtid", "start", "end"])
         return m["message"].fillna("").to_numpy(dtype=object)
 
     @cached_property
@@ -258,11 +258,11 @@ class Capture:
 
         CUDA columns are absent when the capture did not trace CUDA.
         """
-        pb = self.analysis.per_batch
+        pb = self.analysis.batch_table
         b = self.analysis.stages.batches
         n = len(b)
-        start, end = b["start"].to_numpy(), b["end"].to_numpy()
-        size = b["size"].to_numpy().astype(np.int64)
+        start, end = b["start"], b["end"]
+        size = b["size"].astype(np.int64)
         msgs = self._messages
         df = pd.DataFrame({"batch": np.arange(n), "start_ns": start, "end_ns": end, "duration_ns": end - start,
                            "duration_ms": (end - start) / 1e6, "size": size, "message": msgs,
@@ -271,12 +271,12 @@ class Capture:
         if pb is not None:
             for col in pb.columns:
                 if col not in skip:
-                    df[col] = pb[col].to_numpy()
+                    df[col] = pb[col]
         if "gpu_busy_ns" in df:
             df["gpu_busy_fraction"] = df["gpu_busy_ns"] / np.maximum(df["duration_ns"], 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             df["host_ms_per_request"] = np.where(size > 0, df["duration_ms"] / np.maximum(size, 1), np.nan)
-        for k, v in self._who(b["gtid"].to_numpy()).items():
+        for k, v in self._who(b["gtid"]).items():
             df[k] = v
         return df
 

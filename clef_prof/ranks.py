@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
+
+from .columns import Table, factorize
 
 MATCH_SHARE = 0.9        # of the smaller process's batches that must match, for two processes to be replicas
 _RID_RE = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
@@ -23,17 +24,16 @@ def rid_keys(messages: np.ndarray) -> np.ndarray:
     """The `rid=...` text of each batch message ("" when absent), once per distinct message."""
     if len(messages) == 0:
         return np.zeros(0, dtype=object)
-    codes, uniq = pd.factorize(np.asarray(messages, dtype=object))
+    uniq, codes = factorize(messages)
     keys = np.array([(m.group(1) if (m := _RID_RE.search(str(t))) else "") for t in uniq], dtype=object)
     return keys[codes]
 
 
-def _matched(a: pd.DataFrame, b: pd.DataFrame) -> int:
+def _matched(a: Table, b: Table) -> int:
     """How many batches of `b` have a twin in `a` (same rid, or same size overlapping in time)."""
-    order = np.argsort(a["start"].to_numpy(), kind="stable")
-    a_s, a_e = a["start"].to_numpy()[order], a["end"].to_numpy()[order]
-    a_n, a_r = a["size"].to_numpy()[order], a["rid"].to_numpy()[order]
-    b_s, b_e, b_n, b_r = (b[c].to_numpy() for c in ("start", "end", "size", "rid"))
+    order = np.argsort(a["start"], kind="stable")
+    a_s, a_e, a_n, a_r = (a[c][order] for c in ("start", "end", "size", "rid"))
+    b_s, b_e, b_n, b_r = (b[c] for c in ("start", "end", "size", "rid"))
     hit = np.zeros(len(b), dtype=bool)
     pos = np.searchsorted(a_s, b_s)
     for shift in (-1, 0):       # the nearest batch of `a` starting before or after
@@ -49,10 +49,10 @@ def _matched(a: pd.DataFrame, b: pd.DataFrame) -> int:
     return int(hit.sum())
 
 
-def groups(batches: pd.DataFrame) -> dict[int, int]:
+def groups(batches: Table) -> dict[int, int]:
     """pid -> pid of the first rank of its replica group (itself when it has none).
     `batches` has start, end, size, rid and pid columns."""
-    pids = sorted(int(p) for p in batches["pid"].unique())
+    pids = [int(p) for p in np.unique(batches["pid"])]
     lead: dict[int, int] = {}
     by_pid = {p: batches[batches["pid"] == p] for p in pids}
     for p in pids:
@@ -76,7 +76,7 @@ def fold(stages):
     b = stages.batches
     if len(b) == 0:
         return stages
-    pk = b["gtid"].to_numpy() >> 24
+    pk = b["gtid"] >> 24
     if len(np.unique(pk)) < 2:
         return replace(stages, rank_lead={int(pk[0]): int(pk[0])})
     lead = groups(b.assign(pid=pk))
@@ -84,8 +84,8 @@ def fold(stages):
     if not replica_pk:
         return replace(stages, rank_lead=lead)
     gone = np.isin(pk, replica_pk)
-    reps = b[gone].assign(lead=[lead[int(p)] for p in pk[gone]]).reset_index(drop=True)
+    reps = b[gone].assign(lead=np.array([lead[int(p)] for p in pk[gone]], dtype=np.int64))
     kept = stages.drop_batches(gone)
     inst = kept.instances
-    kept.instances = inst[~np.isin(inst["gtid"].to_numpy() >> 24, replica_pk)].reset_index(drop=True)
+    kept.instances = inst[~np.isin(inst["gtid"] >> 24, replica_pk)]
     return replace(kept, replicas=reps, rank_lead=lead)

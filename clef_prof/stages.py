@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .capture import Export
+from .columns import Table, factorize
 from .errors import CaptureError
 from .config import StageConfig
 from .intervals import innermost_containing
@@ -29,7 +29,7 @@ def batch_size_from_message(names: np.ndarray) -> np.ndarray:
     """`n=K` (or size=/batch=/requests=) in each message; -1 where absent."""
     if len(names) == 0:
         return np.full(0, -1, dtype=np.int64)
-    codes, uniq = pd.factorize(np.asarray(names, dtype=object))
+    uniq, codes = factorize(names)
     size = np.full(len(uniq), -1, dtype=np.int64)
     for i, text in enumerate(uniq):        # once per distinct message
         m = _SIZE_RE.search(text)
@@ -46,14 +46,14 @@ class Stages:
     """Batches and stage instances of one capture, plus what was dropped and why."""
 
     config: StageConfig
-    batches: pd.DataFrame            # start, end, gtid, size, rid (`rid=` text, "" when none)
-    instances: pd.DataFrame          # stage, start, end, gtid, batch (-1 when outside any batch)
+    batches: Table                   # start, end, gtid, size, rid (`rid=` text, "" when none)
+    instances: Table                 # code (index into config.stages), stage, start, end, gtid, batch (-1: none)
     cut: dict[str, int] = field(default_factory=dict)         # name -> ranges cut at the edges
     cross_thread: int = 0
     outside_batch: int = 0           # stage instances outside every batch range, when there are batches
     requests_source: str | None = None
     requests_override: int | None = None
-    replicas: pd.DataFrame | None = None     # batches of replica ranks (clef_prof.ranks), not counted
+    replicas: Table | None = None     # batches of replica ranks (clef_prof.ranks), not counted
     rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
     duplicates: int = 0              # ranges repeated exactly (thread, start, end, name): counted once
     reversed: int = 0                # ranges that end before they start: dropped
@@ -71,10 +71,10 @@ class Stages:
         keep = ~np.asarray(mask, dtype=bool)
         remap = np.full(len(self.batches) + 1, -1, dtype=np.int64)
         remap[:-1][keep] = np.arange(int(keep.sum()))
-        b = self.instances["batch"].to_numpy()
-        inst = self.instances[(b < 0) | keep[np.maximum(b, 0)]].copy()
-        inst["batch"] = remap[inst["batch"].to_numpy()]
-        return Stages(self.config, self.batches[keep].reset_index(drop=True), inst.reset_index(drop=True),
+        b = self.instances["batch"]
+        inst = self.instances[(b < 0) | keep[np.maximum(b, 0)]]
+        inst["batch"] = remap[inst["batch"]]
+        return Stages(self.config, self.batches[keep], inst,
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
                       self.requests_override, self.replicas, dict(self.rank_lead), self.duplicates,
                       self.reversed)
@@ -84,14 +84,12 @@ class _Names:
     """Range names factorized once, so that each match is decided per distinct name."""
 
     def __init__(self, names: np.ndarray):
-        codes, uniq = pd.factorize(np.asarray(names, dtype=object))
-        self.codes = codes
-        self.uniq = np.asarray(uniq, dtype=object).astype(str)
+        self.uniq, self.codes = factorize(names)
 
     def match(self, wanted: str) -> np.ndarray:
         if len(self.codes) == 0:
             return np.zeros(0, dtype=bool)
-        hit = (self.uniq == wanted) | np.char.startswith(self.uniq, wanted + " ")
+        hit = np.array([u == wanted or u.startswith(wanted + " ") for u in self.uniq], dtype=bool)
         return hit[self.codes]
 
 
@@ -131,15 +129,14 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
         source = None
     if requests_override is not None:
         source = "--requests"
-    batches = pd.DataFrame({"start": b.start, "end": b.end, "gtid": b.gtid,
-                            "size": np.where(size < 0, 0, size), "rid": rid_keys(b.name)}).sort_values(["start", "gtid"], kind="stable")
-    batches = batches.reset_index(drop=True)
+    order = np.lexsort((b.gtid, b.start))
+    batches = Table(start=b.start, end=b.end, gtid=b.gtid, size=np.where(size < 0, 0, size),
+                    rid=rid_keys(b.name))[order]
 
     s_mask = (stage_code >= 0) & ~cut_mask
     s = r.take(s_mask)
     codes = stage_code[s_mask]
-    bidx = innermost_containing(batches["gtid"].to_numpy(), batches["start"].to_numpy(), batches["end"].to_numpy(),
-                                s.gtid, s.start, s.end)
+    bidx = innermost_containing(batches["gtid"], batches["start"], batches["end"], s.gtid, s.start, s.end)
     # a stage inside a batch range cut at the capture end goes with its batch
     cb = is_batch & cut_mask & ~reversed_
     in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
@@ -147,10 +144,8 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     edge = (bidx < 0) & in_cut
     count_cut(edge, lambda i: config.stages[codes[i]])
     keep = ~edge
-    instances = pd.DataFrame({
-        "stage": pd.Categorical.from_codes(codes[keep], categories=list(config.stages)),
-        "start": s.start[keep], "end": s.end[keep], "gtid": s.gtid[keep], "batch": bidx[keep],
-    })
+    instances = Table(code=codes[keep], stage=np.array(config.stages, dtype=object)[codes[keep]],
+                      start=s.start[keep], end=s.end[keep], gtid=s.gtid[keep], batch=bidx[keep])
     outside = int((bidx[keep] < 0).sum()) if len(batches) else 0
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
                   cross_thread=int(r.cross_thread.sum()), outside_batch=outside,

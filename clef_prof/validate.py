@@ -108,7 +108,9 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     if stages.cross_thread:
         out.append(f"{stages.cross_thread} ranges ended on another thread than they started on; their host span is "
                    "kept, CUDA calls are placed by the starting thread")
-    missing = [s for s in cfg.stages if not (stages.instances["stage"] == s).any()]
+    present = np.bincount(stages.instances["code"], minlength=len(cfg.stages)) if len(stages.instances) else \
+        np.zeros(len(cfg.stages), np.int64)
+    missing = [s for i, s in enumerate(cfg.stages) if not present[i]]
     if missing:
         out.append(f"stages with no range in the capture: {', '.join(missing)}")
     return out
@@ -119,11 +121,11 @@ def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[s
     b = stages.batches
     if cuda_last_end is None or len(b) == 0:
         return stages, []
-    silent = b["start"].to_numpy() > cuda_last_end
+    silent = b["start"] > cuda_last_end
     if not silent.any() or silent.all():
         return stages, []
     # once loss is evident, the batch cut by the last CUDA record is partial too
-    late = b["end"].to_numpy() > cuda_last_end
+    late = b["end"] > cuda_last_end
     last_nvtx = int(b["end"].max())
     msg = (f"CUDA records stop at {cuda_last_end / 1e9:.3f} s but NVTX goes on to {last_nvtx / 1e9:.3f} s: a lost or "
            f"killed capture; {int(late.sum())} batches ending after the last CUDA record were excluded")
@@ -135,12 +137,13 @@ def stage_layout(cap: Export, stages: Stages) -> list[str]:
     inst = stages.instances
     if len(inst) == 0:
         return []
-    gtids = np.unique(np.concatenate([inst["gtid"].to_numpy(), stages.batches["gtid"].to_numpy()]))
+    gtids = np.unique(np.concatenate([inst["gtid"], stages.batches["gtid"]]))
     pids = np.unique(gtids >> 24)
     if len(gtids) <= 1:
         return []
-    per_stage = inst.groupby("stage", observed=True)["gtid"].nunique()
-    spread = ", ".join(f"{s}: {n} threads" for s, n in per_stage.items() if n > 1)
+    pairs = np.unique(np.stack([inst["code"].astype(np.int64), inst["gtid"]]), axis=1)[0]
+    per_stage = np.bincount(pairs, minlength=len(stages.config.stages))
+    spread = ", ".join(f"{s}: {n} threads" for s, n in zip(stages.config.stages, per_stage) if n > 1)
     return [f"stage ranges lie on {len(gtids)} threads in {len(pids)} processes"
             f"{' (' + spread + ')' if spread else ''}; CUDA work is attributed per thread"]
 
@@ -163,14 +166,18 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
                                    f"WHERE globalPid IN ({pids})"):
             pnames[int(gpid)] = exe_name(name)
     inst, b = stages.instances, stages.batches
+    stage_names = stages.config.stages
+
+    def per_stage(codes: np.ndarray) -> dict[str, int]:
+        n = np.bincount(codes, minlength=len(stage_names))
+        return {s: int(n[i]) for i, s in enumerate(stage_names) if n[i]}
+
     out = []
-    for g in gtids:
+    for g in gtids:         # once per thread holding stage ranges
         g = int(g)
         mine = inst[inst["gtid"] == g]
-        per = mine.groupby("stage", observed=True).size()
-        loose = mine[mine["batch"] < 0].groupby("stage", observed=True).size()
         out.append({"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "process": pnames.get((g >> 24) << 24),
                     "thread": tnames.get(g), "batches": int((b["gtid"] == g).sum()),
-                    "stage_instances": {str(k): int(v) for k, v in per.items()},
-                    "outside_batch_instances": {str(k): int(v) for k, v in loose.items()}})
+                    "stage_instances": per_stage(mine["code"]),
+                    "outside_batch_instances": per_stage(mine["code"][mine["batch"] < 0])})
     return out

@@ -1,0 +1,44 @@
+"""The analyze path stays light: what a fresh `clef-prof analyze` / `--help` / `doctor` imports
+(the guard on start-up cost; speed itself is measured by bench/bench_small.py, not here)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "matplotlib", "pyarrow", "adbc_driver_sqlite", "adbc_driver_manager", "rich")
+
+# runs the CLI in-process in a fresh interpreter, then prints the top-level packages it imported
+_PROBE = ("import json, sys\n"
+          "from clef_prof.cli import main\n"
+          "try:\n"
+          "    rc = main(sys.argv[1:])\n"
+          "except SystemExit as exc:  # --help\n"
+          "    rc = exc.code\n"
+          "print(json.dumps({'rc': rc, 'modules': sorted({m.split('.')[0] for m in sys.modules})}))\n")
+
+
+def imported(*argv: str) -> tuple[int, set[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("CLEF_PROF_READER", None)
+    p = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=120)
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    return doc["rc"], set(doc["modules"])
+
+
+def test_analyze_of_a_small_export_imports_no_pandas_matplotlib_arrow(capture, tmp_path):
+    rc, mods = imported("analyze", str(capture("gpu-q1c16-main")), "-f", "json", "-o", str(tmp_path / "a.json"))
+    assert rc == 0 and json.loads((tmp_path / "a.json").read_text())["requests"]
+    assert "numpy" in mods and not mods & set(HEAVY), sorted(mods & set(HEAVY))
+
+
+@pytest.mark.parametrize("argv", [("analyze", "--help"), ("doctor",)], ids=["analyze-help", "doctor"])
+def test_help_and_doctor_import_no_numpy(argv):
+    rc, mods = imported(*argv)
+    assert rc in (0, 1) and not mods & {"numpy", *HEAVY}, sorted(mods & {"numpy", *HEAVY})

@@ -1,0 +1,43 @@
+"""The small-export reader (`group_concat` columns parsed by NumPy) reads what the row reader
+reads, and refuses what it refuses: a value that is not a plain integer in an integer column."""
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from clef_prof.capture import Export
+from clef_prof.errors import CaptureError
+
+
+def export(tmp_path, values: list) -> Export:
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (a INTEGER, b, s TEXT)")     # b: no type affinity, values kept as given
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, v, f"n,{i}\x1f") for i, v in enumerate(values)])
+    con.commit()
+    con.close()
+    return Export.open(str(path))
+
+
+@pytest.mark.parametrize("values", [[0, -1, 2**63 - 1, -2**63, None], [7], [], [-5, -6]])
+def test_integers_read_alike(tmp_path, values):
+    with export(tmp_path, values) as cap:
+        got = cap.read("SELECT a, b FROM t", ["a", "b"])
+        rows = cap.rows("SELECT a, b FROM t")
+    assert got["a"].tolist() == [r[0] for r in rows]
+    assert got["b"].tolist() == [0 if r[1] is None else r[1] for r in rows]
+    assert got["b"].dtype == np.int64
+
+
+@pytest.mark.parametrize("bad", ["-", "1,2", "", "5-", "1-2", "abc", 5.0, 1e20, b"\x01"])
+def test_non_integers_are_refused(tmp_path, bad):
+    with export(tmp_path, [3, bad, 4]) as cap, pytest.raises(CaptureError, match="integer column 'b'"):
+        cap.read("SELECT a, b FROM t", ["a", "b"])
+
+
+def test_strings_read_as_rows(tmp_path):
+    with export(tmp_path, [1, 2]) as cap:
+        got = cap.read("SELECT s, a FROM t", ["s", "a"], {"s": "str"})
+    assert got["s"].tolist() == ["n,0\x1f", "n,1\x1f"] and got["a"].tolist() == [0, 1]
