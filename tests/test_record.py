@@ -326,13 +326,20 @@ def test_server_dies_inside_the_window(tmp_path, mark):
     assert any("server died" in w for w in check_manifest(r, m))
 
 
+def _default_sigint() -> None:
+    """SIGINT as a terminal delivers it: pytest started in the background (`cmd &`) ignores SIGINT,
+    and a child inherits the ignoring, so the record under test would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.nsys("2023.4")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_inside_the_window(tmp_path, mark, sig):
     out, port = tmp_path / "o", free_port()
     proc = subprocess.Popen([sys.executable, "-m", "clef_prof", "record", "--out", str(out), "--url",
                              f"http://127.0.0.1:{port}", "--warmup", "1", "--duration", "60", "--", *demo(port)],
-                            cwd=ROOT, env=env_for(mark), stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            cwd=ROOT, env=env_for(mark), stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     try:
         seen = ""
         deadline = time.monotonic() + 120
