@@ -129,12 +129,19 @@ def max_iterations(start_body: str | None, server: list[str], preset: str) -> in
     return None
 
 
+AGENT_EXIT_S = 10.0     # how long nsys' agent gets to exit by itself after nsys, before it is ended
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM / SIGHUP to clef-prof record: handled like Ctrl-C."""
 
 
 class CaptureFailed(ClefError):
     pass
+
+
+class NsysCrashed(CaptureFailed):
+    """nsys itself died while starting the server (its exception in the server's log)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,6 +390,33 @@ def _tail(path: str, n: int = 6, width: int = 400) -> str:
     return out if len(out) <= width else "..." + out[-width:]
 
 
+_NSYS_THROW = re.compile(r"([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
+_NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
+
+
+def nsys_crash(text: str) -> str | None:
+    """The one line of an nsys exception in a log (`X.cpp(166): Throw in function F` and its errinfo
+    lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open ENOENT in
+    ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's semaphore
+    before nsys-launcher has created it."""
+    m = _NSYS_THROW.search(text)
+    if m is None:
+        return None
+    info = {(k or api): v.strip() for k, api, v in _NSYS_ERRINFO.findall(text[m.end():])}
+    why = info.get("errno_text") or info.get("message")
+    if why and "api_function" in info:
+        why = f"{info['api_function']}: {why}"
+    return f"{m.group(1)}: {m.group(2).strip()}" + (f": {why}" if why else "")
+
+
+def _log_text(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _log_has(path: str, needle: str) -> bool:
     try:
         with open(path, "rb") as fh:
@@ -491,6 +525,10 @@ class Capture:
         while True:
             if not self.nsys_alive():
                 self.exit_code = self.proc.returncode
+                crash = nsys_crash(_log_text(self.log_err))
+                if crash:
+                    raise NsysCrashed(f"nsys crashed while starting the server (exit code {self.exit_code}), not the "
+                                      f"server: {crash} [log: {self.log_err}]")
                 tail = _tail(self.log_err) or _tail(self.log_out) or "(no output)"
                 raise CaptureFailed(f"the server exited during start-up: {tail} [log: {self.log_err}]")
             status, text = http("GET", url, timeout=2.0)
@@ -798,6 +836,8 @@ class Capture:
         self.track()
         if self.proc is not None and self.proc.poll() is None:
             _stop_group(self.proc, (5.0, 3.0, 2.0))
+        if not self.app_procs():        # nsys' agent may still be finishing: a while to exit, then ended
+            procs.wait_gone(lambda: not self.tree.left(), AGENT_EXIT_S)
         left = procs.terminate_marked(self.pl.token, tree=self.tree)
         if left:
             self.say(f"warning: processes left that could not be ended: {procs.describe(left)}")
@@ -1130,7 +1170,16 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
         for attempt in range(1, max(0, cfg.retries) + 2):
             if attempt > 1:
                 pl = plan(cfg, nsys)          # a fresh session name and process marker
-            res = Capture(cfg, pl, attempt, history).run()
+            try:
+                res = Capture(cfg, pl, attempt, history).run()
+            except NsysCrashed as exc:
+                if attempt > cfg.retries:
+                    raise
+                msg = f"attempt {attempt}: {exc}; recorded again (--retries {cfg.retries})"
+                history.append(msg)
+                if not cfg.quiet:
+                    print(f"record: {msg}", file=sys.stderr, flush=True)
+                continue
             if res["nvtx_rows"] == 0 and attempt <= cfg.retries:
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
@@ -1201,7 +1250,8 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
                    "(then SIGTERM, then SIGKILL)")
     s.add_argument("--finalize-timeout", type=float, default=300.0, help="seconds nsys gets to write the report")
     s.add_argument("--retries", type=int, default=1, help="record again, with a fresh server, when the export holds no "
-                   "NVTX record at all (nsys occasionally loses a capture's data on an overloaded machine; default 1)")
+                   "NVTX record at all (nsys occasionally loses a capture's data on an overloaded machine) or nsys "
+                   "crashed while starting the server (a start-up race of nsys under load); default 1")
     w = p.add_argument_group("timing")
     w.add_argument("--warmup", type=float, default=15.0, metavar="S", help="seconds of load before the window (default 15)")
     w.add_argument("--warmup-requests", type=int, default=0, metavar="N", help="also wait for N completed requests")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from clef_prof import procs
+from clef_prof.record import AGENT_EXIT_S, nsys_crash
 from conftest import NSYS_DIR, nsys_bin
 
 
@@ -36,37 +39,60 @@ def nvtx_python(version: str) -> Path:
 def record(program: str, out: Path, version: str = "2023.4", python: Path | str = sys.executable,
            nsys_args: tuple[str, ...] = (), env: dict | None = None, timeout: int = 180,
            trace: str = "nvtx,osrt") -> Path:
-    """Run `program` (Python source) under `nsys profile -t TRACE` (nvtx,osrt) and export it to SQLite.
+    """Run `program` (Python source) under `nsys profile -t TRACE` (nvtx,osrt) and export it to SQLite."""
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / "prog.py"
+    src.write_text(textwrap.dedent(program))
+    return profile([python, src], out / "cap", version, {**os.environ, **(env or {})}, out, nsys_args, timeout, trace)
 
-    Recorded again (3 tries) when the export holds nothing at all from the target's injection,
-    no NVTX_EVENTS and no OSRT_API: nsys 2022.4/2023.4 do that now and then (seen about 1 run in
-    10 here, more on a busy machine), for the `nvtx` package's programs as much as clef_prof's.
-    A capture with OS-runtime rows and no NVTX is never retried.
+
+def profile(argv: list, stem: Path, version: str, env: dict, cwd: Path, nsys_args=(), timeout: int = 180,
+            trace: str = "nvtx,osrt") -> Path:
+    """`nsys profile -t TRACE` of argv in cwd, exported to tryN/NAME.sqlite beside STEM (= .../NAME),
+    N the attempt; nothing of nsys outlives it.
+
+    Recorded again (3 tries) on two known nsys failures under load, and on nothing else: nsys
+    crashing at start-up (its agent's sem_open ENOENT race with nsys-launcher, see
+    clef_prof.record.nsys_crash), and an export that holds nothing at all from the target's
+    injection, no NVTX_EVENTS and no OSRT_API (seen about 1 run in 10 here, more on a busy
+    machine). A capture with OS-runtime rows and no NVTX is never retried.
     """
+    nsys = nsys_path(version)
     for attempt in range(3):
-        db = _record_once(program, out / f"try{attempt}", version, python, nsys_args, env, timeout, trace)
+        try_dir = stem.parent / f"try{attempt}"
+        try_dir.mkdir(parents=True, exist_ok=True)
+        db = _profile_once(nsys, argv, try_dir / stem.name, env, cwd, nsys_args, timeout, trace)
+        if db is None:
+            continue
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         con.close()
         if tables & {"NVTX_EVENTS", "OSRT_API"}:
             break
+    assert db is not None, f"nsys {version} crashed at start-up 3 times"
     return db
 
 
-def _record_once(program, out, version, python, nsys_args, env, timeout, trace) -> Path:
-    nsys = nsys_path(version)
-    out.mkdir(parents=True, exist_ok=True)
-    src = out / "prog.py"
-    src.write_text(textwrap.dedent(program))
-    rep = out / "cap"
-    run_env = {**os.environ, **(env or {})}
-    p = subprocess.run([nsys, "profile", "-t", trace, "--sample=none", "--cpuctxsw=none", *nsys_args,
-                        "-o", rep, "--force-overwrite", "true", python, src],
-                       capture_output=True, text=True, timeout=timeout, env=run_env, cwd=out)
+def _profile_once(nsys, argv, stem, env, cwd, nsys_args, timeout, trace) -> Path | None:
+    """One `nsys profile` and export: the export, or None when nsys crashed at start-up. Its
+    processes carry a marker; its agent (which calls setsid, so a timeout's kill misses it) gets
+    a while to exit, then is ended."""
+    token = secrets.token_hex(8)
+    try:
+        p = subprocess.run([nsys, "profile", "-t", trace, "--sample=none", "--cpuctxsw=none", *nsys_args,
+                            "-o", stem, "--force-overwrite", "true", *argv], capture_output=True, text=True,
+                           timeout=timeout, env={**env, procs.ENV_MARK: token}, cwd=cwd)
+    finally:
+        procs.wait_gone(lambda: not procs.marked(token), AGENT_EXIT_S)
+        left = procs.terminate_marked(token)
+        assert not left, f"could not end nsys' processes: {procs.describe(left)}"
+    rep = stem.parent / f"{stem.name}.nsys-rep"
+    if not rep.exists() and p.returncode != 0 and nsys_crash(p.stdout + p.stderr):
+        return None
     # with --duration nsys ends the app and passes on its signal exit: the report is what counts
-    assert (out / "cap.nsys-rep").exists(), p.stdout[-2000:] + p.stderr[-2000:]
-    sqlite = out / "cap.sqlite"
-    p = subprocess.run([nsys, "export", "--type", "sqlite", "-o", sqlite, "--force-overwrite", "true",
-                        out / "cap.nsys-rep"], capture_output=True, text=True, timeout=timeout)
+    assert rep.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    sqlite = stem.parent / f"{stem.name}.sqlite"
+    p = subprocess.run([nsys, "export", "--type", "sqlite", "-o", sqlite, "--force-overwrite", "true", rep],
+                       capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0 and sqlite.exists(), p.stdout[-2000:] + p.stderr[-2000:]
     return sqlite

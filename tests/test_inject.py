@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from recording import nsys_path
+from recording import profile
 from test_bad_input import assert_one_line
 
 from clef_prof import inject
@@ -427,34 +427,10 @@ def test_emit_nsys_json(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # acceptance under real nsys
 
-def _has_nvtx(sqlite: Path) -> bool:
-    import sqlite3
-    with sqlite3.connect(f"file:{sqlite}?mode=ro", uri=True) as db:
-        return db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone()[0] == 1
-
-
-def record(version: str, out: Path, name: str, argv: list, env: dict, nsys_args=(), attempts: int = 3) -> Path:
-    """Run argv in tests/programs under `nsys profile -t nvtx,osrt`; export out/name.sqlite.
-
-    Retried when nsys itself fails: concurrent nsys sessions on one machine sometimes collide
-    ("Local Endpoint is not available", or a capture that holds no event at all)."""
-    nsys = nsys_path(version)
-    rep, sqlite = out / f"{name}.nsys-rep", out / f"{name}.sqlite"
-    why = ""
-    for _ in range(attempts):
-        p = subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", *nsys_args,
-                            "-o", out / name, "--force-overwrite", "true", *argv], cwd=PROGRAMS, env=env,
-                           capture_output=True, text=True, timeout=300)
-        if p.returncode != 0 or not rep.exists():
-            why = p.stdout[-3000:] + p.stderr[-3000:]
-            continue
-        e = subprocess.run([nsys, "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
-                            "-o", sqlite, rep], capture_output=True, text=True, timeout=300)
-        assert e.returncode == 0 and sqlite.exists(), e.stdout[-3000:] + e.stderr[-3000:]
-        if _has_nvtx(sqlite):
-            return sqlite
-        why = f"no NVTX_EVENTS in the export; nsys said: {p.stdout[-1500:]} {p.stderr[-1500:]}"
-    raise AssertionError(f"nsys {version} failed {attempts} times: {why}")
+def record(version: str, out: Path, name: str, argv: list, env: dict, nsys_args=()) -> Path:
+    """Run argv in tests/programs under `nsys profile -t nvtx,osrt` (recording.profile: recorded again
+    only on nsys' known failures); the export, out/tryN/name.sqlite."""
+    return profile(argv, out / name, version, env, PROGRAMS, nsys_args, timeout=300)
 
 
 BATCHES = 12

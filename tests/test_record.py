@@ -159,6 +159,28 @@ def test_nsys_missing(tmp_path, mark):
     one_line(p, 1, f"nsys not found at {tmp_path}")
 
 
+NSYS_2022_SEM_OPEN = """\
+WARNING: --cuda-graph-trace=graph requires CUDA driver version 11.7 or higher. Setting to --cuda-graph-trace=node.
+/build/agent/work/323cb361ab84164c/QuadD/Common/ProcessWaiter/Src/POSIX/ProcessWaiterImpl.cpp(166): Throw in \
+function QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl(QuadDCommon::ProcessId, bool)
+Dynamic exception type: boost::wrapexcept<QuadDCommon::SystemException>
+std::exception::what: SystemException
+[QuadDCommon::tag_errno_text*] = No such file or directory
+[boost::errinfo_errno_*] = 2, "No such file or directory"
+[boost::errinfo_api_function_*] = sem_open
+"""
+
+
+def test_nsys_crash_is_read_from_its_log():
+    """nsys 2022.4's start-up crash under load, verbatim from a failed record (and reproduced by
+    delaying nsys-launcher's semaphore creation under strace): one line, nsys' own."""
+    from clef_prof.record import nsys_crash
+    assert nsys_crash(NSYS_2022_SEM_OPEN) == (
+        "ProcessWaiterImpl.cpp(166): QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl("
+        "QuadDCommon::ProcessId, bool): sem_open: No such file or directory")
+    assert nsys_crash("Traceback (most recent call last):\nRuntimeError: simulated start-up failure\n") is None
+
+
 @pytest.mark.nsys("2023.4")
 def test_port_already_taken(tmp_path, mark):
     with socket.socket() as sock:
