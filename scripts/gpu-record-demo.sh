@@ -75,8 +75,8 @@ EOF
 if "$PY" -m clef_prof --help >/dev/null 2>&1; then
   RECORD=(-m clef_prof record) AB_CMD=(-m clef_prof ab) DEMO="-m clef_prof demo-server"
 else
-  echo "gpu-record-demo: note: '$PY -m clef_prof' does not load here; using python -m clef_prof.record" >&2
-  RECORD=(-m clef_prof.record) AB_CMD=(-m clef_prof.ab) DEMO="-m clef_prof.demo_server"
+  echo "gpu-record-demo: note: '$PY -m clef_prof' does not load here; using python -m clef_prof.record.session" >&2
+  RECORD=(-m clef_prof.record.session) AB_CMD=(-m clef_prof.record.ab) DEMO="-m clef_prof.record.demo_server"
 fi
 
 mkdir -p "$OUT"

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import ab, demo_server as ds, loadgen, manifest as mf, nsys as nsys_mod, procs
+from clef_prof.record import ab, demo_server as ds, load as loadgen, manifest as mf, procs
+
+from clef_prof import nsys as nsys_mod
 from clef_prof.errors import ClefError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ class Server:
     def __init__(self, *args):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.p = subprocess.Popen([sys.executable, "-m", "clef_prof.demo_server", "--port", str(self.port), *args],
+        self.p = subprocess.Popen([sys.executable, "-m", "clef_prof.record.demo_server", "--port", str(self.port), *args],
                                   cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True)
 
     def wait_healthy(self, timeout=30):
@@ -262,14 +264,14 @@ def test_entry_points_run_without_pandas_numpy_rich(tmp_path):
         (block / m).mkdir(parents=True)
         (block / m / "__init__.py").write_text(f"raise ImportError('{m} is blocked in this test')\n")
     env = dict(ENV, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
-    code = ("import sys; import clef_prof, clef_prof.record, clef_prof.demo_server, clef_prof.ab, clef_prof.loadgen, "
-            "clef_prof.manifest, clef_prof.nsys, clef_prof.procs, clef_prof.cli; clef_prof.cli.build_parser(); "
+    code = ("import sys; import clef_prof, clef_prof.record.session, clef_prof.record.demo_server, clef_prof.record.ab, clef_prof.record.load, "
+            "clef_prof.record.manifest, clef_prof.nsys, clef_prof.record.procs, clef_prof.cli.main; clef_prof.cli.main.build_parser(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas','numpy','rich','pyarrow')))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
     for argv in (["-m", "clef_prof", "record", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
-                 ["-m", "clef_prof.record", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
-                 ["-m", "clef_prof.ab", "--arm", "a=x", "--arm", "b=y", "--out", str(tmp_path / "o"), "--dry-run"]):
+                 ["-m", "clef_prof.record.session", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
+                 ["-m", "clef_prof.record.ab", "--arm", "a=x", "--arm", "b=y", "--out", str(tmp_path / "o"), "--dry-run"]):
         p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "--trace=cuda,nvtx,osrt" in p.stdout, p.stderr
     port = free_port()
