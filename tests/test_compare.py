@@ -17,7 +17,7 @@ import pytest
 from clef_prof.compare import engine as comparison
 from clef_prof.compare.arm import CompareError, collect
 from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_sums
-from clef_prof.cli.main import main
+from clef_prof.cli.app import main
 from clef_prof.analyze.inputs import InputError
 from clef_prof.compare.gates import evaluate_gates, parse_gate, render_markdown
 from clef_prof.analyze.stages import StageConfig

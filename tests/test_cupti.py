@@ -10,7 +10,7 @@ import pytest
 
 from clef_prof import cupti
 from clef_prof.analyze.result import analyze
-from clef_prof.record.manifest import check_manifest
+from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import import_command
 from test_bad_input import run_cli
 

@@ -12,7 +12,7 @@ import pytest
 
 from clef_prof.annotate import spec as spec_mod
 from clef_prof.analyze.result import analyze
-from clef_prof.record.manifest import check_manifest
+from clef_prof.analyze.manifest import check_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT = "gpu25-bertsrv"

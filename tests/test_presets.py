@@ -8,10 +8,11 @@ import threading
 
 import pytest
 
-from clef_prof.record.manifest import check_manifest
+from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import Nsys
-from clef_prof.record.session import Capture, config_from, max_iterations, plan
-from clef_prof.cli import main as cli
+from clef_prof.cli.record import config_from
+from clef_prof.record.session import Capture, max_iterations, plan
+from clef_prof.cli import app as cli
 
 
 def build(argv: list[str], server: list[str], monkeypatch, gpu: bool = False):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.record.manifest import check_manifest
+from clef_prof.analyze.manifest import check_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}

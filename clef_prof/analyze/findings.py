@@ -4,7 +4,7 @@ Every rule reads analyze's own figures (the JSON result; stage shares from the p
 and nothing else, so `evaluate(result)` can run again on a stored result with other thresholds,
 and `compare` can hold a finding of one arm against the same figure of another. A rule fires only
 where its figure exists and crosses its threshold: CUDA rules never fire on a capture without CUDA
-trace. Thresholds (`DEFAULTS`) are overridden by a `[findings]` table in the stage spec or by
+trace. Thresholds (`clef_prof.config.THRESHOLDS`) are overridden by a `[findings]` table in the stage spec or by
 `--threshold KEY=VALUE`.
 """
 from __future__ import annotations
@@ -14,52 +14,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ClefError
+from ..config import thresholds
 
-DEFAULTS: dict[str, float] = {
-    "pageable_min_per_request": 0.5,      # pageable H2D copies per request in a stage
-    "pack_min_copies_per_request": 3.0,   # H2D copies per request in a stage ...
-    "pack_max_bytes_per_copy": 65536.0,   # ... of at most this mean size (B)
-    "sync_max_per_batch": 1.0,            # synchronizing calls per batch a stage may make (one readback)
-    "graph_min_launches_per_request": 10.0,  # kernel launches per request in a stage with no graph launch
-    "overlap_max_pct": 50.0,              # GPU busy % of the batch host span below which the host bounds it
-    "dominant_share_pct": 50.0,           # a stage's mean % of the batch host span
-    "outside_min_pct": 1.0,               # CUDA work calls outside every stage, % of the capture's
-    "p99_min_batches": 100.0,             # batches for a p99 with at least one batch beyond it
-}
 SEVERITIES = ("high", "medium", "low", "info")
 BATCH_SCOPE = "(batch)"
 CAPTURE_SCOPE = "(capture)"
 OUTSIDE_SCOPE = "(outside stages)"
-
-
-class ThresholdError(ClefError):
-    """An unknown or invalid findings threshold."""
-
-
-def thresholds(overrides=()) -> dict[str, float]:
-    """DEFAULTS with `overrides` ((key, value) pairs or a dict) applied and checked."""
-    out = dict(DEFAULTS)
-    for key, value in (overrides.items() if isinstance(overrides, dict) else overrides):
-        if key not in DEFAULTS:
-            raise ThresholdError(f"unknown findings threshold {key!r} (known: {', '.join(DEFAULTS)})")
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise ThresholdError(f"findings threshold {key}: {value!r} is not a number") from None
-        if not np.isfinite(v) or v < 0:
-            raise ThresholdError(f"findings threshold {key}: {value!r} must be a finite number >= 0")
-        out[key] = v
-    return out
-
-
-def parse_threshold(text: str) -> tuple[str, float]:
-    """'KEY=VALUE' (the --threshold flag) -> (key, value), checked."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise ThresholdError(f"--threshold {text!r}: expected KEY=VALUE, e.g. overlap_max_pct=30")
-    key = key.strip()
-    return key, thresholds({key: value.strip()})[key]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
 
 def _check_manifest(analysis: Analysis) -> None:
     """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
-    from ..record import manifest as mf
+    from . import manifest as mf
 
     found = mf.find_for(analysis.path)
     if found is None:

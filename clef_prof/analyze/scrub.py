@@ -15,7 +15,7 @@ Rules cover classes, not instances, and apply to every text value of every table
   paths are removed.
 clef-prof reads none of what is removed (it reads names of ranges, API calls and threads, the
 capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version).
-Standard library only: `record` uses `redact_args` for its manifest.
+Standard library only; the text rules are clef_prof.redact's.
 """
 from __future__ import annotations
 
@@ -27,31 +27,8 @@ from collections import Counter
 from typing import Iterator, NamedTuple
 
 from ..errors import ClefError
+from ..redact import REMOVED, exe_name, redact_text
 
-REMOVED = "[removed]"
-NEUTRAL_PROCESS = "process"
-
-_SECRET_WORD = r"(?:token|secret|passw|pwd|key|credential|auth|cookie|session)"
-_NOT_DONE = r"(?!\[removed\])"
-# a whole value that is an assignment, or an environment block
-_LEADING_ASSIGN = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_.-]*=")
-_NUL_ASSIGN = re.compile(r"(?:^|\x00)\s*[A-Za-z_][A-Za-z0-9_.-]*=")
-# an assignment inside free text: upper-case (environment style) or secret-named, value to the next blank
-_INNER_ASSIGN = re.compile(rf"(?<![\w.-])([A-Z_][A-Z0-9_]+=){_NOT_DONE}(\"[^\"]*\"|'[^']*'|[^\s\x00]+)")
-_INNER_ASSIGN_SECRET = re.compile(rf"(?<![\w.-])([A-Za-z0-9_]*{_SECRET_WORD}[A-Za-z0-9_]*=){_NOT_DONE}"
-                                  r"(\"[^\"]*\"|'[^']*'|[^\s\x00]+)", re.I)
-# --token X, --api-key=X, -password X
-_SECRET_FLAG = re.compile(rf"(?<![\w-])(--?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*(?:=|[\s\x00]+)){_NOT_DONE}"
-                          r"(\"[^\"]*\"|'[^']*'|[^\s\x00-]\S*)", re.I)
-_KEY_TOKENS = [
-    ("key-token", re.compile(r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
-                             r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|xox[abposr]-[\w-]{10,}|glpat-[\w-]{20,}"
-                             r"|AIza[\w-]{35}|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]+)")),
-    ("long-hex", re.compile(r"(?<![0-9A-Za-z])[0-9A-Fa-f]{32,}(?![0-9A-Za-z])")),
-    # delimited by non-word characters: runs inside identifiers (C++ mangled names) are not keys
-    ("long-base64", re.compile(r"(?<![\w+/])(?=[A-Za-z0-9+/]*[0-9])(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*[A-Z])"
-                               r"[A-Za-z0-9+/]{40,}={0,2}(?![\w+/=])")),
-]
 # META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
 _CAPTURE_ROW = re.compile(r"ARGUMENT|(?:^|[:_])ENV|ENVIRONMENT|WORKING_DIR|USER|HOST|DISPLAY_NAME", re.I)
 _EXPORT_ROW = re.compile(r"HOST|USER|PATH|FILE", re.I)
@@ -60,7 +37,6 @@ SYSTEM_ENV_KEEP = frozenset({"CpuCores", "CpuSpeedMhz", "CpuArchitecture", "CpuD
                              "NvDriverVersion", "HardwarePlatform", "SoftwarePlatform", "OsDescription",
                              "SupportedABIs", "Supported64BitABIs"})
 _FLAG_FACT = re.compile(r"^(?:Has|Supports|Is)[A-Za-z0-9]+$")
-_EXE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
 class Finding(NamedTuple):
@@ -71,66 +47,6 @@ class Finding(NamedTuple):
     rowid: int
     rule: str
     fix: str | None
-
-
-def exe_name(value) -> str:
-    """The base name of a command line's executable, or a neutral name when it is not a plain name."""
-    if not isinstance(value, str):
-        return NEUTRAL_PROCESS
-    first = value.replace("\x00", " ").strip().split(" ", 1)[0] if value.strip() else ""
-    base = first.rstrip("/").rsplit("/", 1)[-1][:64]
-    if not _EXE.match(base) or redact_text(base)[1]:
-        return NEUTRAL_PROCESS
-    return base
-
-
-def redact_text(value: str) -> tuple[str, list[str]]:
-    """(value with secret-looking parts removed, the rules that fired)."""
-    if value == REMOVED or not value:
-        return value, []
-    if _LEADING_ASSIGN.match(value) or ("\x00" in value and _NUL_ASSIGN.search(value)):
-        return REMOVED, ["env-block" if "\x00" in value else "assignment"]
-    rules = []
-    out = value
-    for rule, rx in (("secret-flag", _SECRET_FLAG), ("assignment", _INNER_ASSIGN), ("assignment", _INNER_ASSIGN_SECRET)):
-        new = rx.sub(lambda m: m.group(1) + REMOVED, out)
-        if new != out:
-            rules.append(rule)
-            out = new
-    for rule, rx in _KEY_TOKENS:
-        new = rx.sub(REMOVED, out)
-        if new != out:
-            rules.append(rule)
-            out = new
-    return out, rules
-
-
-def redact_args(argv) -> list[str]:
-    """A command line with secret-looking values removed: values after secret-named flags,
-    `NAME=value` assignments (values), key-like tokens."""
-    out: list[str] = []
-    after_flag = False
-    for arg in argv:
-        arg = str(arg)
-        if after_flag and not arg.startswith("-"):
-            out.append(REMOVED)
-            after_flag = False
-            continue
-        after_flag = False
-        m = re.match(r"^(--?[A-Za-z0-9_.-]+)(=.*)?$", arg)
-        if m and re.search(_SECRET_WORD, m.group(1), re.I):
-            if m.group(2) is None:
-                after_flag = True
-                out.append(arg)
-            else:
-                out.append(m.group(1) + "=" + REMOVED)
-            continue
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", arg)
-        if m:
-            out.append(m.group(1) + "=" + REMOVED)
-            continue
-        out.append(redact_text(arg)[0])
-    return out
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
@@ -265,38 +181,3 @@ def print_report(removed: dict[str, dict[str, int]], file=sys.stderr) -> None:
         print("scrub: nothing to remove", file=file)
     for table, rules in removed.items():
         print(f"scrub: {table}: " + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items())), file=file)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("scrub", help="copy an export without what can carry a secret (environment, arguments, "
-                       "key-like tokens, host and user names), or --check one",
-                       description="Write OUT, a copy of the export IN without environment blocks, command-line "
-                       "arguments, secret-named flags' values, key-like tokens, host/user names and process "
-                       "output; print what was removed (counts per table and rule, never values). "
-                       "With --check FILE: exit 1 and list table/column/rowid/rule of what looks like a "
-                       "secret, exit 0 when clean. Example: clef-prof scrub runs/pr/capture.sqlite shared.sqlite")
-    p.add_argument("capture", metavar="IN.sqlite", nargs="?", help="nsys SQLite export (read only)")
-    p.add_argument("output", metavar="OUT.sqlite", nargs="?", help="new scrubbed SQLite file")
-    p.add_argument("--check", metavar="FILE", help="only check FILE: exit 1 when something looks like a secret")
-    p.set_defaults(func=_run)
-
-
-def _run(args) -> int:
-    if args.check:
-        if args.capture or args.output:
-            raise ClefError("scrub --check FILE takes no other paths")
-        found = check_file_for_secrets(args.check)
-        for f in found:
-            print(f"{args.check}: {f.table}.{f.column} rowid {f.rowid}: {f.rule}")
-        if found:
-            print(f"clef-prof: scrub --check: {len(found)} value(s) may carry secrets "
-                  f"(clef-prof scrub IN OUT removes them)", file=sys.stderr)
-            return 1
-        print(f"{args.check}: clean")
-        return 0
-    if not (args.capture and args.output):
-        raise ClefError("scrub: give IN.sqlite OUT.sqlite, or --check FILE")
-    info = scrub_file(args.capture, args.output)
-    print_report(info["scrubbed"])
-    print(f"wrote {args.output}: {info['bytes'] / 1e6:.2f} MB")
-    return 0

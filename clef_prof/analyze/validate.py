@@ -5,7 +5,7 @@ import numpy as np
 
 from .export import NAME_CHARS, Export
 from .nvtx import NvtxCensus, names_seen
-from .scrub import exe_name
+from ..redact import exe_name
 from .stages import Stages
 
 FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
@@ -25,7 +25,7 @@ def trace_requested(cap: Export, kind: str) -> bool | None:
     flag = cap.capture_flag(f"COLLECT_{kind.upper()}_TRACE")
     if flag is not None:
         return flag
-    from ..record import manifest as mf
+    from . import manifest as mf
 
     found = mf.find_for(cap.path)
     if found is not None:

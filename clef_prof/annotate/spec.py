@@ -287,7 +287,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
 
 def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:
     """The [findings] table: threshold overrides, checked against the rules' thresholds."""
-    from ..analyze.findings import ThresholdError, thresholds
+    from ..config import ThresholdError, thresholds
 
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: [findings] must be a table of thresholds (e.g. overlap_max_pct = 30)")

@@ -266,7 +266,7 @@ def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
     """analyze's warnings, and the record manifest's check where the capture has a manifest."""
     out = list(d.result["warnings"])
     try:
-        from ..record import manifest as mf
+        from ..analyze import manifest as mf
     except ImportError:         # record's manifest module absent: analyze's warnings only
         return out
     data = ref.manifest

@@ -140,7 +140,7 @@ class Capture:
     def _names(self) -> tuple[dict[int, str], dict[int, str]]:
         """(thread names by serialized tid, process names by pid)."""
         from ..analyze.export import NAME_CHARS, Export
-        from ..analyze.scrub import exe_name
+        from ..redact import exe_name
 
         tnames: dict[int, str] = {}
         pnames: dict[int, str] = {}
