@@ -51,8 +51,10 @@ def test_not_sqlite(tmp_path):
     assert_one_line(run_cli("analyze", f), EXIT_INPUT, "not an SQLite database")
 
 
+@pytest.mark.nsys("2023.4")
 def test_not_a_report(tmp_path):
-    """A broken .nsys-rep: nsys export fails (or, without nsys, the command to run is named)."""
+    """A broken .nsys-rep: nsys export fails, one line, nothing written beside it (without nsys:
+    test_cli_inputs.py::test_report_without_nsys_names_the_command)."""
     f = tmp_path / "trace.nsys-rep"
     f.write_bytes(b"\x00NSYS-REP" + os.urandom(4000))
     assert_one_line(run_cli("analyze", f), EXIT_INPUT, "trace.nsys-rep", "nsys export")

@@ -57,7 +57,7 @@ def analyze_json(path, capsys) -> tuple[int, dict | None, str]:
 # ---------------------------------------------------------------------------------------------
 # what the recording traced
 
-@pytest.mark.parametrize("version", ["2022.4", "2023.4"])
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
 def test_cuda_traced_but_unused_vs_not_traced(recorded, version, capsys):
     _, r, _ = analyze_json(recorded(ANNOTATED, "cuda,nvtx,osrt", version), capsys)
     assert r["requests"] == 2 and r["stages"]["parse"]["instances"] == 1
@@ -70,6 +70,7 @@ def test_cuda_traced_but_unused_vs_not_traced(recorded, version, capsys):
     assert any(w.startswith("CUDA was not traced (record with -t cuda") for w in r["warnings"])
 
 
+@pytest.mark.nsys("2023.4")
 def test_nvtx_traced_but_unused_vs_not_traced(recorded, capsys):
     rc, _, err = analyze_json(recorded(NO_NVTX, "cuda,nvtx,osrt"), capsys)
     assert rc == 1 and err.count("\n") == 1
@@ -78,6 +79,7 @@ def test_nvtx_traced_but_unused_vs_not_traced(recorded, capsys):
     assert rc == 1 and err.count("\n") == 1 and "NVTX was not traced" in err and "-t nvtx" in err
 
 
+@pytest.mark.nsys("2023.4")
 def test_export_without_trace_settings_says_it_cannot_tell(recorded, tmp_path, capsys):
     """An export stripped of META_DATA_CAPTURE and nsys's diagnostics does not say what was traced."""
     f = tmp_path / "stripped.sqlite"
@@ -108,6 +110,7 @@ def report(recorded, tmp_path):
     return rep
 
 
+@pytest.mark.nsys("2023.4")
 def test_report_is_exported_beside_it_once(report, capsys):
     rc, r, err = analyze_json(report, capsys)
     export = report.with_name("run.sqlite")
@@ -136,6 +139,7 @@ def run_in_read_only(folder: Path, *args, env: dict) -> subprocess.CompletedProc
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.nsys("2023.4")
 def test_report_in_a_read_only_folder_goes_to_the_cache(report, tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     p = run_in_read_only(report.parent, "analyze", report, "-f", "json", env=env)
@@ -151,6 +155,7 @@ def test_report_in_a_read_only_folder_goes_to_the_cache(report, tmp_path):
     assert export.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.nsys("2023.4")
 def test_report_without_nsys_names_the_command(report, monkeypatch, capsys):
     monkeypatch.setenv("CLEF_PROF_NSYS", str(report.parent / "no-nsys-here"))
     rc = main(["analyze", str(report)])
@@ -160,6 +165,7 @@ def test_report_without_nsys_names_the_command(report, monkeypatch, capsys):
     assert os.listdir(report.parent) == ["run.nsys-rep"]
 
 
+@pytest.mark.nsys("2023.4")
 def test_report_and_compare_take_reports(report, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     html = tmp_path / "r.html"

@@ -120,6 +120,7 @@ def ranges_per_process(db: Path) -> dict[tuple[int, str], int]:
     return out, sizes
 
 
+@pytest.mark.nsys("2023.4")
 @pytest.mark.parametrize("spec, launch", [(SPEC, "module"), (FILE_SPEC, "script")])
 def test_nsys_counts_every_range_per_stage_and_process(tmp_path, spec, launch):
     facts_path = tmp_path / "facts.json"

@@ -14,6 +14,8 @@ import pytest
 from clef_prof.analyze.result import analyze
 from recording import record
 
+pytestmark = pytest.mark.nsys("2023.4")
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = """
 import sys, time, multiprocessing as mp

@@ -29,8 +29,6 @@ NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
 MARK = "CLEF_TEST_MARK"
 FAST = ["--warmup", "1", "--duration", "2"]
 
-pytestmark = pytest.mark.nsys("2023.4")
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -129,7 +127,7 @@ def mark():
 # --------------------------------------------------------------------------------------------
 # command lines
 
-@pytest.mark.nsys("2022.4")
+@pytest.mark.nsys("2022.4", "2023.4")
 def test_dry_run_prints_the_nsys_commands(tmp_path, mark):
     p = clef("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api", "--python-sampling", "250",
              "--cuda-graph-trace", "node", "--", "python", "-m", "srv", "--flag", mark=mark)
@@ -161,6 +159,7 @@ def test_nsys_missing(tmp_path, mark):
     one_line(p, 1, f"nsys not found at {tmp_path}")
 
 
+@pytest.mark.nsys("2023.4")
 def test_port_already_taken(tmp_path, mark):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -173,6 +172,7 @@ def test_port_already_taken(tmp_path, mark):
 # --------------------------------------------------------------------------------------------
 # the acceptance capture
 
+@pytest.mark.nsys("2023.4")
 def test_record_demo_then_analyze(tmp_path, mark):
     out, port = tmp_path / "cap", free_port()
     p = record(out, port, *FAST, "--duration", "2.5", server_args=("--variant", "pr"), mark=mark)
@@ -226,6 +226,7 @@ def test_record_demo_then_analyze(tmp_path, mark):
     assert any(f"batch ranges count {q['requests']} requests" in w and "were lost" in w for w in q["warnings"])
 
 
+@pytest.mark.nsys("2023.4")
 def test_ab_two_arms_two_rounds(tmp_path, mark):
     out, port = tmp_path / "ab", free_port()
     py = shlex.quote(sys.executable)
@@ -250,8 +251,9 @@ def test_ab_two_arms_two_rounds(tmp_path, mark):
     assert sorted(a for a, _ in read_ab_folder(str(out))) == ["main", "main", "pr", "pr"]
 
 
-@pytest.mark.parametrize("variant", ["nvtx-2023.4", pytest.param("nsys-2022.4", marks=pytest.mark.nsys("2022.4")),
-                                     "client-cmd"])
+@pytest.mark.parametrize("variant", [pytest.param("nvtx-2023.4", marks=pytest.mark.nsys("2023.4")),
+                                     pytest.param("nsys-2022.4", marks=pytest.mark.nsys("2022.4")),
+                                     pytest.param("client-cmd", marks=pytest.mark.nsys("2023.4"))])
 def test_other_windows_and_clients(tmp_path, mark, variant):
     out, port = tmp_path / "cap", free_port()
     if variant == "nvtx-2023.4":
@@ -279,6 +281,7 @@ def test_other_windows_and_clients(tmp_path, mark, variant):
 # --------------------------------------------------------------------------------------------
 # hostile cases: one line, nothing left running
 
+@pytest.mark.nsys("2023.4")
 def test_server_exits_at_start(tmp_path, mark):
     p = record(tmp_path / "o", free_port(), *FAST, "-q", server_args=("--fail-at-start",), mark=mark)
     one_line(p, 1, "exited during start-up", "simulated start-up failure", "capture.stderr.log")
@@ -286,12 +289,14 @@ def test_server_exits_at_start(tmp_path, mark):
     assert m["status"] == "failed" and m["export"] is None
 
 
+@pytest.mark.nsys("2023.4")
 def test_server_never_healthy(tmp_path, mark):
     p = record(tmp_path / "o", free_port(), *FAST, "-q", "--health-timeout", "3", server_args=("--never-healthy",),
                mark=mark)
     one_line(p, 1, "did not become healthy within 3 s", "/health", "HTTP 503")
 
 
+@pytest.mark.nsys("2023.4")
 def test_start_profile_404(tmp_path, mark):
     p = record(tmp_path / "o", free_port(), *FAST, "-q", "--window", "profiler-api",
                server_args=("--no-profile-endpoints",), mark=mark)
@@ -299,6 +304,7 @@ def test_start_profile_404(tmp_path, mark):
              "VLLM_TORCH_PROFILER_DIR", "--window nsys")
 
 
+@pytest.mark.nsys("2023.4")
 def test_profiler_api_window_without_gpu(tmp_path, mark):
     """The demo server's CPU path (forced, so a GPU on the machine changes nothing) never calls
     cudaProfilerStart."""
@@ -307,6 +313,7 @@ def test_profiler_api_window_without_gpu(tmp_path, mark):
     one_line(p, 1, "window did not open", "no cudaProfilerStart", "--window nsys")
 
 
+@pytest.mark.nsys("2023.4")
 def test_server_dies_inside_the_window(tmp_path, mark):
     out = tmp_path / "o"
     p = record(out, free_port(), "--warmup", "1", "--duration", "4", "-q", server_args=("--die-in-window", "1.5"),
@@ -319,12 +326,20 @@ def test_server_dies_inside_the_window(tmp_path, mark):
     assert any("server died" in w for w in check_manifest(r, m))
 
 
+def _default_sigint() -> None:
+    """SIGINT as a terminal delivers it: pytest started in the background (`cmd &`) ignores SIGINT,
+    and a child inherits the ignoring, so the record under test would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.nsys("2023.4")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_inside_the_window(tmp_path, mark, sig):
     out, port = tmp_path / "o", free_port()
     proc = subprocess.Popen([sys.executable, "-m", "clef_prof", "record", "--out", str(out), "--url",
                              f"http://127.0.0.1:{port}", "--warmup", "1", "--duration", "60", "--", *demo(port)],
-                            cwd=ROOT, env=env_for(mark), stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            cwd=ROOT, env=env_for(mark), stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     try:
         seen = ""
         deadline = time.monotonic() + 120
@@ -390,6 +405,7 @@ except KeyboardInterrupt:
 '''
 
 
+@pytest.mark.nsys("2023.4")
 def test_spec_injects_stages_into_an_unannotated_server(tmp_path, mark):
     programs = ROOT / "tests" / "programs"
     (tmp_path / "plain_server.py").write_text(PLAIN_SERVER)
@@ -450,6 +466,7 @@ except KeyboardInterrupt:
 '''
 
 
+@pytest.mark.nsys("2023.4")
 def test_record_ends_a_grandchild_without_the_marker(tmp_path, mark):
     (tmp_path / "server.py").write_text(ESCAPING_SERVER)
     out, port, pidfile = tmp_path / "cap", free_port(), tmp_path / "grandchild.pid"

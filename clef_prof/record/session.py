@@ -391,7 +391,10 @@ def _log_has(path: str, needle: str) -> bool:
 
 
 def _pdeathsig():
-    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too."""
+    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too; and
+    SIGINT back to its default, which a clef-prof started in the background (`&`, nohup) ignores
+    and would hand on, so the server's graceful stop (SIGINT) would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
