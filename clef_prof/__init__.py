@@ -3,7 +3,7 @@
 The annotation API, `clef_prof.stage` and `clef_prof.batch` (see clef_prof.annotate.api), is
 imported on first use, so that `import clef_prof` stays light for a server.
 """
-__version__ = "0.1.0"
+from .config import VERSION as __version__
 
 
 def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builtin, on purpose

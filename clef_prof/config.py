@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .errors import ClefError
 
+VERSION = "0.1.0"           # clef_prof.__version__, kept here so that no layer imports the package root
 DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
 DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")

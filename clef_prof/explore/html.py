@@ -75,7 +75,7 @@ def _findings(r: dict) -> str:
 
 def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
     """The report of one capture (a `Capture` or a path) as one HTML string."""
-    from .. import __version__
+    from ..config import VERSION as __version__
     from . import plots
     from .frames import Capture, open as open_capture
     from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline

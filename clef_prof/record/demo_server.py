@@ -523,7 +523,7 @@ class DemoServer:
         return Handler
 
     def version_info(self) -> dict:
-        from .. import __version__
+        from ..config import VERSION as __version__
         info = {"server": "clef-prof demo-server", "version": __version__, "variant": self.variant,
                 "sync": self.pooler.sync, "device": self.pooler.device, "python": sys.version.split()[0], "max_batch": self.max_batch}
         if self.pooler.device == "cuda":

@@ -973,7 +973,7 @@ class Capture:
             inner = self.load.summary(self.opened_ns, self.closed_ns)
             outer = self.load.summary(self.outer[0], self.outer[1])
         whole = self.load.summary() if self.load is not None else None
-        from .. import __version__
+        from ..config import VERSION as __version__
         commands = {
             "clef_prof": cfg.argv,
             "server": pl.server,
