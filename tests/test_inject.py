@@ -314,7 +314,7 @@ def test_env_form_chains_existing_sitecustomize(tmp_path):
     (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITECUSTOMIZE_RAN = True\n")
     (theirs / "helper_mod.py").write_text("VALUE = 42\n")
     env = injected_env(base_pythonpath=str(theirs))
-    assert env["PYTHONPATH"].split(os.pathsep) == [inject.BOOTSTRAP_DIR, str(theirs)]
+    assert env["PYTHONPATH"].split(os.pathsep) == [inject.STARTUP_DIR, str(theirs)]
     code = ("import builtins, sys, helper_mod\n"
             "import clef_prof.annotate.inject as i\n"
             "print(getattr(builtins, 'THEIR_SITECUSTOMIZE_RAN', False), helper_mod.VALUE, len(i.installed()))\n")
@@ -352,7 +352,7 @@ def test_print_env_forms(tmp_path):
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", env=env)
     assert p.returncode == 0, p.stderr
     assert f"export CLEF_PROF_SPEC={POOLER_SPEC}" in p.stdout
-    assert f"export PYTHONPATH={inject.BOOTSTRAP_DIR}:/opt/a:/opt/b" in p.stdout
+    assert f"export PYTHONPATH={inject.STARTUP_DIR}:/opt/a:/opt/b" in p.stdout
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", "--format", "json", "--lenient", env=env)
     d = json.loads(p.stdout)
     assert d["CLEF_PROF_LENIENT"] == "1" and d["CLEF_PROF_PKG"] == inject.PKG_DIR

@@ -138,12 +138,13 @@ def scrub(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
     return {t: dict(c) for t, c in sorted(counts.items())}
 
 
-def scrub_file(src: str, dst: str) -> dict:
-    """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read."""
-    from .export import _uri, check_file
+def rewrite(src: str, dst: str, edit, what: str = "scrub") -> None:
+    """Copy `src` into a temporary file beside `dst`, run `edit(connection)` on the copy in one
+    transaction, VACUUM it and rename it to `dst` (nothing appears there on failure). The input is
+    only read; an SQLite error names it."""
+    from .export import _uri
     from ..safeio import atomic_output
 
-    check_file(src)
     with atomic_output(dst, [src]) as tmp:
         s = sqlite3.connect(_uri(src), uri=True)
         d = sqlite3.connect(tmp)
@@ -152,12 +153,24 @@ def scrub_file(src: str, dst: str) -> dict:
                 s.backup(d)
             except sqlite3.DatabaseError as exc:
                 raise ClefError(f"{src}: cannot read ({exc})") from None
-            with d:
-                removed = scrub(d)
-            d.execute("VACUUM")
+            try:
+                with d:
+                    edit(d)
+                d.execute("VACUUM")
+            except sqlite3.DatabaseError as exc:
+                raise ClefError(f"{src}: cannot {what} ({exc}); is it an nsys export?") from None
         finally:
             s.close()
             d.close()
+
+
+def scrub_file(src: str, dst: str) -> dict:
+    """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read."""
+    from .export import check_file
+
+    check_file(src)
+    removed: dict = {}
+    rewrite(src, dst, lambda d: removed.update(scrub(d)))
     return {"scrubbed": removed, "bytes": os.path.getsize(dst)}
 
 

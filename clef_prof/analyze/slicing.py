@@ -23,9 +23,9 @@ GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
     """Write the window [t0, t1] (ns from session start) of `src` to the new file `dst`, times
     shifted so that the slice's session is the window; nothing appears at `dst` on failure."""
-    from .export import Export, _uri, check_file
-    from ..safeio import atomic_output, check_output
-    from .scrub import scrub
+    from .export import Export, check_file
+    from ..safeio import check_output
+    from .scrub import rewrite, scrub
 
     check_file(src)
     check_output(dst, [src])
@@ -40,25 +40,16 @@ def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
                                f"which is {session / 1e9:.6g} s long")
         t1_ns = min(t1_ns, session)
     t0_ns = max(t0_ns, 0)
-    with atomic_output(dst, [src]) as tmp:
-        s = sqlite3.connect(_uri(src), uri=True)
-        d = sqlite3.connect(tmp)
-        try:
-            try:
-                s.backup(d)
-            except sqlite3.DatabaseError as exc:
-                raise CaptureError(f"{src}: cannot read ({exc})") from None
-            with d:
-                _cut(d, tables, t0_ns, t1_ns)
-                removed = scrub(d)
-                kept = {t: d.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
-                        for t in sorted(tables) if not t.startswith("sqlite_")}
-            d.execute("VACUUM")
-        except sqlite3.DatabaseError as exc:
-            raise CaptureError(f"{src}: cannot slice ({exc}); is it an nsys export?") from None
-        finally:
-            s.close()
-            d.close()
+    removed: dict = {}
+    kept: dict = {}
+
+    def edit(d):
+        _cut(d, tables, t0_ns, t1_ns)
+        removed.update(scrub(d))
+        kept.update({t: d.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
+                     for t in sorted(tables) if not t.startswith("sqlite_")})
+
+    rewrite(src, dst, edit, "slice")
     return {"rows": kept, "scrubbed": removed, "bytes": os.path.getsize(dst), "window_ns": (t0_ns, t1_ns)}
 
 

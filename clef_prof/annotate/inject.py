@@ -6,7 +6,7 @@ its source.
     clef-prof inject --spec annotations/X.toml --emit-nsys-json X.json   # nsys's own route
 
 How it reaches every process: the environment carries the spec (`CLEF_PROF_SPEC`) and puts
-`clef_prof/_bootstrap/` first on `PYTHONPATH`; that directory holds a `sitecustomize.py`,
+`clef_prof/annotate/_startup/` first on `PYTHONPATH`; that directory holds a `sitecustomize.py`,
 which every Python interpreter imports at start-up (the process itself, multiprocessing
 `spawn` and `forkserver` workers, Python subprocesses; forked children inherit the hooks).
 It first runs the `sitecustomize` it shadows, if any, then calls `bootstrap()` here.
@@ -51,8 +51,8 @@ ENV_SPEC = "CLEF_PROF_SPEC"            # absolute path of the stage spec TOML
 ENV_LENIENT = "CLEF_PROF_LENIENT"      # 1: warn and skip unresolvable targets
 ENV_PKG = "CLEF_PROF_PKG"              # the clef_prof package directory the hook loads
 ENV_VERBOSE = "CLEF_PROF_VERBOSE"      # 1: one stderr line per installed wrapper
-PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-BOOTSTRAP_DIR = os.path.join(PKG_DIR, "_bootstrap")
+PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the clef_prof package
+STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_startup")
 EXIT_UNRESOLVED = 1
 MARK = "__clef_prof__"                 # attribute set on every wrapper: (role, range name)
 
@@ -766,10 +766,10 @@ def environment(spec_path: str, lenient: bool = False, base: dict | None = None,
     """
     base = os.environ if base is None else base
     old = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
-    old = [p for p in old if os.path.abspath(p) != BOOTSTRAP_DIR]
+    old = [p for p in old if os.path.abspath(p) != STARTUP_DIR]
     env = {ENV_SPEC: os.path.abspath(spec_path),
            ENV_PKG: PKG_DIR,
-           "PYTHONPATH": os.pathsep.join([BOOTSTRAP_DIR, *old])}
+           "PYTHONPATH": os.pathsep.join([STARTUP_DIR, *old])}
     if lenient:
         env[ENV_LENIENT] = "1"
     if verbose:

@@ -1026,7 +1026,7 @@ class Capture:
                       {"window": {"completions": None},
                        "note": "the load came from --client-cmd: not counted" if cfg.client_cmd else "no load ran"},
             "server_counts": self.server_counts,
-            "git": {"cwd": mf.git_info(os.getcwd()), "clef_prof": mf.git_info(os.path.dirname(os.path.abspath(__file__)))},
+            "git": {"cwd": mf.git_info(os.getcwd()), "clef_prof": mf.git_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))},
             "clef_prof": {"version": __version__},
             "host": {"hostname": socket.gethostname(), "python": mf.python_info(), "gpu": gpu_present()},
             "logs": {k: mf.relative_to(v, self.out) for k, v in (("stdout", self.log_out), ("stderr", self.log_err),
