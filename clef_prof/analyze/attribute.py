@@ -39,8 +39,3 @@ class Placer:
         slot = np.where(inside, self.unit_slot[u], outside)
         batch = np.where(inside, self.unit_batch[u], -1)
         return slot, batch
-
-
-def place(stages: Stages, gtid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(slot, batch) of each call. slot indexes `slots(stages)`; batch is -1 outside batches."""
-    return Placer(stages)(gtid, start, end)

@@ -20,7 +20,6 @@ GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 
 # API call kinds
 LAUNCH, GRAPH, COPY, SET, SYNC = 1, 2, 3, 4, 5
-KIND_NAMES = {LAUNCH: "kernel launch", GRAPH: "graph launch", COPY: "memcpy", SET: "memset", SYNC: "sync"}
 
 _LAUNCH = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
            "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
@@ -110,17 +109,6 @@ def graph_trace_mode(cap: Export) -> str | None:
     if "graphNodeId" in cap.columns(KERNEL) and cap.count(KERNEL, "WHERE graphNodeId IS NOT NULL AND graphNodeId != 0"):
         return "node"
     return "unknown"
-
-
-class Calls:
-    """API calls of interest: launches, graph launches, memcpy, memset, syncs."""
-
-    start: np.ndarray
-    end: np.ndarray
-    gtid: np.ndarray
-    corr: np.ndarray
-    kind: np.ndarray
-    last_end: int | None       # end of the last CUDA API row of any kind
 
 
 class KindLookup:

@@ -201,7 +201,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
             stream.close()
 
     step("metrics")
-    warnings += validate.stage_layout(cap, stages)
+    warnings += validate.stage_layout(stages)
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
     findings.annotate(result, table, config.findings, lost)

@@ -132,7 +132,7 @@ def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[s
     return stages.drop_batches(late), [msg]
 
 
-def stage_layout(cap: Export, stages: Stages) -> list[str]:
+def stage_layout(stages: Stages) -> list[str]:
     """Stages spread over several threads or processes: handled per thread, and said."""
     inst = stages.instances
     if len(inst) == 0:
