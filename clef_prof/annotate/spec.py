@@ -298,3 +298,16 @@ def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:
     except ThresholdError as exc:
         raise SpecError(f"{path}: [findings]: {exc}") from None
     return tuple((k, th[k]) for k in raw)
+
+
+def stage_config(spec_path: str | None = None, domain: str | None = None, batch: str | None = None,
+                 stages=None, findings=(), base: StageConfig | None = None) -> StageConfig:
+    """The stage names to analyze: `base`, else the spec's, else the defaults; then the given
+    domain, batch name, stages (a sequence or "a,b,c") and threshold overrides over them."""
+    cfg = base if base is not None else load(spec_path).config if spec_path else StageConfig()
+    if isinstance(stages, str):
+        stages = tuple(s.strip() for s in stages.split(",") if s.strip())
+    merged = dict(cfg.findings)
+    merged.update(findings)
+    return StageConfig(domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
+                       stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()))

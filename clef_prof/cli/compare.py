@@ -6,7 +6,7 @@ import sys
 
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
-from .options import add_threshold_option, emit, finding_thresholds
+from .options import add_threshold_option, emit, stage_config
 
 
 def add_parser(sub) -> None:
@@ -47,25 +47,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _config(args):
-    from ..analyze.stages import StageConfig
-
-    cfg = StageConfig()
-    if args.spec:
-        from ..annotate.spec import load
-
-        cfg = load(args.spec).config
-    return StageConfig(
-        domain=args.domain if args.domain is not None else cfg.domain,
-        batch=args.batch if args.batch is not None else cfg.batch,
-        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages,
-        findings=finding_thresholds(cfg, args))
-
-
 def run(args) -> int:
     from ..compare import engine as comparison
 
-    cfg = _config(args)
+    cfg = stage_config(args)
     known = comparison.known_names(cfg.stages)
     if args.list_metrics:
         for m in comparison.catalogue(cfg.stages, cuda=True):

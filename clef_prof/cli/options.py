@@ -8,25 +8,12 @@ from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
 
 
 def stage_config(args) -> StageConfig:
-    if getattr(args, "spec", None):
-        from ..annotate.spec import load
-        cfg = load(args.spec).config
-    else:
-        cfg = StageConfig()
-    return StageConfig(
-        domain=args.domain if args.domain is not None else cfg.domain,
-        batch=args.batch if args.batch is not None else cfg.batch,
-        stages=tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else cfg.stages,
-        findings=finding_thresholds(cfg, args))
-
-
-def finding_thresholds(cfg: StageConfig, args) -> tuple[tuple[str, float], ...]:
-    """The spec's [findings] thresholds, then the --threshold flags over them."""
+    """--spec, --domain, --batch, --stages and --threshold, resolved (annotate.spec.stage_config)."""
+    from ..annotate.spec import stage_config as resolve
     from ..config import parse_threshold
 
-    merged = dict(cfg.findings)
-    merged.update(parse_threshold(t) for t in getattr(args, "threshold", None) or [])
-    return tuple(merged.items())
+    return resolve(getattr(args, "spec", None), args.domain, args.batch, args.stages,
+                   [parse_threshold(t) for t in getattr(args, "threshold", None) or []])
 
 
 def add_threshold_option(g) -> None:

@@ -571,18 +571,9 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
     Raises `clef_prof.errors.ClefError` (CaptureError, SpecError) for bad input.
     """
     path = os.fspath(path)
-    if config is None:
-        if spec:
-            from ..annotate.spec import load
-            config = load(spec).config
-        else:
-            config = StageConfig()
-    if domain is not None or batch is not None or stages is not None:
-        if isinstance(stages, str):
-            stages = tuple(s.strip() for s in stages.split(",") if s.strip())
-        config = StageConfig(domain=config.domain if domain is None else domain,
-                             batch=config.batch if batch is None else batch,
-                             stages=config.stages if stages is None else tuple(stages), findings=config.findings)
+    from ..annotate.spec import stage_config
+
+    config = stage_config(spec, domain, batch, stages, base=config)
     key = _key(path, config, requests)
     if cache and key is not None:
         with _LOCK:
