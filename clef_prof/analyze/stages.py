@@ -142,6 +142,17 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
                                   s.gtid, s.start, s.end) >= 0
     edge = (bidx < 0) & in_cut
+    # nsys records nothing of a range already open when the capture starts, but the ranges nested
+    # in it that begin later: a stage on a batch thread that ends before the thread's first batch
+    # range is the rest of a batch cut by the capture's start, and goes the same way
+    if len(batches):
+        bg = batches["gtid"]
+        order = np.lexsort((batches["start"], bg))
+        g_sorted, first_at = bg[order], np.r_[True, bg[order][1:] != bg[order][:-1]]
+        threads, firsts = g_sorted[first_at], batches["start"][order][first_at]
+        k = np.minimum(np.searchsorted(threads, s.gtid), max(len(threads) - 1, 0))
+        on_batch_thread = threads[k] == s.gtid
+        edge |= (bidx < 0) & on_batch_thread & (s.end <= firsts[k])
     count_cut(edge, lambda i: config.stages[codes[i]])
     keep = ~edge
     instances = Table(code=codes[keep], stage=np.array(config.stages, dtype=object)[codes[keep]],

@@ -72,44 +72,32 @@ RANGE_TYPES = "59, 60, 70, 71"       # NVTX push/pop and start/end ranges (and t
 
 def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
     """(session start, first, last, duration): the wall-clock time of the export's time 0
-    (TARGET_INFO_SESSION_START_TIME.utcEpochNs), the first and last timestamps recorded from the
-    processes that hold NVTX ranges (NVTX ranges, OS-runtime and CUDA API rows, within the
-    session), and the session length (ANALYSIS_DETAILS.duration), in ns from time 0.
+    (TARGET_INFO_SESSION_START_TIME.utcEpochNs), the start of the first and the end of the last
+    NVTX range recorded (within the session), and the session length (ANALYSIS_DETAILS.duration),
+    in ns from time 0.
 
-    nsys opens the session (time 0) before the profiled process starts collecting: its first
-    record came 0.3-10 ms later in 7 recordings on a loaded 2-core machine, and what the server
-    did in between is not in the export. [first, last] is the part of the session that the
-    server was recorded in.
-    None when the export lacks these tables or has no NVTX range."""
+    nsys opens the session (time 0) before the profiled process's NVTX ranges are collected: the
+    first came 0.3-10 ms later in 7 recordings on a loaded 2-core machine, and OS-runtime rows
+    began up to 6 ms before NVTX ranges did. The batch ranges, which the request count comes
+    from, can only be judged over the span in which NVTX ranges were collected: [first, last].
+    A request sent after `first` is batched after it, so its batch range was collected unless
+    it was lost. None when the export lacks these tables or has no NVTX range."""
     import sqlite3
     try:
         db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
         try:
             t0 = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
             dur = db.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()
-            pids = [r[0] for r in db.execute(f"SELECT DISTINCT globalTid >> 24 FROM NVTX_EVENTS "
-                                             f"WHERE eventType IN ({RANGE_TYPES}) AND globalTid IS NOT NULL")]
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not t0 or not dur or t0[0] is None or dur[0] is None or not pids:
-                return None
-            inlist = ",".join(str(int(p)) for p in pids)
-            first, last = [], []
-            for table, extra in (("NVTX_EVENTS", f" AND eventType IN ({RANGE_TYPES})"), ("OSRT_API", ""),
-                                 ("CUPTI_ACTIVITY_KIND_RUNTIME", "")):
-                if table in tables:
-                    lo, hi = db.execute(f'SELECT min(start), max("end") FROM {table} WHERE start >= 0 '
-                                        f"AND globalTid >> 24 IN ({inlist}){extra}").fetchone()
-                    if lo is not None:
-                        first.append(lo)
-                        last.append(hi if hi is not None else lo)
+            first, last = db.execute(f'SELECT min(start), max(COALESCE("end", start)) FROM NVTX_EVENTS '
+                                     f"WHERE start >= 0 AND eventType IN ({RANGE_TYPES})").fetchone()
         finally:
             db.close()
     except sqlite3.Error:
         return None
-    if not first:
+    if not t0 or not dur or t0[0] is None or dur[0] is None or first is None:
         return None
     duration = int(dur[0])
-    return int(t0[0]), min(first), min(max(last), duration), duration
+    return int(t0[0]), int(first), min(int(last), duration), duration
 
 
 def count_rows(sqlite_path: str, table: str) -> int | None:
