@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("PYTHONDONTWRITEBYTECODE", None)     # as installed: byte-code cached
-    run_child([sys.executable, "-c", "import clef_prof.cli, clef_prof.analysis, clef_prof.report"], env=env)
+    run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result, clef_prof.explore.text"], env=env)
     made: list[str] = []
     if args.files:
         files = args.files
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     recs = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            startup = best([run_child([sys.executable, "-c", "import clef_prof.cli, clef_prof.analysis"], env=env)
+            startup = best([run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result"], env=env)
                             for _ in range(args.repeat)])
             for f in files:
                 print(f"bench: measuring {f} ({os.path.getsize(f) / 1e6:,.0f} MB)", file=sys.stderr)

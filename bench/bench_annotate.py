@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import clef_prof  # noqa: E402
-from clef_prof import annotate, nvtx_client  # noqa: E402
+from clef_prof.annotate import api as annotate, nvtx_client  # noqa: E402
 
 
 class _Null:

@@ -1,14 +1,14 @@
 """clef-prof: per-request host-path profiling of GPU model servers from Nsight Systems captures.
 
-The annotation API, `clef_prof.stage` and `clef_prof.batch` (see clef_prof.annotate), is
+The annotation API, `clef_prof.stage` and `clef_prof.batch` (see clef_prof.annotate.api), is
 imported on first use, so that `import clef_prof` stays light for a server.
 """
-__version__ = "0.1.0"
+from .config import VERSION as __version__
 
 
 def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builtin, on purpose
-    """Analyze an nsys SQLite export once and return a `clef_prof.model.Capture` (DataFrames)."""
-    from .model import open as _open
+    """Analyze an nsys SQLite export once and return a `clef_prof.explore.frames.Capture` (DataFrames)."""
+    from .explore.frames import open as _open
     return _open(path, **kw)
 
 
@@ -17,6 +17,6 @@ _ANNOTATIONS = ("stage", "batch")
 
 def __getattr__(name):
     if name in _ANNOTATIONS:
-        from . import annotate
+        from .annotate import api as annotate
         return getattr(annotate, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,8 +2,12 @@
 entry points (record, demo-server, inject) never import pandas."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from .errors import ClefError
+
+VERSION = "0.1.0"           # clef_prof.__version__, kept here so that no layer imports the package root
 DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
 DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
@@ -18,3 +22,55 @@ class StageConfig:
     batch: str = DEFAULT_BATCH
     stages: tuple[str, ...] = DEFAULT_STAGES
     findings: tuple[tuple[str, float], ...] = ()
+
+# the record manifest: written by clef_prof.record.manifest, read by clef_prof.analyze.manifest
+MANIFEST_SCHEMA = "clef-prof/record/1"
+MANIFEST = "manifest.json"
+STATUS_OK = "ok"
+STATUS_DIED = "server died"
+STATUS_INTERRUPTED = "interrupted"
+STATUS_FAILED = "failed"
+
+
+# findings thresholds: the defaults clef_prof.analyze.findings' rules use, overridden by a spec's
+# [findings] table or --threshold
+THRESHOLDS: dict[str, float] = {
+    "pageable_min_per_request": 0.5,      # pageable H2D copies per request in a stage
+    "pack_min_copies_per_request": 3.0,   # H2D copies per request in a stage ...
+    "pack_max_bytes_per_copy": 65536.0,   # ... of at most this mean size (B)
+    "sync_max_per_batch": 1.0,            # synchronizing calls per batch a stage may make (one readback)
+    "graph_min_launches_per_request": 10.0,  # kernel launches per request in a stage with no graph launch
+    "overlap_max_pct": 50.0,              # GPU busy % of the batch host span below which the host bounds it
+    "dominant_share_pct": 50.0,           # a stage's mean % of the batch host span
+    "outside_min_pct": 1.0,               # CUDA work calls outside every stage, % of the capture's
+    "p99_min_batches": 100.0,             # batches for a p99 with at least one batch beyond it
+}
+
+
+class ThresholdError(ClefError):
+    """An unknown or invalid findings threshold."""
+
+
+def thresholds(overrides=()) -> dict[str, float]:
+    """THRESHOLDS with `overrides` ((key, value) pairs or a dict) applied and checked."""
+    out = dict(THRESHOLDS)
+    for key, value in (overrides.items() if isinstance(overrides, dict) else overrides):
+        if key not in THRESHOLDS:
+            raise ThresholdError(f"unknown findings threshold {key!r} (known: {', '.join(THRESHOLDS)})")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ThresholdError(f"findings threshold {key}: {value!r} is not a number") from None
+        if not math.isfinite(v) or v < 0:
+            raise ThresholdError(f"findings threshold {key}: {value!r} must be a finite number >= 0")
+        out[key] = v
+    return out
+
+
+def parse_threshold(text: str) -> tuple[str, float]:
+    """'KEY=VALUE' (the --threshold flag) -> (key, value), checked."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ThresholdError(f"--threshold {text!r}: expected KEY=VALUE, e.g. overlap_max_pct=30")
+    key = key.strip()
+    return key, thresholds({key: value.strip()})[key]

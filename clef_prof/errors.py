@@ -1,6 +1,5 @@
 """Errors that end a command with one clear line, and the exit codes the CLI uses."""
 
-EXIT_OK = 0
 EXIT_INPUT = 1      # bad input: missing path, not SQLite, truncated, missing tables, bad spec
 EXIT_STRICT = 2     # --strict and the capture raised warnings (argparse usage errors also exit 2)
 

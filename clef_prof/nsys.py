@@ -139,10 +139,6 @@ class Nsys:
         m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", self.version_text)
         return m.group(1) if m else None
 
-    @property
-    def version_tuple(self) -> tuple[int, ...]:
-        return tuple(int(x) for x in (self.version or "0").split(".")[:3])
-
     def supports(self, switch: str, command: str = "profile") -> bool:
         if not self.probed:
             return True

@@ -21,8 +21,8 @@ def counts(variant: str, sizes=(16, 7, 1, 16)) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from clef_prof.demo_server import GpuPooler, index_request, parse_request
-    from clef_prof.loadgen import make_bodies
+    from clef_prof.record.demo_server import GpuPooler, index_request, parse_request
+    from clef_prof.record.load import make_bodies
 
     pooler = GpuPooler(variant)
     bodies = make_bodies(200, 1, n=16, seed=3)
@@ -57,9 +57,9 @@ def counts(variant: str, sizes=(16, 7, 1, 16)) -> dict:
 
 
 def serve_and_load(variant: str, seconds: float) -> dict:
-    from clef_prof.demo_server import DemoServer
-    from clef_prof.loadgen import Load, LoadSettings
-    from clef_prof.record import http
+    from clef_prof.record.demo_server import DemoServer
+    from clef_prof.record.load import Load, LoadSettings
+    from clef_prof.record.session import http
 
     srv = DemoServer(variant, port=0, quiet=True)
     # serve() installs signal handlers and blocks: run its pieces on threads instead

@@ -70,14 +70,7 @@ print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA availab
 sys.exit(0 if torch.cuda.is_available() else 1)
 EOF
 
-# `python3 -m clef_prof record` is the documented form; should the CLI ever fail to load here
-# (it must not need pandas, but), the modules' own entry points do the same
-if "$PY" -m clef_prof --help >/dev/null 2>&1; then
-  RECORD=(-m clef_prof record) AB_CMD=(-m clef_prof ab) DEMO="-m clef_prof demo-server"
-else
-  echo "gpu-record-demo: note: '$PY -m clef_prof' does not load here; using python -m clef_prof.record" >&2
-  RECORD=(-m clef_prof.record) AB_CMD=(-m clef_prof.ab) DEMO="-m clef_prof.demo_server"
-fi
+RECORD=(-m clef_prof record) AB_CMD=(-m clef_prof ab) DEMO="-m clef_prof demo-server"
 
 mkdir -p "$OUT"
 common=(--nsys "$NSYS" ${IMPORTER_LIBS:+--importer-libs "$IMPORTER_LIBS"} --window "$WINDOW" --warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY"

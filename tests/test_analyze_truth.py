@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from clef_prof import cupti
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 
 GPU = {
     # name: requests, batches, h2d copies, h2d bytes, pinned?, head launches, graph launches, d2h copies

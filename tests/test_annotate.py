@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import annotate, nvtx_client
-from clef_prof.analysis import analyze
+from clef_prof.annotate import api as annotate, nvtx_client
+from clef_prof.analyze.result import analyze
 from recording import nvtx_python, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ ENV = {"PYTHONPATH": str(ROOT)}
 PROGRAM = """
 import asyncio, threading
 import clef_prof
-from clef_prof import annotate, nvtx_client
+from clef_prof.annotate import api as annotate, nvtx_client
 
 def worker():
     for i in range(7):
@@ -204,7 +204,7 @@ def test_ranges_survive_nvtx_0_2_16(nvtx_version, version, pkg_ranges, tmp_path)
 NOOP_PROGRAM = """
 import json, os, sys
 import clef_prof
-from clef_prof import annotate, nvtx_client
+from clef_prof.annotate import api as annotate, nvtx_client
 
 def f(x):
     return x * 2

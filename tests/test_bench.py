@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import benchload as bl
-from clef_prof import benchstats as bs
-from clef_prof import procs
+from clef_prof.bench import load as bl
+from clef_prof.bench import stats as bs
+from clef_prof.record import procs
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "CLEF_TEST_MARK"
@@ -66,7 +66,7 @@ def ab(tmp_path_factory):
     p = bench("--arm", f"main={demo(port, '--variant', 'main', '--delay-ms', 4)}",
               "--arm", f"slow={demo(port, '--variant', 'main', '--delay-ms', 5)}",
               "--url", f"http://127.0.0.1:{port}", "--rounds", 2, "--cases", cases, *FAST, "--parity", 8,
-              "--check-response", "clef_prof.benchload:demo_words", "--fail-if", "throughput_rps < -2%",
+              "--check-response", "clef_prof.bench.load:demo_words", "--fail-if", "throughput_rps < -2%",
               "--fail-if", "latency_ms_p99 < -50%", "--format", "json", "-o", tmp / "bench.json", "--out", tmp / "run",
               mark=mark)
     assert_nothing_left(mark)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clef_prof import cupti
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = ROOT / ".nsys" / "2023.4" / "nsys"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.arm import collect
-from clef_prof.cli import main
+from clef_prof.compare.arm import collect
+from clef_prof.cli.app import main
 from recording import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,7 +246,7 @@ def test_help_has_a_description_and_an_example(command, example, capsys):
 def test_every_format_option_has_help(capsys):
     import argparse
 
-    from clef_prof.cli import build_parser
+    from clef_prof.cli.app import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     with_format = {name: next(a for a in p._actions if "--format" in a.option_strings)

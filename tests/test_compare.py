@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof import comparison
-from clef_prof.arm import CompareError, collect
-from clef_prof.bootstrap import arm_rngs, percentile_interval, resampled_sums
-from clef_prof.cli import main
-from clef_prof.inputs import InputError
-from clef_prof.compare import evaluate_gates, parse_gate, render_markdown
-from clef_prof.stages import StageConfig
+from clef_prof.compare import engine as comparison
+from clef_prof.compare.arm import CompareError, collect
+from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_sums
+from clef_prof.cli.app import main
+from clef_prof.analyze.inputs import InputError
+from clef_prof.compare.gates import evaluate_gates, parse_gate, render_markdown
+from clef_prof.analyze.stages import StageConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"

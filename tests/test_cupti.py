@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clef_prof import cupti
-from clef_prof.analysis import analyze
-from clef_prof.manifest import check_manifest
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import import_command
 from test_bad_input import run_cli
 

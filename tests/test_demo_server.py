@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import ab, demo_server as ds, loadgen, manifest as mf, nsys as nsys_mod, procs
+from clef_prof.analyze.manifest import check_manifest
+from clef_prof.record import ab, demo_server as ds, load as loadgen, manifest as mf, procs
+
+from clef_prof import nsys as nsys_mod
 from clef_prof.errors import ClefError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +46,7 @@ class Server:
     def __init__(self, *args):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.p = subprocess.Popen([sys.executable, "-m", "clef_prof.demo_server", "--port", str(self.port), *args],
+        self.p = subprocess.Popen([sys.executable, "-m", "clef_prof", "demo-server", "--port", str(self.port), *args],
                                   cwd=ROOT, env=ENV, stderr=subprocess.PIPE, text=True)
 
     def wait_healthy(self, timeout=30):
@@ -223,24 +226,24 @@ def _m(**kw):
 
 def test_check_manifest():
     ok = {"path": "/x/capture.sqlite", "requests": 1020, "requests_source": "message n=K"}
-    assert mf.check_manifest(ok, _m()) == []
+    assert check_manifest(ok, _m()) == []
     # the client's bounds hold exactly: one request below or above is a warning
-    assert mf.check_manifest(dict(ok, requests=1000), _m()) == []
-    assert mf.check_manifest(dict(ok, requests=1030), _m()) == []
-    (lost,) = mf.check_manifest(dict(ok, requests=999), _m())
+    assert check_manifest(dict(ok, requests=1000), _m()) == []
+    assert check_manifest(dict(ok, requests=1030), _m()) == []
+    (lost,) = check_manifest(dict(ok, requests=999), _m())
     assert "count 999 requests" in lost and "1000 requests sent and answered" in lost and "were lost" in lost
-    (extra,) = mf.check_manifest(dict(ok, requests=1031), _m())
+    (extra,) = check_manifest(dict(ok, requests=1031), _m())
     assert "1030 in flight" in extra and "did not send" in extra
-    died = mf.check_manifest(ok, _m(status="server died", status_detail="the server exited inside the window"))
+    died = check_manifest(ok, _m(status="server died", status_detail="the server exited inside the window"))
     assert len(died) == 1 and "server died" in died[0]
-    assert mf.check_manifest(dict(ok, requests_source="--requests", requests=5), _m()) == []
-    assert mf.check_manifest(ok, _m(client={"window": {"completions": None}})) == []
-    assert any("describes" in w for w in mf.check_manifest(dict(ok, path="/x/other.sqlite"), _m()))
+    assert check_manifest(dict(ok, requests_source="--requests", requests=5), _m()) == []
+    assert check_manifest(ok, _m(client={"window": {"completions": None}})) == []
+    assert any("describes" in w for w in check_manifest(dict(ok, path="/x/other.sqlite"), _m()))
     # the server's own count: a cudaProfilerApi window is the capture, up to the edges
     srv = _m(server_counts={"requests": 1000}, window={"mode": "profiler-api"})
-    assert mf.check_manifest(ok, srv) == []
+    assert check_manifest(ok, srv) == []
     srv["server_counts"]["requests"] = 1300
-    assert any("server counted 1300" in w for w in mf.check_manifest(ok, srv))
+    assert any("server counted 1300" in w for w in check_manifest(ok, srv))
 
 
 def test_ab_schedule_and_arms():
@@ -262,14 +265,14 @@ def test_entry_points_run_without_pandas_numpy_rich(tmp_path):
         (block / m).mkdir(parents=True)
         (block / m / "__init__.py").write_text(f"raise ImportError('{m} is blocked in this test')\n")
     env = dict(ENV, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
-    code = ("import sys; import clef_prof, clef_prof.record, clef_prof.demo_server, clef_prof.ab, clef_prof.loadgen, "
-            "clef_prof.manifest, clef_prof.nsys, clef_prof.procs, clef_prof.cli; clef_prof.cli.build_parser(); "
+    code = ("import sys; import clef_prof, clef_prof.record.session, clef_prof.record.demo_server, clef_prof.record.ab, clef_prof.record.load, "
+            "clef_prof.record.manifest, clef_prof.nsys, clef_prof.record.procs, clef_prof.cli.app, clef_prof.cli.record, clef_prof.cli.ab, "
+            "clef_prof.cli.demo_server, clef_prof.cli.load; clef_prof.cli.app.build_parser(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas','numpy','rich','pyarrow')))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
     for argv in (["-m", "clef_prof", "record", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
-                 ["-m", "clef_prof.record", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
-                 ["-m", "clef_prof.ab", "--arm", "a=x", "--arm", "b=y", "--out", str(tmp_path / "o"), "--dry-run"]):
+                 ["-m", "clef_prof", "ab", "--arm", "a=x", "--arm", "b=y", "--out", str(tmp_path / "o"), "--dry-run"]):
         p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "--trace=cuda,nvtx,osrt" in p.stdout, p.stderr
     port = free_port()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from recording import nsys_path, nvtx_python
 
-from clef_prof import doctor
+from clef_prof.cli import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 

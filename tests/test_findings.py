@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import findings as fd
-from clef_prof.analysis import analyze
+from clef_prof.analyze import findings as fd
+from clef_prof.analyze.result import analyze
 from clef_prof.config import StageConfig
 from clef_prof.errors import SpecError
-from clef_prof.spec import from_dict
+from clef_prof.annotate.spec import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_RULES = {"pageable-h2d", "small-h2d-copies", "sync-in-stage", "no-cuda-graph", "host-bound",

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import spec as spec_mod
-from clef_prof.analysis import analyze
-from clef_prof.manifest import check_manifest
+from clef_prof.annotate import spec as spec_mod
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.manifest import check_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT = "gpu25-bertsrv"

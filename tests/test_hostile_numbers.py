@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"

@@ -11,7 +11,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from clef_prof.cli import main
+from clef_prof.cli.app import main
 from conftest import chromium
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"

@@ -15,7 +15,7 @@ HEAVY = ("pandas", "matplotlib", "pyarrow", "adbc_driver_sqlite", "adbc_driver_m
 
 # runs the CLI in-process in a fresh interpreter, then prints the top-level packages it imported
 _PROBE = ("import json, sys\n"
-          "from clef_prof.cli import main\n"
+          "from clef_prof.cli.app import main\n"
           "try:\n"
           "    rc = main(sys.argv[1:])\n"
           "except SystemExit as exc:  # --help\n"

@@ -27,8 +27,8 @@ import pytest
 from recording import profile
 from test_bad_input import assert_one_line
 
-from clef_prof import inject
-from clef_prof.spec import from_dict
+from clef_prof.annotate import inject
+from clef_prof.annotate.spec import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -43,8 +43,8 @@ NSYS_VERSIONS = ("2022.4", "2023.4")
 @pytest.fixture
 def nvtx_events(monkeypatch):
     """Make clef_prof's NVTX client believe a tool is attached; record what it is sent."""
-    from clef_prof import annotate
-    from clef_prof import nvtx_client as nc
+    from clef_prof.annotate import api as annotate
+    from clef_prof.annotate import nvtx_client as nc
 
     events, strings, domains = [], {}, {}
     ids = iter(range(1000, 10**6))
@@ -314,9 +314,9 @@ def test_env_form_chains_existing_sitecustomize(tmp_path):
     (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITECUSTOMIZE_RAN = True\n")
     (theirs / "helper_mod.py").write_text("VALUE = 42\n")
     env = injected_env(base_pythonpath=str(theirs))
-    assert env["PYTHONPATH"].split(os.pathsep) == [inject.BOOTSTRAP_DIR, str(theirs)]
+    assert env["PYTHONPATH"].split(os.pathsep) == [inject.STARTUP_DIR, str(theirs)]
     code = ("import builtins, sys, helper_mod\n"
-            "import clef_prof.inject as i\n"
+            "import clef_prof.annotate.inject as i\n"
             "print(getattr(builtins, 'THEIR_SITECUSTOMIZE_RAN', False), helper_mod.VALUE, len(i.installed()))\n")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -352,7 +352,7 @@ def test_print_env_forms(tmp_path):
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", env=env)
     assert p.returncode == 0, p.stderr
     assert f"export CLEF_PROF_SPEC={POOLER_SPEC}" in p.stdout
-    assert f"export PYTHONPATH={inject.BOOTSTRAP_DIR}:/opt/a:/opt/b" in p.stdout
+    assert f"export PYTHONPATH={inject.STARTUP_DIR}:/opt/a:/opt/b" in p.stdout
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", "--format", "json", "--lenient", env=env)
     d = json.loads(p.stdout)
     assert d["CLEF_PROF_LENIENT"] == "1" and d["CLEF_PROF_PKG"] == inject.PKG_DIR
@@ -439,7 +439,7 @@ BATCHES = 12
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
     """{(version, mode): (analysis result, program facts)}: one nsys run each, 4 in all."""
-    from clef_prof.analysis import analyze
+    from clef_prof.analyze.result import analyze
     tmp = tmp_path_factory.mktemp("inject-nsys")
     out = {}
     for v in NSYS_VERSIONS:
@@ -479,7 +479,7 @@ def test_nsys_records_stages_in_the_worker(captures, version, mode):
 def test_nsys_2023_4_accepts_emitted_json(tmp_path):
     """nsys 2023.4 runs the JSON of --emit-nsys-json (no nvtx package needed): ranges named
     module.qualname, the range name as category; analyze reads them with the printed options."""
-    from clef_prof.analysis import analyze
+    from clef_prof.analyze.result import analyze
     from clef_prof.config import StageConfig
     js = tmp_path / "pooler.json"
     p = run_cli("inject", "--spec", "pooler.toml", "--emit-nsys-json", js, cwd=PROGRAMS,

@@ -1,4 +1,4 @@
-"""clef_prof.open / clef_prof.model.Capture: frames agree with analyze's figures."""
+"""clef_prof.open / clef_prof.explore.frames.Capture: frames agree with analyze's figures."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 
 import clef_prof
 from clef_prof.errors import ClefError
-from clef_prof.model import Capture, arm_means, clear_cache, parse_rids
+from clef_prof.explore.frames import Capture, arm_means, clear_cache, parse_rids
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clef_prof.analysis import analyze
-from clef_prof.arm import Arms, CaptureRef
-from clef_prof.comparison import CaptureData, compare
+from clef_prof.analyze.result import analyze
+from clef_prof.compare.arm import Arms, CaptureRef
+from clef_prof.compare.engine import CaptureData, compare
 from clef_prof.config import StageConfig
-from clef_prof.intervals import covered, innermost_containing, union
+from clef_prof.analyze.intervals import covered, innermost_containing, union
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 GPU_SLICES = ["gpu-main-slice", "gpu-pr-slice", "gpu25-pr-slice"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 from recording import record
 
 pytestmark = pytest.mark.nsys("2023.4")
@@ -98,7 +98,7 @@ def test_stages_outside_the_batch_are_counted_and_placed(cap):
 
 
 def test_outside_batch_is_said_in_the_table(cap):
-    from clef_prof.report import render_markdown
+    from clef_prof.explore.text import render_markdown
 
     md = render_markdown(analyze(str(cap)).result)
     lines = [ln for ln in md.splitlines() if "outside every 'pooler' range" in ln]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from clef_prof import cupti
-from clef_prof.analysis import analyze
-from clef_prof.intervals import covered, innermost_containing, nesting_depth, union
-from clef_prof.slicing import slice_capture
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.intervals import covered, innermost_containing, nesting_depth, union
+from clef_prof.analyze.slicing import slice_capture
 
 
 @pytest.fixture(scope="module")

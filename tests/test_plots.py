@@ -1,4 +1,4 @@
-"""clef_prof.plots: the timeline draws what the data says (3 H2D copies per request in the pr
+"""clef_prof.explore.plots: the timeline draws what the data says (3 H2D copies per request in the pr
 slice, 9 in main), and every figure renders to a non-blank PNG."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from matplotlib.collections import LineCollection
 
 import clef_prof
-from clef_prof import plots
+from clef_prof.explore import plots
 from clef_prof.errors import ClefError
-from clef_prof.model import arm_means
+from clef_prof.explore.frames import arm_means
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"        # a slice of gpu-q1c16-pr (nsys 2023.4)

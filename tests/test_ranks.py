@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 from recording import record
 
 pytestmark = pytest.mark.nsys("2023.4")
@@ -77,7 +77,7 @@ def test_tensor_parallel_ranks_count_once(out, ids):
     assert all(x["first_rank_pid"] == first and (x["batches"], x["requests"]) == (6, 17) for x in by_pid.values())
     assert by_pid[first]["counted"] and not by_pid[rows[1][0]]["counted"]
     assert by_pid[first]["gpu_busy_fraction_of_pooler_span"] is None       # CPU capture: no CUDA
-    from clef_prof.report import render_markdown
+    from clef_prof.explore.text import render_markdown
     assert f"pid {rows[1][0]} runs the same batches as pid {first}" in render_markdown(r)
 
 

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof.capture import Export
+from clef_prof.analyze.export import Export
 from clef_prof.errors import CaptureError
 
 

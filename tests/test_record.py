@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.manifest import check_manifest
+from clef_prof.analyze.manifest import check_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
@@ -269,7 +269,7 @@ def test_ab_two_arms_two_rounds(tmp_path, mark):
         starts.append(m["started_ns"])
     assert starts == sorted(starts)          # run in the order listed: main, pr, pr, main
     # the layout compare reads
-    from clef_prof.arm import read_ab_folder
+    from clef_prof.compare.arm import read_ab_folder
     assert sorted(a for a, _ in read_ab_folder(str(out))) == ["main", "main", "pr", "pr"]
 
 

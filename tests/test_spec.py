@@ -9,7 +9,7 @@ import pytest
 
 from clef_prof import config
 from clef_prof.errors import SpecError
-from clef_prof.spec import Binding, Target, from_dict, load
+from clef_prof.annotate.spec import Binding, Target, from_dict, load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_shipped_specs_load():
 
 def test_spec_and_inject_stay_light():
     """The injection loads spec.py in every server process: no pandas, no numpy."""
-    code = ("import sys, clef_prof.spec, clef_prof.inject, clef_prof.annotate\n"
+    code = ("import sys, clef_prof.annotate.spec, clef_prof.annotate.inject, clef_prof.annotate.api\n"
             "heavy = sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'rich') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

@@ -8,10 +8,10 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from clef_prof import analysis, capture as capture_mod
-from clef_prof.analysis import analyze
+from clef_prof.analyze import result as analysis, export as capture_mod
+from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
-from clef_prof.parallel import analyze_many
+from clef_prof.analyze.parallel import analyze_many
 
 GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
 

@@ -6,8 +6,8 @@ import shutil
 import sqlite3
 
 from clef_prof import cupti
-from clef_prof.analysis import analyze
-from clef_prof.stages import StageConfig
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.stages import StageConfig
 from test_bad_input import run_cli
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analysis import analyze
+from clef_prof.analyze.result import analyze
 from recording import nvtx_python, record
 
 pytestmark = pytest.mark.nsys("2023.4")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import vllm_runner
-from clef_prof.spec import load
+from clef_prof.annotate import vllm_runner
+from clef_prof.annotate.spec import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "wheels"

@@ -1,8 +1,8 @@
-"""The same pooler as `plain`, annotated in the source with clef_prof.annotate."""
+"""The same pooler as `plain`, annotated in the source with clef_prof.annotate.api."""
 import asyncio
 import json
 
-from clef_prof import annotate
+from clef_prof.annotate import api as annotate
 
 
 @annotate.stage("parse")

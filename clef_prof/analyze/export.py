@@ -1,0 +1,453 @@
+"""Open an Nsight Systems SQLite export read-only and read columns into NumPy arrays.
+
+Two columnar readers, chosen by the export's size. Small exports (below ADBC_BYTES): the
+standard library's `sqlite3`, each integer column aggregated in SQLite into one
+comma-separated text (`group_concat`) and parsed by NumPy in C, as fast as an Arrow fetch and
+without importing pyarrow (0.4 s). Big ones: ADBC into Arrow when `adbc-driver-sqlite` is
+installed. Both read on reader threads (SQLite runs without the GIL). The file is opened with
+`mode=ro&immutable=1`, so SQLite never writes to it, not even a journal or lock file.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+import urllib.parse
+import warnings
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from ..errors import CaptureError
+from ..safeio import check_regular
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
+CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
+BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
+# reader threads (SQLite runs without the GIL under both readers); CLEF_PROF_READERS overrides
+READERS = int(os.environ.get("CLEF_PROF_READERS") or max(1, min(2, os.cpu_count() or 1)))
+# exports of this size and more are read through ADBC (its import costs more than it saves below)
+ADBC_BYTES = 256 << 20
+READER = os.environ.get("CLEF_PROF_READER", "")     # "sqlite" or "adbc" forces one (benchmarks)
+
+
+class Query(NamedTuple):
+    """One columnar read: `tag` travels with the result, for the caller's bookkeeping."""
+
+    tag: object
+    sql: str
+    names: list[str]
+    dtypes: dict[str, str] | None = None
+
+def _adbc_module():
+    """adbc_driver_sqlite.dbapi, or None without the wheel (imported on first use: 0.4 s)."""
+    try:
+        import adbc_driver_sqlite.dbapi as adbc
+    except Exception:  # pragma: no cover - exercised only without the wheel
+        return None
+    return adbc
+
+
+def _uri(path: str) -> str:
+    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+
+
+def check_file(path: str) -> None:
+    """Refuse a path that is missing, not SQLite, or shorter than its header says."""
+    if not os.path.exists(path):
+        raise CaptureError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CaptureError(f"{path}: is a directory, not an nsys SQLite export")
+    check_regular(path, "nsys SQLite export")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(header) < 100 or header[:16] != SQLITE_MAGIC:
+        hint = " (an .nsys-rep? export it with: nsys export --type sqlite FILE)" if path.endswith(".nsys-rep") else ""
+        raise CaptureError(f"{path}: not an SQLite database{hint}")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    change_counter = header[24:28]
+    valid_for = header[92:96]
+    if pages and change_counter == valid_for and size < pages * page_size:
+        raise CaptureError(
+            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes): "
+            "the export or copy did not finish")
+    for suffix in ("-journal", "-wal"):
+        side = path + suffix
+        if os.path.isfile(side) and os.path.getsize(side) > 0:
+            raise CaptureError(
+                f"{path}: another process is writing it ({os.path.basename(side)} beside it); read it once that "
+                "process has finished, or analyze a copy made after it finished")
+
+
+@dataclass
+class Export:
+    """A read-only handle on one export: tables, columns, metadata and columnar queries."""
+
+    path: str
+    _conn: sqlite3.Connection = field(repr=False, default=None)
+    _adbc_conn: object = field(repr=False, default=None)
+    _adbc: object = field(repr=False, default=None)       # the ADBC module when it reads this export
+    _local: threading.local = field(repr=False, default_factory=threading.local)
+    _pool_conns: list = field(repr=False, default_factory=list)
+    _rowid_ranges: dict = field(repr=False, default_factory=dict)
+    memo: dict = field(repr=False, default_factory=dict)     # per-export results of small queries
+
+    def require(self, table: str, columns: Iterable[str], why: str) -> None:
+        """Refuse an export whose `table` lacks one of `columns` (renamed or dropped)."""
+        have = set(self.columns(table))
+        missing = [c for c in columns if c not in have]
+        if missing:
+            raise CaptureError(f"{self.path}: {table} has no column {', '.join(missing)}: {why}; "
+                               "a damaged or edited export")
+
+    @classmethod
+    def open(cls, path: str) -> "Export":
+        path = os.fspath(path)
+        check_file(path)
+        try:
+            conn = sqlite3.connect(_uri(path), uri=True)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise CaptureError(f"{path}: not a readable SQLite database ({exc})") from None
+        big = READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES)
+        return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None)
+
+    def close(self) -> None:
+        for conn in self._pool_conns:
+            conn.close()
+        self._pool_conns.clear()
+        if self._adbc_conn is not None:
+            self._adbc_conn.close()
+            self._adbc_conn = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- schema -----------------------------------------------------------------------
+    @cached_property
+    def tables(self) -> frozenset[str]:
+        rows = self.rows("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
+        return frozenset(r[0] for r in rows)
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self.tables:
+            return []
+        return [r[1] for r in self.rows(f'PRAGMA table_info("{table}")')]
+
+    def rowid_range(self, table: str) -> tuple[int, int] | None:
+        """(min, max) rowid of a table, None when empty or absent. Two queries: SQLite answers
+        a lone min() or max() of the rowid with one B-tree seek, but both at once with a scan."""
+        if table not in self.tables:
+            return None
+        if table not in self._rowid_ranges:
+            lo = self.rows(f'SELECT min(rowid) FROM "{table}"')[0][0]
+            hi = self.rows(f'SELECT max(rowid) FROM "{table}"')[0][0]
+            self._rowid_ranges[table] = None if lo is None else (int(lo), int(hi))
+        return self._rowid_ranges[table]
+
+    def rowid_windows(self, table: str, rows: int | None = None, parts: int | None = None) -> list[str]:
+        """WHERE conditions that split a table into consecutive rowid windows (in rowid order,
+        which is time order in nsys exports), `rows` rowids each or `parts` windows; by default at
+        least one window per reader thread, so that they share even a small table."""
+        rng = self.rowid_range(table)
+        if rng is None:
+            return []
+        lo, hi = rng
+        n = hi - lo + 1
+        parts = max(1, parts if parts is not None else max(READERS, -(-n // (rows or CHUNK_ROWS))))
+        step = -(-n // parts)
+        return [f"rowid >= {a} AND rowid < {min(a + step, hi + 1)}" for a in range(lo, hi + 1, step)]
+
+    def count(self, table: str, where: str = "") -> int:
+        if table not in self.tables:
+            return 0
+        return int(self.rows(f'SELECT count(*) FROM "{table}" {where}')[0][0])
+
+    # --- metadata ---------------------------------------------------------------------
+    @cached_property
+    def export_meta(self) -> dict[str, str]:
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self.has(table):
+                return {k: v for k, v in self.rows(f"SELECT name, value FROM {table}")}
+        return {}
+
+    @cached_property
+    def capture_meta(self) -> dict[str, list[str]]:
+        """META_DATA_CAPTURE keys without the `PROCESS_N:` prefix; values in order."""
+        out: dict[str, list[str]] = {}
+        if self.has("META_DATA_CAPTURE"):
+            for k, v in self.rows("SELECT name, value FROM META_DATA_CAPTURE"):
+                key = k.split(":", 1)[1] if k.startswith("PROCESS_") and ":" in k else k
+                out.setdefault(key, []).append(v)
+        return out
+
+    def capture_flag(self, key: str) -> bool | None:
+        vals = self.capture_meta.get(key)
+        if not vals:
+            return None
+        return any(str(v).lower() == "true" for v in vals)
+
+    @cached_property
+    def nsys_version(self) -> str | None:
+        return self.export_meta.get("EXPORT_PRODUCT_VERSION")
+
+    @cached_property
+    def schema_version(self) -> str | None:
+        return self.export_meta.get("EXPORT_SCHEMA_VERSION")
+
+    @cached_property
+    def cuda_driver_version(self) -> int | None:
+        """The driver's CUDA version as cuDriverGetVersion encodes it (13000 = 13.0), from
+        TARGET_INFO_SYSTEM_ENV `CudaDriverVersion`; None when the export does not hold it."""
+        if not (self.has("TARGET_INFO_SYSTEM_ENV") and "name" in self.columns("TARGET_INFO_SYSTEM_ENV")):
+            return None
+        rows = self.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CudaDriverVersion'")
+        vals = [int(v) for (v,) in rows if str(v).strip().isdigit() and int(v) > 0]
+        return max(vals) if vals else None
+
+    @cached_property
+    def duration_ns(self) -> int | None:
+        """Session length (ns from t=0): ANALYSIS_DETAILS.duration."""
+        if self.has("ANALYSIS_DETAILS") and "duration" in self.columns("ANALYSIS_DETAILS"):
+            row = self.rows("SELECT max(duration) FROM ANALYSIS_DETAILS")
+            if row and row[0][0] is not None:
+                return int(row[0][0])
+        return None
+
+    @cached_property
+    def strings(self) -> dict[int, str]:
+        """StringIds, each cut to NAME_CHARS characters (a hostile export can hold huge names)."""
+        if not self.has("StringIds"):
+            return {}
+        return {int(i): v for i, v in self.rows(f"SELECT id, substr(value, 1, {NAME_CHARS}) FROM StringIds")}
+
+    # --- queries ------------------------------------------------------------------------
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Small queries (metadata, names): plain rows."""
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
+
+    def read(self, sql: str, names: list[str], dtypes: dict[str, str] | None = None,
+             threaded: bool = False) -> dict[str, np.ndarray]:
+        """Run one query and return its columns as NumPy arrays (NULL read as 0 / '').
+
+        Every selected column must be named in `names`, in order. Integer columns should be
+        wrapped in COALESCE(..., 0) in `sql` so the Arrow type is stable across batches.
+        """
+        dtypes = dtypes or {}
+        try:
+            return self._read(sql, names, dtypes, threaded)
+        except _NotInteger as exc:
+            m = re.search(r'\bFROM\s+"?(\w+)', sql)
+            raise CaptureError(f"{self.path}: {m.group(1) if m else 'a table'} holds {exc.args[1]} values in integer "
+                               f"column {exc.args[0]!r}: a damaged or edited export") from None
+
+    def _read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
+        try:
+            if self._adbc is not None:
+                table = self._arrow(sql, threaded)
+                out = {}
+                for i, name in enumerate(names):
+                    col = table.column(i)
+                    out[name] = _to_numpy(col, dtypes.get(name), name)
+                return out
+            conn = self._thread_conn() if threaded else self._conn
+            if not any(dtypes.get(n) == "str" for n in names):
+                cols = _concat_read(conn, sql, names, dtypes)
+                if cols is not None:
+                    return cols
+            rows = conn.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
+        except Exception as exc:
+            if type(exc).__module__.startswith(("adbc", "pyarrow")):
+                raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or corrupt") from None
+            raise
+        out = {}
+        for i, name in enumerate(names):
+            dt = dtypes.get(name, "int64")
+            if dt == "str":
+                out[name] = np.array([r[i] if r[i] is not None else "" for r in rows], dtype=object)
+            else:
+                bad = next((type(r[i]).__name__ for r in rows if not isinstance(r[i], (int, type(None)))), None)
+                if bad is not None:
+                    raise _NotInteger(name, bad)
+                out[name] = np.fromiter((r[i] if r[i] is not None else 0 for r in rows), dtype=dt, count=len(rows))
+        return out
+
+    def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
+        """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
+        return Stream(self, queries, READERS if workers is None else workers)
+
+    def _thread_conn(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = (self._adbc.connect(_uri(self.path)) if self._adbc is not None else
+                                       sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False))
+            self._pool_conns.append(conn)
+        return conn
+
+    def _arrow(self, sql: str, threaded: bool = False):
+        if threaded:
+            conn = self._thread_conn()
+        else:
+            if self._adbc_conn is None:
+                self._adbc_conn = self._adbc.connect(_uri(self.path))
+            conn = self._adbc_conn
+        cur = conn.cursor()
+        try:
+            try:    # big record batches: a window arrives as one batch, and converts without a copy
+                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            except Exception:  # pragma: no cover - an older driver without the option
+                pass
+            cur.execute(sql)
+            return cur.fetch_arrow_table()
+        finally:
+            cur.close()
+
+
+class Stream:
+    """(tag, columns) of a list of queries, in order, read ahead on `workers` threads (each with
+    its own connection) while the caller works on the previous result. Reading starts when the
+    stream is made, so the caller can do other work first. At most workers + 1 results wait at
+    a time: memory is bounded by the window size whatever the capture size."""
+
+    def __init__(self, cap: Export, queries: Iterable[Query], workers: int):
+        self.cap = cap
+        self.queries = iter(queries)
+        self.workers = workers
+        self.pending: deque = deque()
+        self.back: list = []
+        self.pool = None
+        if workers > 1:
+            self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="clef-read")
+            self._fill()
+
+    def _fill(self) -> None:
+        while len(self.pending) <= self.workers:
+            q = next(self.queries, None)
+            if q is None:
+                return
+            self.pending.append((q.tag, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> tuple[object, dict[str, np.ndarray]]:
+        if self.back:
+            return self.back.pop()
+        if self.pool is None:
+            q = next(self.queries)
+            return q.tag, self.cap.read(q.sql, q.names, q.dtypes)
+        if not self.pending:
+            self.close()
+            raise StopIteration
+        tag, fut = self.pending.popleft()
+        try:
+            res = fut.result()
+        except BaseException:
+            self.close()
+            raise
+        self._fill()
+        return tag, res
+
+    def push_back(self, tag, columns) -> None:
+        """Return one result to the front of the stream (read one too many)."""
+        self.back.append((tag, columns))
+
+    def close(self) -> None:
+        for _, fut in self.pending:
+            fut.cancel()
+        self.pending.clear()
+        self.back.clear()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: dict[str, str]) -> dict | None:
+    """The integer columns of `sql`, each aggregated by SQLite into one text of comma-separated
+    values and parsed by NumPy; None when a value is not a plain integer (REAL, text, blob:
+    the caller then reads rows, and says which column holds what)."""
+    cols = ", ".join(f"c{i}" for i in range(len(names)))
+    aggs = ", ".join(f"CAST(group_concat(ifnull(c{i}, 0)) AS BLOB)" for i in range(len(names)))
+    n, *texts = conn.execute(f"WITH clef_cols({cols}) AS ({sql}) SELECT count(*), {aggs} FROM clef_cols").fetchone()
+    out = {}
+    for name, text in zip(names, texts):
+        dt = dtypes.get(name) or "int64"
+        if n == 0:
+            out[name] = np.zeros(0, dtype=dt)
+            continue
+        # one token per row, digits with at most a leading minus: nothing else parses as a number
+        if text.count(b",") != n - 1 or text.translate(None, b"0123456789,-"):
+            return None
+        if b"-" in text and (b"-," in text or text.endswith(b"-")
+                             or text.count(b"-") != text.count(b",-") + text.startswith(b"-")):
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                arr = np.fromstring(text, dtype=np.int64, sep=",")
+        except ValueError:
+            return None
+        if len(arr) != n:
+            return None
+        out[name] = arr.astype(dt, copy=False)
+    return out
+
+
+class _NotInteger(Exception):
+    """(column, type): a column read as integers holds other values."""
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def _to_numpy(col, dtype: str | None, name: str = "") -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if dtype == "str":
+        if pa.types.is_null(col.type):
+            return np.full(len(col), "", dtype=object)
+        col = pc.fill_null(col.cast(pa.string()), "")
+        return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+    target = dtype or "int64"
+    if pa.types.is_null(col.type):
+        return np.zeros(len(col), dtype=target)
+    if not pa.types.is_integer(col.type):       # text or REAL stored in an integer column
+        raise _NotInteger(name, str(col.type))
+    if col.null_count:
+        col = pc.fill_null(col, 0)
+    arr = col.to_numpy()
+    return arr.astype(target, copy=False)

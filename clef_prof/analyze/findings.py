@@ -1,0 +1,481 @@
+"""Findings: what is wrong in each stage and in the batch range, with the evidence and the fix.
+
+Every rule reads analyze's own figures (the JSON result; stage shares from the per-batch table)
+and nothing else, so `evaluate(result)` can run again on a stored result with other thresholds,
+and `compare` can hold a finding of one arm against the same figure of another. A rule fires only
+where its figure exists and crosses its threshold: CUDA rules never fire on a capture without CUDA
+trace. Thresholds (`clef_prof.config.THRESHOLDS`) are overridden by a `[findings]` table in the stage spec or by
+`--threshold KEY=VALUE`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..config import thresholds
+
+SEVERITIES = ("high", "medium", "low", "info")
+BATCH_SCOPE = "(batch)"
+CAPTURE_SCOPE = "(capture)"
+OUTSIDE_SCOPE = "(outside stages)"
+
+
+# ---------------------------------------------------------------------------------------------
+# figures the rules need that analyze's tables do not hold: stage shares, lost records
+
+
+def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> dict[str, float | None]:
+    """A stage's host time as % of its batch's host span, per batch: mean, p50, p99 (%)."""
+    ok = batch_ns > 0
+    if not ok.any():
+        return {"share_of_batch_pct_mean": None, "share_of_batch_pct_p50": None, "share_of_batch_pct_p99": None}
+    pct = 100.0 * stage_ns[ok] / batch_ns[ok]
+    return {"share_of_batch_pct_mean": float(pct.mean()), "share_of_batch_pct_p50": float(np.percentile(pct, 50)),
+            "share_of_batch_pct_p99": float(np.percentile(pct, 99))}
+
+
+def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside_slot: int,
+                 unpaired_memcpy: int, batches_after_cuda_end: int) -> dict[str, int]:
+    """Counts of lost CUDA records: launches and copies in batches or stages with no GPU record,
+    memcpy records with no API call, batches dropped because CUDA records stop before NVTX."""
+    from .cuda import COPY, LAUNCH
+
+    staged = slot < outside_slot
+    return {"kernel_launches_without_gpu_record": int((staged & (kind == LAUNCH) & ~paired).sum()),
+            "memcpy_calls_without_gpu_record": int((staged & (kind == COPY) & ~paired).sum()),
+            "memcpy_records_without_call": int(unpaired_memcpy),
+            "batches_after_cuda_end": int(batches_after_cuda_end)}
+
+
+def annotate(result: dict, per_batch, overrides=(), lost: dict | None = None) -> None:
+    """Add stage shares (per stage block), lost-record counts and the findings to `result`."""
+    host = np.asarray(per_batch["host_ns"])
+    for name, block in result["stages"].items():
+        block.update(stage_shares(np.asarray(per_batch[f"{name}_ns"]), host))
+    result["lost_records"] = lost
+    th = thresholds(overrides)
+    result["findings_thresholds"] = th
+    result["findings"] = evaluate(result, th)
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules
+
+
+def _per(n, d):
+    return None if n is None or not d else n / d
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`evidence(result, scope, th)` gives the figures (None: absent, the rule cannot apply);
+    `severity(ev, th)` says whether it fires; `key` is the evidence figure compare shows."""
+
+    id: str
+    scope: str                 # "stage", "batch", "outside" or "capture"
+    title: str
+    key: str
+    unit: str
+    evidence: Callable[[dict, str, dict], dict | None]
+    severity: Callable[[dict, dict], str | None]
+    text: Callable[[dict, str], tuple[str, str, str]]     # (summary, advice, expected)
+
+
+def _cuda(r: dict) -> bool:
+    return bool(r["capture"]["cuda_traced"]) and bool(r["requests"])
+
+
+def _ev_pageable(r, s, th):
+    b = r["stages"][s]
+    if not _cuda(r) or b["h2d_copies"] is None:
+        return None
+    req = r["requests"]
+    return {"pageable_copies_per_request": b["h2d_pageable"] / req, "pageable_copies": b["h2d_pageable"],
+            "h2d_copies": b["h2d_copies"], "requests": req,
+            "pageable_pct_of_h2d_copies": _per(100.0 * b["h2d_pageable"], b["h2d_copies"]),
+            "h2d_bytes_per_request": b["h2d_bytes"] / req}
+
+
+def _sev_pageable(ev, th):
+    v = ev["pageable_copies_per_request"]
+    if not v or v < th["pageable_min_per_request"]:
+        return None
+    return "high" if v >= 1 else "medium"
+
+
+def _tx_pageable(ev, s):
+    v = ev["pageable_copies_per_request"]
+    return (f"{v:.2f} pageable H2D copies per request ({ev['pageable_copies']:,} of {ev['h2d_copies']:,} H2D copies "
+            f"over {ev['requests']:,} requests, {ev['pageable_pct_of_h2d_copies']:.0f}% pageable) in {s}",
+            "build the host tensors in pinned memory (a reused pinned staging buffer, or tensor.pin_memory()) and "
+            "copy with non_blocking=True",
+            f"{v:.2f} → 0 pageable copies per request: no staging copy through the driver's bounce buffer, and "
+            "copies that no longer hold the host until they are done")
+
+
+def _ev_pack(r, s, th):
+    b = r["stages"][s]
+    if not _cuda(r) or b["h2d_copies"] is None:
+        return None
+    req = r["requests"]
+    batches = r["stages"][s]["instances"] or r["batches"]
+    return {"h2d_copies_per_request": b["h2d_copies"] / req, "h2d_copies": b["h2d_copies"], "requests": req,
+            "bytes_per_copy": _per(b["h2d_bytes"], b["h2d_copies"]), "h2d_bytes_per_request": b["h2d_bytes"] / req,
+            "batches": batches, "copies_per_request_if_packed": _per(batches, req)}
+
+
+def _sev_pack(ev, th):
+    c = ev["h2d_copies_per_request"]
+    if c < th["pack_min_copies_per_request"] or ev["bytes_per_copy"] is None:
+        return None
+    return "medium" if ev["bytes_per_copy"] <= th["pack_max_bytes_per_copy"] else None
+
+
+def _tx_pack(ev, s):
+    c, left = ev["h2d_copies_per_request"], ev["copies_per_request_if_packed"]
+    return (f"{c:.2f} H2D copies per request of {ev['bytes_per_copy']:,.0f} B on average ({ev['h2d_copies']:,} copies "
+            f"over {ev['requests']:,} requests) in {s}",
+            "pack them into one contiguous host buffer per batch (NumPy/torch.cat into pinned memory), copy it once, "
+            "and split it on the device with views",
+            f"{c:.2f} → {left:.2f} H2D copies per request (1 per batch over {ev['batches']:,} batches; 1.00 if packed "
+            f"per request), {ev['h2d_bytes_per_request']:,.0f} B per request unchanged")
+
+
+def _ev_sync(r, s, th):
+    b = r["stages"][s]
+    if not _cuda(r) or b["sync_calls"] is None or not b["instances"]:
+        return None
+    req = r["requests"]
+    n = b["sync_calls"] + (b.get("sync_memcpy_calls") or 0)
+    return {"syncs_per_request": n / req, "syncs_per_batch": n / b["instances"], "syncs": n, "requests": req,
+            "batches": b["instances"], "stream_or_event_syncs": b["sync_calls"] - (b.get("device_syncs") or 0),
+            "device_syncs": b.get("device_syncs"), "synchronous_memcpy_calls": b.get("sync_memcpy_calls")}
+
+
+def _sev_sync(ev, th):
+    if ev["syncs"] == 0 or ev["syncs_per_batch"] <= th["sync_max_per_batch"]:
+        return None
+    return "high" if ev["syncs_per_request"] >= 1 else "medium"
+
+
+def _tx_sync(ev, s):
+    parts = [f"{ev[k]:,} {label}" for k, label in (("stream_or_event_syncs", "stream/event synchronize"),
+                                                  ("device_syncs", "device synchronize"),
+                                                  ("synchronous_memcpy_calls", "synchronous memcpy")) if ev[k]]
+    return (f"{ev['syncs_per_request']:.2f} synchronizing calls per request ({ev['syncs_per_batch']:.2f} per batch; "
+            f"{', '.join(parts)} over {ev['requests']:,} requests) in {s}",
+            f"stop waiting for the GPU inside {s}: no .item()/.cpu()/synchronize per item; pinned non_blocking copies, "
+            "and one readback per batch at its end",
+            f"{ev['syncs_per_request']:.2f} → at most {1 / max(ev['requests'] / ev['batches'], 1):.2f} per request "
+            f"(one per batch); the host no longer idles while the GPU drains in {s}")
+
+
+def _ev_graph(r, s, th):
+    b = r["stages"][s]
+    if not _cuda(r) or b["kernel_launches"] is None:
+        return None
+    req = r["requests"]
+    return {"kernel_launches_per_request": b["kernel_launches"] / req, "kernel_launches": b["kernel_launches"],
+            "graph_launches_per_request": b["graph_launches"] / req, "requests": req}
+
+
+def _sev_graph(ev, th):
+    if ev["graph_launches_per_request"] == 0 and ev["kernel_launches_per_request"] >= th["graph_min_launches_per_request"]:
+        return "medium"
+    return None
+
+
+def _tx_graph(ev, s):
+    k = ev["kernel_launches_per_request"]
+    return (f"{k:.2f} kernel launches per request ({ev['kernel_launches']:,} over {ev['requests']:,} requests) and no "
+            f"graph launch in {s}",
+            "capture the stage's kernels once in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile "
+            "mode='reduce-overhead') and replay it",
+            f"{k:.2f} → 1 graph launch per request (or per batch shape): the per-launch host cost is paid once at capture")
+
+
+def _dominant(r) -> tuple[str | None, float | None]:
+    shares = [(b.get("share_of_batch_pct_mean"), n) for n, b in r["stages"].items()
+              if b.get("share_of_batch_pct_mean") is not None]
+    if not shares:
+        return None, None
+    v, n = max(shares)
+    return n, v
+
+
+def _ev_overlap(r, s, th):
+    ov = r["overlap"]["gpu_busy_fraction_of_pooler_span"]
+    if not _cuda(r) or ov is None:
+        return None
+    stage, share = _dominant(r)
+    return {"gpu_busy_pct_of_batch_span": 100.0 * ov, "gpu_busy_pct_p50_per_batch": 100.0 * r["overlap"]["gpu_busy_fraction_p50"],
+            "batches": r["batches"], "host_ms_per_request": r["per_request"]["pooler_host_ms"],
+            "gpu_busy_ms_per_request": r["per_request"]["gpu_busy_ms"], "dominant_stage": stage,
+            "dominant_stage_share_pct_mean": share}
+
+
+def _sev_overlap(ev, th):
+    v = ev["gpu_busy_pct_of_batch_span"]
+    if v >= th["overlap_max_pct"]:
+        return None
+    return "high" if v < th["overlap_max_pct"] / 2 else "medium"
+
+
+def _tx_overlap(ev, s):
+    dom = ev["dominant_stage"]
+    where = f"; {dom} takes {ev['dominant_stage_share_pct_mean']:.0f}% of it (mean per batch)" if dom else ""
+    return (f"the GPU is busy {ev['gpu_busy_pct_of_batch_span']:.1f}% of the batch host span (over {ev['batches']:,} "
+            f"batches; p50 per batch {ev['gpu_busy_pct_p50_per_batch']:.1f}%){where}",
+            f"the host path bounds the batch: shorten {dom or 'the host stages'} first; GPU-side speed-ups will not show",
+            f"batch time falls with host time ({ev['host_ms_per_request']:.3f} ms per request) until the GPU busy share "
+            "rises")
+
+
+def _ev_share(r, s, th):
+    b = r["stages"][s]
+    if b.get("share_of_batch_pct_mean") is None:
+        return None
+    return {"share_of_batch_pct_mean": b["share_of_batch_pct_mean"], "share_of_batch_pct_p50": b["share_of_batch_pct_p50"],
+            "share_of_batch_pct_p99": b["share_of_batch_pct_p99"], "batches": r["batches"],
+            "host_ms_per_request": b["host_ms_per_request"], "batch_host_ms_per_request": r["per_request"]["pooler_host_ms"]}
+
+
+def _sev_share(ev, th):
+    return "medium" if ev["share_of_batch_pct_mean"] >= th["dominant_share_pct"] else None
+
+
+def _tx_share(ev, s):
+    m = ev["share_of_batch_pct_mean"]
+    return (f"{s} takes {m:.1f}% of the batch host span (mean per batch over {ev['batches']:,} batches; p50 "
+            f"{ev['share_of_batch_pct_p50']:.1f}%, p99 {ev['share_of_batch_pct_p99']:.1f}%): "
+            f"{ev['host_ms_per_request']:.3f} of {ev['batch_host_ms_per_request']:.3f} ms per request",
+            f"look inside {s} first (finer NVTX ranges, or nsys Python sampling) before any other stage",
+            f"each 10% cut in {s} saves about {m / 10:.1f}% of the batch host span")
+
+
+_WORK = ("kernel_launches", "graph_launches", "memcpy_calls", "memset_calls")
+
+
+def _ev_outside(r, s, th):
+    if not _cuda(r) or r["totals"]["kernel_launches"] is None:
+        return None
+    o = r["outside_stages"]
+    total = sum(r["totals"][k] for k in _WORK)
+    inb = {k: o["in_batch"][k] for k in _WORK}
+    outb = {k: o["outside_batch"][k] for k in _WORK}
+    n = sum(inb.values()) + sum(outb.values())
+    return {"outside_work_calls": n, "capture_work_calls": total, "outside_pct_of_capture": _per(100.0 * n, total) or 0.0,
+            "in_batch_no_stage": inb, "outside_batches": outb}
+
+
+def _sev_outside(ev, th):
+    return "low" if ev["outside_work_calls"] and ev["outside_pct_of_capture"] >= th["outside_min_pct"] else None
+
+
+def _tx_outside(ev, s):
+    def say(d):
+        return ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in d.items() if v) or "none"
+    return (f"{ev['outside_work_calls']:,} of {ev['capture_work_calls']:,} CUDA work calls of the capture "
+            f"({ev['outside_pct_of_capture']:.1f}%) lie outside every stage: in a batch but no stage: "
+            f"{say(ev['in_batch_no_stage'])}; outside every batch: {say(ev['outside_batches'])}",
+            "add a stage range (or a [stages] target in the spec) around the code that issues them",
+            "the per-stage figures then account for all of the batch's CUDA work")
+
+
+def _ev_batches(r, s, th):
+    return {"batches": r["batches"], "p99_min_batches": int(th["p99_min_batches"])} if r["batches"] else None
+
+
+def _sev_batches(ev, th):
+    return "low" if ev["batches"] < th["p99_min_batches"] else None
+
+
+def _tx_batches(ev, s):
+    return (f"{ev['batches']:,} batches: a p99 per batch needs at least {ev['p99_min_batches']:,} to have one batch "
+            "beyond it; here it is interpolated between the slowest few",
+            f"record a longer window (at least {ev['p99_min_batches']:,} batches) before quoting p99",
+            "a p99 that is a percentile, not the slowest batch")
+
+
+def _ev_cut(r, s, th):
+    cut = r["excluded"]["cut_at_edges"]
+    tail = (r.get("lost_records") or {}).get("batches_after_cuda_end", 0)
+    return {"ranges_cut_at_edges": sum(cut.values()), "cut_by_range": dict(cut), "batches_kept": r["batches"],
+            "batches_after_cuda_end": tail}
+
+
+def _sev_cut(ev, th):
+    return "info" if ev["ranges_cut_at_edges"] or ev["batches_after_cuda_end"] else None
+
+
+def _tx_cut(ev, s):
+    by = ", ".join(f"{k}: {v}" for k, v in ev["cut_by_range"].items())
+    tail = f"; {ev['batches_after_cuda_end']:,} batches after the last CUDA record" if ev["batches_after_cuda_end"] else ""
+    return (f"{ev['ranges_cut_at_edges']:,} ranges cut by the capture window{f' ({by})' if by else ''}{tail} were "
+            f"excluded; {ev['batches_kept']:,} batches kept",
+            "nothing to fix in the server; open the window after warm-up and close it after the last batch to keep them",
+            "every batch of the window in the figures")
+
+
+def _ev_lost(r, s, th):
+    lost = r.get("lost_records")
+    if not _cuda(r) or lost is None:
+        return None
+    return {k: v for k, v in lost.items() if k != "batches_after_cuda_end"}
+
+
+def _sev_lost(ev, th):
+    return "high" if any(ev.values()) else None
+
+
+def _tx_lost(ev, s):
+    parts = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in ev.items() if v)
+    return (f"CUDA records were lost: {parts}",
+            "record again: stop the capture before the server exits (cudaProfilerStop or nsys stop), shorter window",
+            "copy, kernel and overlap figures that count every call")
+
+
+RULES = (
+    Rule("pageable-h2d", "stage", "pageable H2D copies", "pageable_copies_per_request", "per request",
+         _ev_pageable, _sev_pageable, _tx_pageable),
+    Rule("small-h2d-copies", "stage", "small H2D copies", "h2d_copies_per_request", "per request",
+         _ev_pack, _sev_pack, _tx_pack),
+    Rule("sync-in-stage", "stage", "synchronizing calls", "syncs_per_request", "per request",
+         _ev_sync, _sev_sync, _tx_sync),
+    Rule("no-cuda-graph", "stage", "kernel launches without a CUDA graph", "kernel_launches_per_request",
+         "per request", _ev_graph, _sev_graph, _tx_graph),
+    Rule("dominant-stage", "stage", "share of the batch host span", "share_of_batch_pct_mean", "% mean per batch",
+         _ev_share, _sev_share, _tx_share),
+    Rule("host-bound", "batch", "GPU idle through the batch (host-bound)", "gpu_busy_pct_of_batch_span",
+         "% of the batch host span", _ev_overlap, _sev_overlap, _tx_overlap),
+    Rule("cuda-outside-stages", "outside", "CUDA work outside every stage", "outside_work_calls", "calls",
+         _ev_outside, _sev_outside, _tx_outside),
+    Rule("lost-records", "capture", "lost CUDA records", "memcpy_records_without_call", "records",
+         _ev_lost, _sev_lost, _tx_lost),
+    Rule("cut-window", "capture", "ranges cut by the capture window", "ranges_cut_at_edges", "ranges",
+         _ev_cut, _sev_cut, _tx_cut),
+    Rule("few-batches", "capture", "too few batches for a stable p99", "batches", "batches",
+         _ev_batches, _sev_batches, _tx_batches),
+)
+RULE = {r.id: r for r in RULES}
+_SCOPE = {"batch": BATCH_SCOPE, "outside": OUTSIDE_SCOPE, "capture": CAPTURE_SCOPE}
+
+
+def _scopes(rule: Rule, result: dict) -> list[str]:
+    return list(result["stages"]) if rule.scope == "stage" else [_SCOPE[rule.scope]]
+
+
+def evidence(result: dict, rule_id: str, stage: str, th: dict | None = None) -> dict | None:
+    """The evidence of one rule for one stage (or scope) of a result, whether it fires or not."""
+    rule = RULE[rule_id]
+    if rule.scope == "stage" and stage not in result["stages"]:
+        return None
+    return rule.evidence(result, stage, th or thresholds())
+
+
+def evaluate(result: dict, th: dict | None = None) -> list[dict]:
+    """Every finding of a result: [{id, stage, severity, title, summary, evidence, advice, expected}],
+    most severe first, then in rule and stage order."""
+    th = th or thresholds()
+    out = []
+    # with no request count (every batch n=0, or no batch) only the capture's own rules can judge
+    rules = RULES if result.get("requests") else [r for r in RULES if r.scope == "capture"]
+    for rule in rules:
+        for scope in _scopes(rule, result):
+            ev = rule.evidence(result, scope, th)
+            sev = None if ev is None else rule.severity(ev, th)
+            if sev is None:
+                continue
+            summary, advice, expected = rule.text(ev, scope)
+            out.append({"id": rule.id, "stage": scope, "severity": sev, "title": rule.title, "summary": summary,
+                        "evidence": ev, "advice": advice, "expected": expected})
+    out.sort(key=lambda f: SEVERITIES.index(f["severity"]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# presentation
+
+
+def lines(result: dict) -> list[str]:
+    """One plain line per finding (terminal); [] when there are none."""
+    return [f"[{f['severity']}] {f['stage']} · {f['id']}: {f['summary']} → fix: {f['advice']} · expected: "
+            f"{f['expected']}" for f in result.get("findings", [])]
+
+
+def markdown(result: dict) -> list[str]:
+    """The Markdown "Findings" section, as lines."""
+    found = result.get("findings")
+    if found is None:
+        return []
+    out = ["", "#### Findings", ""]
+    if not found:
+        return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
+    from .markup import md
+
+    for f in found:
+        out.append(f"- **{f['severity']}** · {md(f['stage'], code=True)} · `{f['id']}`: {md(f['summary'])}  \n"
+                   f"  fix: {md(f['advice'])}  \n  expected: {md(f['expected'])}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# compare: per finding, resolved, new or still there
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.2f}"
+    return f"{int(v):,}"
+
+
+def compare_findings(results: dict[str, list[dict]], baseline: str) -> list[dict]:
+    """For every finding that fires in some capture of some arm: in each arm, how many captures it
+    fires in and the mean of its key figure; per other arm, its status against the baseline
+    (resolved, new, still there)."""
+    keys: dict[tuple[str, str], None] = {}
+    for rs in results.values():
+        for r in rs:
+            for f in r.get("findings", []):
+                keys.setdefault((f["id"], f["stage"]), None)
+    out = []
+    for rid, stage in keys:
+        rule = RULE[rid]
+        entry = {"id": rid, "stage": stage, "title": rule.title, "key": rule.key, "unit": rule.unit, "arms": {}}
+        for arm, rs in results.items():
+            fired = [f for r in rs for f in r.get("findings", []) if (f["id"], f["stage"]) == (rid, stage)]
+            evs = [evidence(r, rid, stage, r.get("findings_thresholds")) for r in rs]
+            vals = [e[rule.key] for e in evs if e is not None and isinstance(e.get(rule.key), (int, float))]
+            entry["arms"][arm] = {"fired_in": len(fired), "captures": len(rs),
+                                  "value": float(np.mean(vals)) if vals else None,
+                                  "severity": fired[0]["severity"] if fired else None,
+                                  "evidence": fired[0]["evidence"] if fired else next((e for e in evs if e), None)}
+        base = entry["arms"][baseline]["fired_in"] > 0
+        entry["status"] = {}
+        for arm in results:
+            if arm == baseline:
+                continue
+            now = entry["arms"][arm]["fired_in"] > 0
+            entry["status"][arm] = "still there" if base and now else ("resolved" if base else "new")
+        out.append(entry)
+    return out
+
+
+def compare_lines(comp: dict) -> list[str]:
+    """'pageable H2D copies in transfer: resolved (9 → 0 per request)', one line per finding and arm."""
+    base = comp["baseline"]
+    out = []
+    for f in comp.get("findings", []):
+        b = f["arms"][base]
+        for arm, status in f["status"].items():
+            a = f["arms"][arm]
+            where = "" if f["stage"].startswith("(") else f" in {f['stage']}"
+            fired = "" if a["captures"] == b["captures"] == 1 else (
+                f"; fired in {b['fired_in']}/{b['captures']} → {a['fired_in']}/{a['captures']} captures")
+            out.append(f"{f['title']}{where} (`{f['id']}`): {status} ({_fmt(b['value'])} → {_fmt(a['value'])} "
+                       f"{f['unit']}{fired})")
+    return out

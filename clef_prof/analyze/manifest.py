@@ -1,0 +1,93 @@
+"""Reading the manifest `clef-prof record` writes beside a capture, and holding a result against it."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..config import MANIFEST as NAME, STATUS_OK
+
+
+def read(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: not a regular file")
+    with open(path) as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+def find_for(export: str) -> str | None:
+    """The manifest beside an export: `manifest.json` in its folder naming it (or naming nothing)."""
+    folder = os.path.dirname(os.path.abspath(export))
+    path = os.path.join(folder, NAME)
+    if not os.path.isfile(path):
+        return None
+    try:
+        m = read(path)
+    except (OSError, ValueError):
+        return None
+    named = m.get("export")
+    if named and os.path.normpath(os.path.join(folder, named)) != os.path.normpath(os.path.abspath(export)):
+        return None
+    return path
+
+
+def edge_tolerance(manifest: dict) -> int:
+    """Requests that may be in flight at one window edge: the load's concurrency (at least 1)."""
+    load = manifest.get("load") or {}
+    c = load.get("concurrency")
+    return max(1, int(c)) if isinstance(c, (int, float)) and c else 16
+
+
+def check_manifest(result: dict, manifest: dict) -> list[str]:
+    """Warnings from comparing an analyze result with the capture's record manifest.
+
+    - the capture is not marked "ok" (the server died, the run was interrupted or failed);
+    - the requests counted from batch ranges lie outside the client's bounds for the span in
+      which the server was recorded: at least the requests sent and answered inside it, at most
+      those whose send-to-answer span meets it (no batch lost, none from another client); the span
+      comes from the export, so a window that ended by itself (vLLM's max_iterations) needs no
+      special case;
+    - the server's own count of its profiling window disagrees;
+    - the manifest's export is another file;
+    - nsys said, while recording, importing or exporting, that records were lost or misread.
+    """
+    out: list[str] = []
+    said = (manifest.get("nsys") or {}).get("messages") or []
+    if said:
+        out.append(f"nsys reported while recording or exporting: {' | '.join(said[:5])}"
+                   f"{f' (+{len(said) - 5} more)' if len(said) > 5 else ''}; records may be missing")
+    status = manifest.get("status", STATUS_OK)
+    if status != STATUS_OK:
+        why = manifest.get("status_detail") or ""
+        out.append(f"the record manifest marks this capture {status!r}{': ' + why if why else ''}; "
+                   "its figures cover a partial window")
+    exp = manifest.get("export")
+    path = result.get("path")
+    if exp and path and os.path.basename(str(exp)) != os.path.basename(str(path)):
+        out.append(f"the record manifest describes {os.path.basename(str(exp))}, not {os.path.basename(str(path))}")
+    req = result.get("requests")
+    src = str(result.get("requests_source") or "")
+    if req is None or status != STATUS_OK or src == "--requests":
+        return out          # nothing counted, a partial capture, or a count given by hand
+    cap = (manifest.get("client") or {}).get("capture") or {}
+    lo, hi = cap.get("requests_inside"), cap.get("requests_overlapping")
+    if isinstance(lo, int) and isinstance(hi, int) and not lo <= req <= hi:
+        span = cap.get("recorded_s")
+        where = f"the {span:.3f} s the server was recorded" if isinstance(span, (int, float)) else "the capture"
+        out.append(f"batch ranges count {req} requests, outside the client's bounds for {where}: {lo} requests "
+                   f"sent and answered inside it, {hi} in flight during it; " +
+                   ("batch ranges were lost (NVTX ranges dropped, or batches not annotated)" if req < lo else
+                    "the batch ranges hold requests this client did not send (another client, or a wrong n=K)"))
+    server = manifest.get("server_counts") or {}
+    sreq = server.get("requests") if isinstance(server, dict) else None
+    mode = (manifest.get("window") or {}).get("mode")
+    if isinstance(sreq, int):
+        # the server counts between its own start and stop calls: the capture holds at least that
+        # much, and with a cudaProfilerApi window exactly that, up to the batches on the edges
+        tol = edge_tolerance(manifest)
+        if req < sreq - 2 * tol or (mode == "profiler-api" and req > sreq + 2 * tol):
+            out.append(f"batch ranges count {req} requests, but the server counted {sreq} inside its profiling "
+                       "window")
+    return out

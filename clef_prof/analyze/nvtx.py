@@ -1,0 +1,130 @@
+"""Read NVTX ranges of one domain from an export, with names resolved and filtering in SQL."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .export import NAME_CHARS, Export
+
+RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
+DOMAIN_CREATE = 75
+SAMPLING_DOMAINS = ("Python Backtrace", "Python Periodic Sampling")
+PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _glob_escape(s: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in s)
+
+
+def _name_expr(cap: Export, alias: str) -> tuple[str, str]:
+    """SQL for a row's message, cut to NAME_CHARS: a registered string (textId) wins over ASCII text."""
+    if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
+        return (f"substr(COALESCE(s_{alias}.value, {alias}.text, ''), 1, {NAME_CHARS})",
+                f"LEFT JOIN StringIds s_{alias} ON s_{alias}.id = {alias}.textId")
+    return f"substr(COALESCE({alias}.text, ''), 1, {NAME_CHARS})", ""
+
+
+def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:
+    """(domainId, process key, name) of each distinct domain-create row; one scan, kept."""
+    memo = cap.memo
+    if "nvtx_domains" not in memo:
+        dname, djoin = _name_expr(cap, "d")
+        memo["nvtx_domains"] = [tuple(r) for r in cap.rows(
+            f"SELECT DISTINCT d.domainId, (d.globalTid >> 24), {dname} FROM NVTX_EVENTS d {djoin} "
+            f"WHERE d.eventType = {DOMAIN_CREATE}")]
+    return memo["nvtx_domains"]
+
+
+def _domain_filter(cap: Export, domain: str) -> tuple[str, str]:
+    """A WITH clause and join condition that keep rows of `domain` (per process)."""
+    if domain == "":
+        return "", "COALESCE(e.domainId, 0) = 0"
+    pairs = sorted({(did, pk) for did, pk, name in domains(cap) if name == domain and did is not None
+                    and pk is not None})
+    if len(pairs) <= 64:        # the usual case: a constant condition instead of a subquery per row
+        cond = " OR ".join(f"(e.domainId = {int(d)} AND (e.globalTid >> 24) = {int(p)})" for d, p in pairs)
+        return "", f"({cond or '0'})"
+    dname, djoin = _name_expr(cap, "d")
+    cte = (f"WITH dom AS (SELECT DISTINCT d.domainId AS did, (d.globalTid >> 24) AS pk "
+           f"FROM NVTX_EVENTS d {djoin} WHERE d.eventType = {DOMAIN_CREATE} AND {dname} = {_lit(domain)}) ")
+    return cte, "e.domainId IN (SELECT did FROM dom WHERE dom.pk = (e.globalTid >> 24))"
+
+
+@dataclass
+class Ranges:
+    """Closed-form NVTX ranges: parallel arrays, one entry per range."""
+
+    start: np.ndarray
+    end: np.ndarray
+    gtid: np.ndarray
+    cross_thread: np.ndarray   # ended on another thread (start/end ranges)
+    name: np.ndarray           # object array of str
+    payload: np.ndarray        # first integer payload, 0 when none
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, idx) -> "Ranges":
+        return Ranges(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+
+def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str]) -> Ranges:
+    """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`."""
+    cols = cap.columns("NVTX_EVENTS")
+    name, njoin = _name_expr(cap, "e")
+    cte, dcond = _domain_filter(cap, domain)
+    payload = [c for c in PAYLOAD_COLUMNS if c in cols]
+    pexpr = f"COALESCE({', '.join('e.' + c for c in payload)}, 0)" if payload else "0"
+    xt = "COALESCE(e.endGlobalTid, 0)" if "endGlobalTid" in cols else "0"
+    conds = []
+    if exact:
+        conds.append(f"nm IN ({', '.join(_lit(n) for n in exact)})")
+    for p in prefixes:
+        conds.append(f"nm GLOB {_lit(_glob_escape(p) + ' *')}")
+    where = " OR ".join(conds) or "1"
+    sql = (f"{cte}SELECT start, en, gtid, xt, nm, pl FROM ("
+           f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {xt} AS xt, "
+           f"{name} AS nm, {pexpr} AS pl FROM NVTX_EVENTS e {njoin} "
+           f"WHERE e.eventType IN {RANGE_TYPES} AND {dcond}) WHERE {where}")
+    r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload"], {"name": "str"})
+    gtid = r["gtid"]
+    return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"])
+
+
+@dataclass
+class NvtxCensus:
+    """What NVTX the capture holds at all, for validation messages."""
+
+    ranges: int                 # range rows in any domain
+    user_domains: list[str]     # domain names created, sampling domains excluded
+    marks: int                  # user marks (sampling domains excluded)
+
+
+def census(cap: Export) -> NvtxCensus:
+    doms = domains(cap)
+    user = sorted({name for _, _, name in doms} - set(SAMPLING_DOMAINS))
+    sampling_ids = sorted({int(did) for did, _, name in doms if name in SAMPLING_DOMAINS and did is not None})
+    user_mark = "eventType = 34"
+    if sampling_ids:
+        user_mark += f" AND COALESCE(domainId, 0) NOT IN ({','.join(str(i) for i in sampling_ids)})"
+    # both counts in one scan (count(*) WHERE c == sum(c): NULL and false rows add nothing)
+    n_ranges, marks = cap.rows(f"SELECT sum(eventType IN {RANGE_TYPES}), sum({user_mark}) FROM NVTX_EVENTS")[0]
+    return NvtxCensus(int(n_ranges or 0), user, int(marks or 0))
+
+
+def names_seen(cap: Export, limit: int = 12) -> list[tuple[str, str, int]]:
+    """(domain, name, count) of the most frequent range names, for 'nothing matched' hints."""
+    name, njoin = _name_expr(cap, "e")
+    dname, djoin = _name_expr(cap, "d")
+    sql = (f"SELECT COALESCE(dn.dname, ''), r.nm, count(*) FROM "
+           f"(SELECT {name} AS nm, e.domainId AS did, (e.globalTid >> 24) AS pk FROM NVTX_EVENTS e {njoin} "
+           f"WHERE e.eventType IN {RANGE_TYPES}) r LEFT JOIN "
+           f"(SELECT DISTINCT d.domainId AS did, (d.globalTid >> 24) AS pk, {dname} AS dname FROM NVTX_EVENTS d {djoin} "
+           f"WHERE d.eventType = {DOMAIN_CREATE}) dn ON dn.did = r.did AND dn.pk = r.pk "
+           f"GROUP BY 1, 2 ORDER BY 3 DESC LIMIT {int(limit)}")
+    return [(d, n, int(c)) for d, n, c in cap.rows(sql)]

@@ -1,0 +1,157 @@
+"""Analyze many captures at once: one capture per task, results in input order.
+
+`analyze_many` maps `analyze` over the captures in worker processes (ProcessPoolExecutor) or,
+with `dask=ADDRESS`, on a Dask cluster (the way nsys recipes distribute one report per task),
+and returns the JSON results (`Analysis.result`) in the order of `paths`. Each task reads one
+export and returns one small dict, so nothing but paths and results crosses processes.
+
+A capture that fails becomes a `ClefError` naming its path: raised (the first failing capture
+in input order) with `errors="raise"`, or left in its place in the list with `errors="return"`.
+Dask is optional: `pip install 'dask[distributed]'` on the client and the workers, which must
+see the capture paths (a shared file system) and have clef-prof installed.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Iterable, Literal
+
+from ..config import StageConfig
+from ..errors import ClefError
+
+Outcome = tuple  # ("ok", result) or ("error", exception class name, message, exit code)
+SMALL_BYTES = 64 << 20      # jobs=None below this much input: analyze in this process
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _readers_per_job(jobs: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+
+def _init_worker(readers: int) -> None:
+    from . import export as capture
+    capture.READERS = readers
+
+
+def _analyze_one(path: str, config: StageConfig, requests: int | None) -> Outcome:
+    """One capture, never raising: errors travel back as plain data (they pickle anywhere)."""
+    from .result import analyze
+    try:
+        return ("ok", analyze(path, config, requests=requests).result)
+    except ClefError as exc:
+        return ("error", type(exc).__name__, str(exc), exc.exit_code)
+    except Exception as exc:  # an internal error on one capture must not take the others down
+        return ("error", "ClefError", f"internal error: {type(exc).__name__}: {exc}", 1)
+
+
+def _as_error(path: str, outcome: Outcome) -> ClefError:
+    _, cls_name, message, exit_code = outcome
+    from .. import errors
+    cls = getattr(errors, cls_name, ClefError)
+    if not (isinstance(cls, type) and issubclass(cls, ClefError)):
+        cls = ClefError
+    text = message if message.startswith(str(path)) else f"{path}: {message}"
+    err = cls(text)
+    err.exit_code = exit_code
+    err.path = str(path)
+    return err
+
+
+def _finish(paths: list[str], outcomes: Iterable[Outcome], errors: str) -> list:
+    out = []
+    for path, outcome in zip(paths, outcomes):
+        if outcome[0] == "ok":
+            out.append(outcome[1])
+        else:
+            err = _as_error(path, outcome)
+            if errors == "raise":
+                raise err
+            out.append(err)
+    return out
+
+
+def _outcome(future) -> Outcome:
+    try:
+        return future.result()
+    except Exception as exc:  # the worker died (killed, out of memory) or could not start
+        return ("error", "ClefError", f"analysis process failed: {type(exc).__name__}: {exc}", 1)
+
+
+def _context():
+    """forkserver where there is one (safe with threads, and workers start from a server that
+    has clef_prof imported already), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["clef_prof.analyze.result"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),
+                 requests: int | None = None, jobs: int | None = None, *,
+                 errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
+    """`analyze(path).result` for each path, in input order, `jobs` captures at a time.
+
+    jobs: worker processes (default: one per CPU, at most one per capture, and none, i.e. in
+    this process, when the captures add up to less than 64 MB); 1 analyzes in this process. Each worker reads with cpu_count // jobs threads, so the machine is not
+    oversubscribed. dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a
+    local cluster of `jobs` single-threaded workers; one capture per task, gathered in order.
+    """
+    paths = [os.fspath(p) for p in paths]
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+    if not paths:
+        return []
+    if dask is not None:
+        return _finish(paths, _dask_outcomes(paths, config, requests, jobs, dask), errors)
+    if jobs is None and sum(_size(p) for p in paths) < SMALL_BYTES:
+        jobs = 1                # starting worker processes would cost more than it saves
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    if jobs == 1:
+        return _finish(paths, (_analyze_one(p, config, requests) for p in paths), errors)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
+                             initargs=(_readers_per_job(jobs),)) as pool:
+        futures = [pool.submit(_analyze_one, p, config, requests) for p in paths]
+        try:
+            # in input order; with errors="raise" the first failure cancels what has not started
+            return _finish(paths, (_outcome(f) for f in futures), errors)
+        finally:
+            for f in futures:
+                f.cancel()
+
+
+def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, jobs: int | None,
+                   address: str) -> list[Outcome]:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ClefError("--dask needs Dask: pip install 'dask[distributed]' (on the workers too)") from None
+    cluster = None
+    try:
+        if address == "local":
+            n = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(address, timeout=10)
+    except Exception as exc:
+        if cluster is not None:
+            cluster.close()
+        raise ClefError(f"cannot reach the Dask scheduler {address!r}: {type(exc).__name__}: {exc}") from None
+    try:
+        # map: one capture per task (pure=False: a capture file can change under the same path);
+        # reduce: gather the small JSON results back here, in input order
+        futures = client.map(_analyze_one, paths, config=config, requests=requests, pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,600 @@
+"""`analyze`: one capture in, per-request stage metrics and validation warnings out.
+
+Reading happens in `capture`/`nvtx`/`cuda`; this module wires the steps together and
+assembles the JSON contract documented in the README.
+
+CUDA tables are streamed: the API calls, then the GPU activity tables, are read in rowid
+windows on reader threads and reduced window by window (placed in stages, paired, counted,
+merged into GPU busy time), so memory stays bounded by the window size plus about 11 bytes
+per API call of interest, whatever the capture size. The row-level frames of an `Analysis`
+(`calls`, `transfers`, `kernels`, `gpu_busy`) are not kept: they are read again from the
+export the first time one is used (`analyze(..., rows=True)` reads them at once).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import cuda as cu
+from .. import cupti
+from . import ranks
+from .attribute import Placer, slots
+from .export import Export
+from .columns import Table
+from ..errors import CaptureError
+from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
+from .nvtx import census
+from .overlap import BusyStream, Unordered
+from .stages import StageConfig, Stages, build
+from . import findings, validate
+
+SCHEMA = "clef-prof/analyze/1"
+CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
+                   "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
+                   "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls")
+ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
+GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Analysis:
+    """Everything `analyze` found: the JSON-ready `result` and the frames behind it.
+
+    `result`, `stages` and `batch_table` are computed by `analyze` (NumPy columns; `per_batch` is
+    that table as a pandas DataFrame, made when first used). The row-level tables, `rows(name)`,
+    `calls` (one row per CUDA API call of interest), `transfers` (memcpy rows), `kernels`
+    and `gpu_busy` (every GPU interval) hold a row per event, which does not fit in memory
+    for multi-GB captures: they are read from the export when first used (the file must
+    still be there), or at once with `analyze(..., rows=True)`; the properties of the same
+    names give them as pandas DataFrames.
+    """
+
+    def __init__(self, path: str, config: StageConfig, result: dict, stages: Stages,
+                 batch_table: Table | None = None, traced: bool = True):
+        self.path = path
+        self.config = config
+        self.result = result
+        self.stages = stages
+        self.batch_table = batch_table
+        self._per_batch = None
+        self._pd: dict = {}                 # the row-level tables as pandas frames, once asked for
+        self._traced = traced
+        self._frames: dict[str, Table] | None = None
+
+    def __repr__(self) -> str:
+        return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.get('requests')!r})"
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.result["warnings"]
+
+    @property
+    def per_batch(self) -> "pd.DataFrame | None":
+        """`batch_table` as a pandas DataFrame (one row per batch)."""
+        if self._per_batch is None and self.batch_table is not None:
+            self._per_batch = self.batch_table.frame()
+        return self._per_batch
+
+    @property
+    def rows_loaded(self) -> bool:
+        return self._frames is not None
+
+    def load_rows(self) -> "Analysis":
+        """Read the row-level tables now (from `path`); a no-op once they are loaded."""
+        if self._frames is None:
+            if not self._traced:
+                self._frames = _no_frames()
+            else:
+                with Export.open(self.path) as cap:
+                    self._frames = row_frames(cap, self.stages)
+        return self
+
+    def rows(self, name: str) -> Table:
+        """One row-level table (`calls`, `transfers`, `kernels`, `gpu_busy`) as NumPy columns."""
+        return self.load_rows()._frames[name]
+
+    def _frame(self, name: str) -> "pd.DataFrame":
+        if name not in self._pd:
+            self._pd[name] = self.rows(name).frame()
+        return self._pd[name]
+
+    @property
+    def calls(self) -> "pd.DataFrame":
+        return self._frame("calls")
+
+    @property
+    def transfers(self) -> "pd.DataFrame":
+        return self._frame("transfers")
+
+    @property
+    def kernels(self) -> "pd.DataFrame":
+        return self._frame("kernels")
+
+    @property
+    def gpu_busy(self) -> "pd.DataFrame":
+        return self._frame("gpu_busy")
+
+
+def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None = None,
+            on_step: Callable[[str], None] | None = None, rows: bool = False) -> Analysis:
+    """Analyze one export. `rows=True` also keeps the row-level frames, from the same read
+    (for notebooks and comparisons that use them: one pass instead of two)."""
+    step = on_step or (lambda _s: None)
+    if requests is not None and requests <= 0:
+        raise CaptureError(f"--requests must be a positive number of requests, not {requests}")
+    with Export.open(path) as cap:
+        step("schema")
+        if not cap.has("NVTX_EVENTS"):
+            if not cap.tables:
+                raise CaptureError(f"{path}: an empty SQLite database, not an nsys export")
+            if not (cap.export_meta or cap.has("StringIds")):
+                raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
+            raise CaptureError(f"{path}: {validate.no_nvtx_table(cap)}")
+        cap.require("NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "domainId"), "NVTX ranges need them")
+        try:
+            analysis = _analyze(cap, config, requests, step, rows)
+        except CaptureError as exc:
+            if str(exc).startswith(path):
+                raise
+            raise CaptureError(f"{path}: {exc}") from None
+    _check_manifest(analysis)
+    return analysis
+
+
+def _check_manifest(analysis: Analysis) -> None:
+    """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
+    from . import manifest as mf
+
+    found = mf.find_for(analysis.path)
+    if found is None:
+        return
+    try:
+        warnings = mf.check_manifest(analysis.result, mf.read(found))
+    except (OSError, ValueError) as exc:
+        warnings = [f"the manifest beside the export cannot be read ({exc})"]
+    analysis.result["manifest"] = found
+    analysis.result["warnings"].extend(warnings)
+
+
+def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:
+    warnings: list[str] = []
+    traced = cu.cuda_traced(cap)
+    n_slots = len(config.stages) + 2
+    stream = plan = None
+    if traced:
+        cu.check_schema(cap)
+        # start reading the CUDA tables on the reader threads now, while NVTX is read here
+        lookup, wanted = cu.kind_lut(cap)
+        calls_q = cu.call_queries(cap, wanted)
+        plan = _gpu_plan(cap, keep)
+        stream = cap.stream([*calls_q, *plan[0]])
+    try:
+        step("nvtx")
+        nv = census(cap)
+        stages = ranks.fold(build(cap, config, requests))
+        warnings += validate.nvtx_presence(cap, nv, stages)
+        mode = cu.graph_trace_mode(cap)
+        tally = cov = own_ns = frames = lost = None
+        if traced:
+            warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
+            step("cuda api")
+            n_batches = len(stages.batches)
+            stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
+            warnings += w
+            step("gpu activity")
+            cov, own_ns, unpaired_memcpy, gpu_damage, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
+            warnings += _unpaired(calls, n_slots, unpaired_memcpy) + _damaged(calls, gpu_damage)
+            lost = findings.lost_records(calls.slot, calls.kind, calls.paired, n_slots - 1, unpaired_memcpy,
+                                         n_batches - len(stages.batches))
+            if keep:
+                frames = _frames(calls, gpu_rows)
+        else:
+            warnings.append(validate.no_cuda(cap))
+            if keep:
+                frames = _no_frames()
+    finally:
+        if stream is not None:
+            stream.close()
+
+    step("metrics")
+    warnings += validate.stage_layout(stages)
+    table = per_batch_table(stages, tally.batch if traced else None, cov)
+    result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
+    findings.annotate(result, table, config.findings, lost)
+    out = Analysis(cap.path, config, result, stages, batch_table=table, traced=traced)
+    out._frames = frames
+    return out
+
+
+def _no_frames() -> dict[str, Table]:
+    """The row-level tables of a capture without CUDA trace: empty."""
+    return {k: Table() for k in ROW_FRAMES}
+
+
+def row_frames(cap: Export, stages: Stages) -> dict[str, Table]:
+    """The row-level frames of a traced capture, placed with `stages` (the batches `analyze`
+    kept): calls, transfers, kernels and gpu_busy, one row per event, in table order."""
+    n_slots = len(stages.config.stages) + 2
+    lookup, wanted = cu.kind_lut(cap)
+    plan = _gpu_plan(cap, keep=True)
+    with cap.stream([*cu.call_queries(cap, wanted), *plan[0]]) as stream:
+        calls, tally, _ = _place_calls(stages, n_slots, lookup, stream, keep=True)
+        *_, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep=True)
+    return _frames(calls, gpu_rows)
+
+
+@dataclass
+class _Calls:
+    """What the GPU pass needs of each API call of interest, in call order (~11 bytes a call);
+    with `rows` (keep mode) the calls' own columns too."""
+
+    index: cu.CallIndex
+    slot: np.ndarray        # int8/int16
+    batch: np.ndarray       # int32
+    kind: np.ndarray        # int8
+    paired: np.ndarray      # bool: a kernel or memcpy row names this call
+    rows: dict[str, np.ndarray] | None = None
+    reversed: int = 0       # calls that end before they start
+
+
+def _call_pass(cap: Export, stages: Stages, n_slots: int, lookup, calls_q, stream, keep: bool = False):
+    """Stream the API calls of interest: place them in stages, count them per slot and batch,
+    and keep what pairing needs. Batches after the last CUDA record are dropped first
+    (`validate.lost_tail`); the full-table scan that finds that record only runs when some
+    batch starts after the last call of interest (then the calls are read again)."""
+    calls, tally, last = _place_calls(stages, n_slots, lookup, stream, keep)
+    b_start = stages.batches["start"]
+    warnings: list[str] = []
+    if len(b_start) and (last is None or (b_start > last).any()):
+        stages2, warnings = validate.lost_tail(stages, cu.last_api_end(cap))
+        if stages2 is not stages:
+            stages = stages2
+            with cap.stream(calls_q) as again:
+                calls, tally, _ = _place_calls(stages, n_slots, lookup, again, keep)
+    return stages, calls, tally, warnings
+
+
+def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _place_calls(stages: Stages, n_slots: int, lookup, stream, keep: bool = False):
+    """Consume the call windows at the head of `stream` (tag ("calls", i))."""
+    placer = Placer(stages)
+    tally = CudaTally(n_slots, len(stages.batches))
+    index = cu.CallIndex()
+    slot_t = np.int8 if n_slots < 128 else np.int16
+    slots_, batches_, kinds_ = [], [], []
+    kept: dict[str, list] = {k: [] for k in ("start", "end", "gtid", "corr")}
+    last = None
+    reversed_ = 0
+    for tag, r in stream:
+        if tag[0] != "calls":
+            stream.push_back(tag, r)
+            break
+        kind = lookup(r["nameId"])
+        slot, batch = placer(r["gtid"], r["start"], r["end"])
+        tally.add_calls(kind, slot, batch)
+        tally.add_syncs(lookup.sync(r["nameId"]), slot)
+        index.add(r["corr"], r["gtid"] >> 24)
+        reversed_ += int((r["end"] < r["start"]).sum())
+        slots_.append(slot.astype(slot_t))
+        batches_.append(batch.astype(np.int32))
+        kinds_.append(kind)
+        if keep:
+            for k in kept:
+                kept[k].append(r[k])
+        if len(r["end"]):
+            e = int(r["end"].max())
+            last = e if last is None else max(last, e)
+    index.freeze()
+    kind = _cat(kinds_, np.int8)
+    rows = {k: _cat(v, np.int64) for k, v in kept.items()} if keep else None
+    calls = _Calls(index, _cat(slots_, slot_t), _cat(batches_, np.int32), kind, np.zeros(len(kind), dtype=bool), rows,
+                   reversed_)
+    return calls, tally, last
+
+
+def _gpu_plan(cap: Export, keep: bool):
+    """(the GPU table windows in reading order, which tables carry process ids)."""
+    tables = [t for t in cu.GPU_TABLES if cap.has(t)]
+    # the same number of windows for every table, so that they advance together in time
+    spans = [r[1] - r[0] + 1 for r in (cap.rowid_range(t) for t in tables) if r is not None]
+    parts = max(1, -(-max(spans) // GPU_WINDOW)) if spans else 1
+    queries = {t: cu.gpu_queries(cap, t, parts, device=keep) for t in tables}
+    # window i of n of each table, in order of (i + 1) / n
+    order = sorted((q for qs in queries.values() for q in qs), key=lambda q: ((q.tag[1] + 1) / q.tag[2], q.tag[0]))
+    pid = {t: cu.has_pid(cap, t) for t in tables if queries[t]}
+    return order, pid
+
+
+def _gpu_pass(cap: Export, stages: Stages, calls: _Calls, tally: CudaTally, n_slots: int, plan, stream,
+              keep: bool = False):
+    """Stream the GPU tables, interleaved so that they advance together in time: pair each
+    row with its call, count it, and merge it into GPU busy time. Returns (busy ns per batch,
+    busy ns of the work launched in stages, memcpy rows with no call, rows kept per table).
+    A table found out of start order makes it read them all again, holding the busy intervals."""
+    order, pid = plan
+    try:
+        return _gpu_stream(stages, calls, tally, n_slots, stream, pid, ordered=True, keep=keep)
+    except Unordered:
+        stream.close()
+        with cap.stream(order) as again:
+            return _gpu_stream(stages, calls, tally, n_slots, again, pid, ordered=False, keep=keep)
+
+
+def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, pid, ordered: bool, keep: bool):
+    n_stages = n_slots - 2
+    outside = n_slots - 1
+    b = stages.batches
+    if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
+        b = Table.concat([b, stages.replicas.select(b.columns)])
+    busy = BusyStream(b["gtid"] >> 24, b["start"], b["end"], list(pid), ordered)
+    b = stages.batches
+    gpu = CudaTally(n_slots, len(b))
+    unpaired_memcpy = 0
+    damage = {"reversed": 0, "duplicates": 0}
+    calls.paired[:] = False                 # a second pass (out of order) starts over
+    kept: dict[str, list[dict]] = {}
+    for (table, i, n), r in stream:
+        gpk = r["gpid"] >> 24
+        call = calls.index.lookup(r["corr"], gpk if pid[table] else None)
+        ok = call >= 0
+        c = np.maximum(call, 0)
+
+        def of_call(a, fill):
+            return np.where(ok, a[c], fill) if len(a) else np.full(len(c), fill)
+
+        slot = of_call(calls.slot, outside).astype(np.int64)
+        batch = of_call(calls.batch, -1).astype(np.int64) if keep or table == cu.MEMCPY else None
+        api_kind = of_call(calls.kind, 0).astype(np.int8) if keep or table == cu.KERNEL else None
+        if table == cu.MEMCPY:
+            _check_copies(r)
+            gpu.add_copies(slot, batch, r["copyKind"], r["srcKind"], r["dstKind"], r["copies"], r["bytes"])
+            unpaired_memcpy += int((~ok).sum())
+            damage["duplicates"] += _pair(calls.paired, call[ok])
+        elif table == cu.KERNEL:
+            gpu.add_kernels(slot, api_kind == cu.GRAPH)
+            damage["duplicates"] += _pair(calls.paired, call[ok & (api_kind == cu.LAUNCH)])
+            calls.paired[call[ok]] = True
+        elif table == cu.GRAPH_TRACE:
+            gpu.add_graph_rows(slot)
+        rev = r["end"] < r["start"]             # reversed, or no end (read as 0)
+        if rev.any():
+            damage["reversed"] += int(rev.sum())
+            fine = ~rev
+            busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine])
+        else:
+            busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1)
+        if i == n - 1:
+            busy.done(table)
+        if keep:
+            kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
+    cov, own_ns = busy.finish()
+    if stages.replicas is not None:
+        stages.replicas["gpu_busy_ns"] = cov[len(b):]
+        cov = cov[:len(b)]
+    for key, v in gpu.slot.items():
+        tally.slot[key] += v
+    for key, v in gpu.batch.items():
+        tally.batch[key] += v
+    return cov, own_ns, unpaired_memcpy, damage, (kept if keep else None)
+
+
+MAX_COPY_BYTES = 1 << 40        # 1 TiB in one copy record: beyond it a value is damage, and sums could overflow
+MAX_COPY_COUNT = 1 << 24
+
+
+def _check_copies(r: dict[str, np.ndarray]) -> None:
+    """Refuse memcpy rows whose byte or copy counts are negative or beyond any real copy."""
+    for col, top, label in (("bytes", MAX_COPY_BYTES, "bytes"), ("copies", MAX_COPY_COUNT, "copyCount")):
+        bad = (r[col] < 0) | (r[col] > top)
+        if bad.any():
+            raise CaptureError(f"{int(bad.sum())} {cu.MEMCPY} rows have {label} outside 0..{top} (e.g. "
+                               f"{int(r[col][bad][0])}): a damaged or edited export")
+
+
+def _pair(paired: np.ndarray, call: np.ndarray) -> int:
+    """Mark `call` as paired with a GPU record; return how many records name a call already
+    paired (a duplicated row: each memcpy call and kernel launch has exactly one)."""
+    if len(call) == 0:
+        return 0
+    u, n = np.unique(call, return_counts=True)
+    dup = int((n - 1).sum() + paired[u].sum())
+    paired[u] = True
+    return dup
+
+
+def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
+    """The row-level tables from a keep-mode pass (columns and dtypes as they always were)."""
+    r = calls.rows
+    calls_t = Table(start=r["start"], end=r["end"], gtid=r["gtid"], corr=r["corr"], kind=calls.kind,
+                    slot=calls.slot.astype(np.int64), batch=calls.batch.astype(np.int64))
+
+    def table(name: str) -> Table:
+        chunks = gpu_rows.get(name, [])
+        cols = ["start", "end", "gpid", "corr", "device", *(n for n, _, _ in cu.GPU_TABLES[name])]
+        t = Table({c: _cat([ch[c] for ch in chunks], np.int64) for c in cols})
+        for c, dt in (("call", np.int64), ("slot", np.int64), ("batch", np.int64), ("api_kind", np.int8)):
+            t[c] = _cat([ch[c] for ch in chunks], dt)
+        return t
+
+    transfers, kernels, memset, graphs = (table(t) for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
+    kernels["from_graph"] = kernels["api_kind"] == cu.GRAPH
+    busy_cols = ("gpid", "start", "end", "slot", "batch")
+    parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
+             ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
+    busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
+    return {"calls": calls_t, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
+
+
+def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:
+    """Launches and copies in stages whose GPU record is missing: lost CUPTI records
+    (counted from the streamed pairing)."""
+    out = []
+    if len(calls.slot) == 0:
+        return out
+    staged = calls.slot < n_slots - 1         # in a stage, or in a batch outside every stage
+    for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
+        sel = staged & (calls.kind == kind)
+        total = int(sel.sum())
+        if total == 0:
+            continue
+        missing = int((sel & ~calls.paired).sum())
+        if missing:
+            out.append(f"{missing} of {total} {label} in the pooler have no GPU record: CUDA records were lost "
+                       "or the capture stopped early")
+    if unpaired_memcpy:
+        out.append(f"{unpaired_memcpy} memcpy records have no launching API call in the capture; "
+                   "they count in totals, outside every stage")
+    return out
+
+
+def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
+    """Rows no real capture holds: reversed or endless intervals, duplicated GPU records."""
+    out = []
+    if calls.reversed:
+        out.append(f"{calls.reversed} CUDA API calls end before they start (or have no end): a damaged export; "
+                   "they are placed in stages by their start")
+    if damage["reversed"]:
+        out.append(f"{damage['reversed']} GPU activity records end before they start (or have no end): a damaged "
+                   "export; they are left out of GPU busy time")
+    if damage["duplicates"]:
+        out.append(f"{damage['duplicates']} memcpy or kernel records repeat the (process, correlationId) of another: "
+                   "duplicated rows, counted in the copy and kernel figures")
+    return out
+
+
+def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced: bool, mode,
+            warnings: list[str]) -> dict:
+    cfg = stages.config
+    req = stages.requests
+    inst = stages.instances
+    names = slots(stages)
+    n_st = len(cfg.stages)
+    graph_kernels_known = traced and mode in ("node", "unknown") and counts is not None and (
+        mode == "node" or counts["graph_kernels"].sum() > 0)
+
+    def cuda_block(idx: list[int]) -> dict:
+        if counts is None:
+            return {k: None for k in CUDA_STAGE_KEYS}
+        out = {k: int(counts[k][idx].sum()) for k in CUDA_STAGE_KEYS}
+        if not graph_kernels_known:
+            out["graph_kernels"] = None
+        if mode != "graph" or not cap.has(cu.GRAPH_TRACE):
+            out["graph_executions"] = None
+        return out
+
+    def per_req(block: dict) -> dict:
+        return {f"{k}_per_request": safe_div(block[k], req) for k in
+                ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")}
+
+    stage_out = {}
+    for code, name in enumerate(cfg.stages):
+        sub = inst[inst["code"] == code]
+        total_ns = int((sub["end"] - sub["start"]).sum())
+        loose = sub[sub["batch"] < 0]
+        loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
+        block = {"instances": int(len(sub)), "host_ns_total": total_ns, "host_ms_total": total_ns / NS_PER_MS,
+                 "host_ms_per_request": safe_div(total_ns / NS_PER_MS, req),
+                 "outside_batch_instances": int(len(loose)),
+                 "outside_batch_host_ms_per_request": safe_div(loose_ms, req),
+                 **host_stats(per_batch_durations(inst, code)), **cuda_block([code])}
+        block.update(per_req(block))
+        stage_out[name] = block
+
+    b = stages.batches
+    bdur = b["end"] - b["start"]
+    pooler = {"name": cfg.batch, "instances": int(len(b)), "host_ns_total": int(bdur.sum()),
+              "host_ms_total": float(bdur.sum() / NS_PER_MS),
+              "host_ms_per_request": safe_div(float(bdur.sum() / NS_PER_MS), req), **host_stats(bdur),
+              **cuda_block(list(range(n_st + 1)))}
+    pooler.update(per_req(pooler))
+    outside = cuda_block([n_st + 1])
+    outside_batch = cuda_block([n_st])
+    totals = cuda_block(list(range(n_st + 2)))
+
+    # overlap: GPU busy (any work of the same process) during each batch's host span
+    overlap = {"gpu_busy_fraction_of_pooler_span": None, "gpu_busy_fraction_p50": None,
+               "gpu_busy_ms_in_pooler_span_per_request": None, "gpu_busy_ms_per_request": None}
+    if traced and len(b):
+        frac = cov / np.maximum(bdur, 1)
+        overlap = {"gpu_busy_fraction_of_pooler_span": float(cov.sum() / max(bdur.sum(), 1)),
+                   "gpu_busy_fraction_p50": float(np.percentile(frac, 50)),
+                   "gpu_busy_ms_in_pooler_span_per_request": safe_div(float(cov.sum()) / NS_PER_MS, req),
+                   "gpu_busy_ms_per_request": safe_div(own_ns / NS_PER_MS, req)}
+
+    per_request = {
+        "h2d_copies": safe_div(pooler["h2d_copies"], req), "h2d_bytes": safe_div(pooler["h2d_bytes"], req),
+        "d2h_copies": safe_div(pooler["d2h_copies"], req),
+        "kernel_launches": safe_div(pooler["kernel_launches"], req),
+        "graph_launches": safe_div(pooler["graph_launches"], req),
+        "pooler_host_ms": safe_div(pooler["host_ms_total"], req) if len(b) else safe_div(
+            sum(s["host_ms_total"] for s in stage_out.values()), req),
+        "gpu_busy_ms": overlap["gpu_busy_ms_per_request"],
+    }
+    return {
+        "schema": SCHEMA,
+        "path": cap.path,
+        "requests": req,
+        "requests_source": stages.requests_source if req is not None else None,
+        "batches": int(len(b)),
+        "config": {"domain": cfg.domain, "batch": cfg.batch, "stages": list(cfg.stages)},
+        "capture": _capture_facts(cap, stages, traced, mode),
+        "stages": stage_out,
+        "pooler": pooler,
+        "outside_stages": {"in_batch": outside_batch, "outside_batch": outside},
+        "totals": totals,
+        "per_request": per_request,
+        "overlap": overlap,
+        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch},
+        "ranks": _ranks(stages, cov if traced else None),
+        "warnings": warnings,
+        "slots": names,
+    }
+
+
+def _ranks(stages: Stages, cov) -> list[dict]:
+    """Per process holding batches: its first rank (replicas share one), whether its batches are the
+    ones counted, and its own batches, requests, host ms per request and GPU overlap."""
+    cols = ("start", "end", "gtid", "size", "gpu_busy_ns", "counted")
+    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True).select(cols)]
+    if stages.replicas is not None:
+        reps = stages.replicas
+        parts.append(reps.assign(counted=False, **({} if "gpu_busy_ns" in reps else {"gpu_busy_ns": 0})).select(cols))
+    b = Table.concat(parts)
+    if len(b) == 0:
+        return []
+    pks = b["gtid"] >> 24
+    out = []
+    for pk in np.unique(pks):       # once per process holding batches
+        g = b[pks == pk]
+        dur = int((g["end"] - g["start"]).sum())
+        req = int(g["size"].sum())
+        out.append({"pid": int(pk) & 0xFFFFFF, "first_rank_pid": int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
+                    "counted": bool(g["counted"][0]), "batches": int(len(g)), "requests": req,
+                    "host_ms_per_request": safe_div(dur / NS_PER_MS, req),
+                    "gpu_busy_fraction_of_pooler_span": float(g["gpu_busy_ns"].sum()) / max(dur, 1)
+                    if cov is not None else None})
+    return out
+
+
+def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
+    inst, b = stages.instances, stages.batches
+    starts = np.concatenate([inst["start"], b["start"]])
+    ends = np.concatenate([inst["end"], b["end"]])
+    gtids = np.unique(np.concatenate([inst["gtid"], b["gtid"]]))
+    return {
+        "nsys_version": cap.nsys_version,
+        "cuda_driver_version": cap.cuda_driver_version,
+        "schema_version": cap.schema_version,
+        "duration_s": None if cap.duration_ns is None else cap.duration_ns / 1e9,
+        "stage_window_s": [float(starts.min() / 1e9), float(ends.max() / 1e9)] if len(starts) else None,
+        "cuda_traced": traced,
+        "graph_trace_mode": mode,
+        "threads": validate.thread_facts(cap, stages, gtids),
+    }

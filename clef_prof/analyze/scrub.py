@@ -1,0 +1,196 @@
+"""`clef-prof scrub`: remove what can carry a secret from an export before it is shared.
+
+Rules cover classes, not instances, and apply to every text value of every table:
+- an environment block (NUL-separated `A=b\\0C=d`, even one assignment) or a value that is an
+  assignment (`NAME=value`) is removed whole; an upper-case or secret-named assignment inside
+  free text loses its value;
+- the value after a flag whose name suggests a secret (`--token`, `--api-key`, `--hf-token`,
+  `--password`, `--secret`, any `...key...`) is removed;
+- tokens that look like keys (`hf_…`, `sk-…`, `AKIA…`, `ghp_…`, JWTs, long hex or base64 runs)
+  are removed;
+- `META_DATA_CAPTURE` arguments, environment, working folder, user and host rows are removed and
+  the command keeps its executable's base name; `TARGET_INFO_SYSTEM_ENV` keeps only an allow-list
+  of harmless facts (driver versions, CPU, OS, capability flags); `PROCESSES.name` keeps only its
+  executable's base name (pids stay); process output streams and the exporting host, user and
+  paths are removed.
+clef-prof reads none of what is removed (it reads names of ranges, API calls and threads, the
+capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version).
+Standard library only; the text rules are clef_prof.redact's.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import sys
+from collections import Counter
+from typing import Iterator, NamedTuple
+
+from ..errors import ClefError
+from ..redact import REMOVED, exe_name, redact_text
+
+# META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
+_CAPTURE_ROW = re.compile(r"ARGUMENT|(?:^|[:_])ENV|ENVIRONMENT|WORKING_DIR|USER|HOST|DISPLAY_NAME", re.I)
+_EXPORT_ROW = re.compile(r"HOST|USER|PATH|FILE", re.I)
+# TARGET_INFO_SYSTEM_ENV: harmless facts kept; capability flags (Has*/Supports*/Is*) with 0/1 values
+SYSTEM_ENV_KEEP = frozenset({"CpuCores", "CpuSpeedMhz", "CpuArchitecture", "CpuDescription", "CudaDriverVersion",
+                             "NvDriverVersion", "HardwarePlatform", "SoftwarePlatform", "OsDescription",
+                             "SupportedABIs", "Supported64BitABIs"})
+_FLAG_FACT = re.compile(r"^(?:Has|Supports|Is)[A-Za-z0-9]+$")
+
+
+class Finding(NamedTuple):
+    """One value that looks like it can carry a secret; `fix` is the new value, None to delete the row."""
+
+    table: str
+    column: str
+    rowid: int
+    rule: str
+    fix: str | None
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
+    """Every value the scrub removes or changes, table by table (the values are never kept)."""
+    tables = _tables(conn)
+    structured: set[tuple[str, str]] = set()
+    if "META_DATA_CAPTURE" in tables:
+        structured.add(("META_DATA_CAPTURE", "value"))
+        for rowid, name, value in conn.execute("SELECT rowid, name, value FROM META_DATA_CAPTURE"):
+            name = str(name or "")
+            if name.endswith("COMMAND") and ":" in name and value not in (None, REMOVED) and exe_name(value) != value:
+                yield Finding("META_DATA_CAPTURE", "value", rowid, "command-line", exe_name(value))
+            elif _CAPTURE_ROW.search(name) and value not in (None, "", REMOVED):
+                yield Finding("META_DATA_CAPTURE", "value", rowid, "argument-or-env", REMOVED)
+            elif isinstance(value, str):
+                yield from _text("META_DATA_CAPTURE", "value", rowid, value)
+    if "TARGET_INFO_SYSTEM_ENV" in tables:
+        structured.add(("TARGET_INFO_SYSTEM_ENV", "name"))
+        structured.add(("TARGET_INFO_SYSTEM_ENV", "value"))
+        for rowid, name, value in conn.execute("SELECT rowid, name, value FROM TARGET_INFO_SYSTEM_ENV"):
+            keep = name in SYSTEM_ENV_KEEP or (isinstance(name, str) and _FLAG_FACT.match(name)
+                                               and str(value) in ("0", "1"))
+            if not keep:
+                yield Finding("TARGET_INFO_SYSTEM_ENV", "name", rowid, "system-env", None)
+            elif isinstance(value, str):
+                yield from _text("TARGET_INFO_SYSTEM_ENV", "value", rowid, value)
+    for table, rule, pattern in (("META_DATA_EXPORT", "export-host-path", _EXPORT_ROW),
+                                 ("EXPORT_META_DATA", "export-host-path", _EXPORT_ROW)):
+        if table in tables:
+            structured.add((table, "value"))
+            for rowid, name, value in conn.execute(f"SELECT rowid, name, value FROM {table}"):
+                if pattern.search(str(name or "")) and value not in (None, "", REMOVED):
+                    yield Finding(table, "value", rowid, rule, REMOVED)
+                elif isinstance(value, str):
+                    yield from _text(table, "value", rowid, value)
+    if "PROCESSES" in tables and "name" in _columns(conn, "PROCESSES"):
+        structured.add(("PROCESSES", "name"))
+        for rowid, name in conn.execute("SELECT rowid, name FROM PROCESSES"):
+            if name is not None and exe_name(name) != name:
+                yield Finding("PROCESSES", "name", rowid, "process-name", exe_name(name))
+    streams = set()
+    if "ProcessStreams" in tables and "StringIds" in tables and "contentId" in _columns(conn, "ProcessStreams"):
+        for (rowid,) in conn.execute("SELECT s.id FROM StringIds s WHERE s.id IN (SELECT contentId FROM ProcessStreams) "
+                                     "AND s.value IS NOT ?", (REMOVED,)):
+            streams.add(rowid)
+            yield Finding("StringIds", "value", rowid, "process-stream", REMOVED)
+    for table in tables:
+        if table.startswith("ENUM_"):
+            continue
+        cols = [c for c in _columns(conn, table) if (table, c) not in structured]
+        if not cols:
+            continue
+        q = ", ".join(f'"{c}"' for c in cols)
+        cond = " OR ".join(f"typeof(\"{c}\") = 'text'" for c in cols)
+        try:
+            cur = conn.execute(f'SELECT rowid, {q} FROM "{table}" WHERE {cond}')
+        except sqlite3.OperationalError:     # a table without rowid: nsys makes none
+            continue
+        for row in cur:
+            for c, v in zip(cols, row[1:]):
+                if isinstance(v, str) and not (table == "StringIds" and row[0] in streams):
+                    yield from _text(table, c, row[0], v)
+
+
+def _text(table: str, column: str, rowid: int, value: str) -> Iterator[Finding]:
+    new, rules = redact_text(value)
+    if rules:
+        yield Finding(table, column, rowid, rules[0], new)
+
+
+def scrub(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """Scrub an open, writable export in place; returns how many values each rule removed, per table."""
+    found = list(findings(conn))
+    counts: dict[str, Counter] = {}
+    for f in found:
+        if f.fix is None:
+            conn.execute(f'DELETE FROM "{f.table}" WHERE rowid = ?', (f.rowid,))
+        else:
+            conn.execute(f'UPDATE "{f.table}" SET "{f.column}" = ? WHERE rowid = ?', (f.fix, f.rowid))
+        counts.setdefault(f.table, Counter())[f.rule] += 1
+    return {t: dict(c) for t, c in sorted(counts.items())}
+
+
+def rewrite(src: str, dst: str, edit, what: str = "scrub") -> None:
+    """Copy `src` into a temporary file beside `dst`, run `edit(connection)` on the copy in one
+    transaction, VACUUM it and rename it to `dst` (nothing appears there on failure). The input is
+    only read; an SQLite error names it."""
+    from .export import _uri
+    from ..safeio import atomic_output
+
+    with atomic_output(dst, [src]) as tmp:
+        s = sqlite3.connect(_uri(src), uri=True)
+        d = sqlite3.connect(tmp)
+        try:
+            try:
+                s.backup(d)
+            except sqlite3.DatabaseError as exc:
+                raise ClefError(f"{src}: cannot read ({exc})") from None
+            try:
+                with d:
+                    edit(d)
+                d.execute("VACUUM")
+            except sqlite3.DatabaseError as exc:
+                raise ClefError(f"{src}: cannot {what} ({exc}); is it an nsys export?") from None
+        finally:
+            s.close()
+            d.close()
+
+
+def scrub_file(src: str, dst: str) -> dict:
+    """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read."""
+    from .export import check_file
+
+    check_file(src)
+    removed: dict = {}
+    rewrite(src, dst, lambda d: removed.update(scrub(d)))
+    return {"scrubbed": removed, "bytes": os.path.getsize(dst)}
+
+
+def check_file_for_secrets(path: str) -> list[Finding]:
+    """What the scrub would remove from `path` (read only)."""
+    from .export import _uri, check_file
+
+    check_file(path)
+    conn = sqlite3.connect(_uri(path), uri=True)
+    try:
+        return list(findings(conn))
+    except sqlite3.DatabaseError as exc:
+        raise ClefError(f"{path}: cannot read ({exc})") from None
+    finally:
+        conn.close()
+
+
+def print_report(removed: dict[str, dict[str, int]], file=sys.stderr) -> None:
+    """One line per table: how many values each rule removed (never the values)."""
+    if not removed:
+        print("scrub: nothing to remove", file=file)
+    for table, rules in removed.items():
+        print(f"scrub: {table}: " + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items())), file=file)

@@ -1,0 +1,183 @@
+"""Capture checks: each returns warning lines, so no figure is printed silently wrong."""
+from __future__ import annotations
+
+import numpy as np
+
+from .export import NAME_CHARS, Export
+from .nvtx import NvtxCensus, names_seen
+from ..redact import exe_name
+from .stages import Stages
+
+FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
+# nsys 2022.4 writes no META_DATA_CAPTURE; its diagnostics (in StringIds) name what it traced
+_DIAG_STARTED = "Profiling has started."
+_DIAG_PREFIXES = {"cuda": ("CUDA profiling", "CUDA injection", "No CUDA events collected", "Number of CUDA events"),
+                  "nvtx": ("NVTX profiling", "NVTX injection", "No NVTX events collected", "Number of NVTX events")}
+NVTX_VERSION_HINT = ("nsys <= 2023.4 records nothing from Python `nvtx` >= 0.2.12 (it rejects the payload "
+                     "extension, 'compatibility ID 260 != 259'): pip install 'nvtx==0.2.11', or annotate with "
+                     "clef_prof.stage(), which every nsys records; `clef-prof doctor` checks this")
+
+
+def trace_requested(cap: Export, kind: str) -> bool | None:
+    """Whether the recording asked nsys to trace `kind` ("cuda" or "nvtx"): the export's
+    COLLECT_CUDA_TRACE / COLLECT_NVTX_TRACE (nsys >= 2023), else the record manifest's `trace`,
+    else nsys 2022.4's diagnostics; None when none of them says (a scrubbed or partial export)."""
+    flag = cap.capture_flag(f"COLLECT_{kind.upper()}_TRACE")
+    if flag is not None:
+        return flag
+    from . import manifest as mf
+
+    found = mf.find_for(cap.path)
+    if found is not None:
+        try:
+            trace = (mf.read(found).get("trace") or {}).get("trace")
+        except (OSError, ValueError, AttributeError):
+            trace = None
+        if isinstance(trace, str):
+            return kind in trace.split(",")
+    if not cap.has("StringIds"):
+        return None
+    like = " OR ".join("value LIKE ?" for _ in _DIAG_PREFIXES[kind])
+    if cap.rows(f"SELECT 1 FROM StringIds WHERE {like} LIMIT 1", tuple(p + "%" for p in _DIAG_PREFIXES[kind])):
+        return True
+    if cap.rows("SELECT 1 FROM StringIds WHERE value = ? LIMIT 1", (_DIAG_STARTED,)):
+        return False
+    return None
+
+
+def no_cuda(cap: Export) -> str:
+    """The warning for a capture without CUDA rows: traced and unused, not traced, or unknown."""
+    asked = trace_requested(cap, "cuda")
+    if asked:
+        return f"CUDA was traced but the program made no CUDA calls: {FIGURES_HIDDEN}"
+    if asked is False:
+        return f"CUDA was not traced (record with -t cuda,nvtx): {FIGURES_HIDDEN}"
+    return (f"the capture has no CUDA rows and does not record whether CUDA was traced (could not tell): "
+            f"{FIGURES_HIDDEN}; if it was not, record with -t cuda,nvtx")
+
+
+def no_nvtx_table(cap: Export) -> str:
+    """Why an export has no NVTX_EVENTS table: NVTX traced and unused, not traced, or unknown."""
+    annotate = "annotate the stages (clef_prof.stage or `clef-prof inject`; see `clef-prof doctor`)"
+    asked = trace_requested(cap, "nvtx")
+    if asked:
+        return f"NVTX was traced but the program emitted no NVTX (no NVTX_EVENTS table): {annotate}"
+    if asked is False:
+        return f"NVTX was not traced (no NVTX_EVENTS table): record with `nsys profile -t nvtx,...` and {annotate}"
+    return ("no NVTX_EVENTS table, and the export does not record whether NVTX was traced (could not tell): "
+            f"record with `nsys profile -t nvtx,...` and {annotate}")
+
+
+def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
+    cfg = stages.config
+    if nv.ranges == 0 and not nv.user_domains and nv.marks == 0:
+        return ["no NVTX at all: NVTX was traced but the capture has no user NVTX ranges, marks or domains; "
+                "annotate the stages (clef_prof.stage or `clef-prof inject`)"]
+    if nv.ranges == 0:
+        doms = ", ".join(repr(d) for d in nv.user_domains) or "none"
+        return [f"NVTX domains were created ({doms}) but no range was recorded. {NVTX_VERSION_HINT}"]
+    if len(stages.batches) == 0 and len(stages.instances) == 0 and not stages.cut:
+        seen = names_seen(cap)
+        listing = ", ".join(f"{(d + ':') if d else ''}{n} ({c})" for d, n, c in seen) or "none"
+        dom = f"domain {cfg.domain!r}" if cfg.domain else "the default domain"
+        return [f"no range named {cfg.batch!r} or {', '.join(cfg.stages)} in {dom}; ranges seen "
+                f"(domain:name (count)): {listing}; set --domain/--batch/--stages or --spec"]
+    out = []
+    if stages.duplicates:
+        out.append(f"{stages.duplicates} NVTX ranges repeat another exactly (thread, start, end, name): duplicated "
+                   "rows, counted once")
+    if stages.reversed:
+        out.append(f"{stages.reversed} NVTX ranges end before they start: damaged rows, excluded")
+    if len(stages.batches) == 0:
+        out.append(f"no batch range {cfg.batch!r} found: stage instances are counted alone and the request "
+                   "count is unknown unless --requests N is given")
+    elif stages.requests_source is None and stages.requests_override is None:
+        out.append(f"batch size not found in the {cfg.batch!r} ranges (no 'n=K' in the message, no integer payload): "
+                   "per-request figures need --requests N")
+    zero = int((stages.batches["size"] == 0).sum()) if stages.requests_source == "message n=K" else 0
+    if zero:
+        out.append(f"{zero} of {len(stages.batches)} {cfg.batch!r} ranges say n=0: batches without requests"
+                   + ("; per-request figures cannot be computed" if zero == len(stages.batches) else
+                      "; their host time and CUDA work count against the other batches' requests"))
+    if len(stages.batches) and len(stages.instances) == 0:
+        out.append(f"{len(stages.batches)} {cfg.batch!r} ranges but no stage range ({', '.join(cfg.stages)}) in them: "
+                   "stage figures are empty; check --stages or the annotation")
+    if stages.cut:
+        parts = ", ".join(f"{k}: {v}" for k, v in stages.cut.items())
+        out.append(f"{sum(stages.cut.values())} ranges cut at the capture edges were excluded ({parts})")
+    if stages.cross_thread:
+        out.append(f"{stages.cross_thread} ranges ended on another thread than they started on; their host span is "
+                   "kept, CUDA calls are placed by the starting thread")
+    present = np.bincount(stages.instances["code"], minlength=len(cfg.stages)) if len(stages.instances) else \
+        np.zeros(len(cfg.stages), np.int64)
+    missing = [s for i, s in enumerate(cfg.stages) if not present[i]]
+    if missing:
+        out.append(f"stages with no range in the capture: {', '.join(missing)}")
+    return out
+
+
+def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[str]]:
+    """Drop batches that start after the last CUDA record: the CUDA stream was lost or killed."""
+    b = stages.batches
+    if cuda_last_end is None or len(b) == 0:
+        return stages, []
+    silent = b["start"] > cuda_last_end
+    if not silent.any() or silent.all():
+        return stages, []
+    # once loss is evident, the batch cut by the last CUDA record is partial too
+    late = b["end"] > cuda_last_end
+    last_nvtx = int(b["end"].max())
+    msg = (f"CUDA records stop at {cuda_last_end / 1e9:.3f} s but NVTX goes on to {last_nvtx / 1e9:.3f} s: a lost or "
+           f"killed capture; {int(late.sum())} batches ending after the last CUDA record were excluded")
+    return stages.drop_batches(late), [msg]
+
+
+def stage_layout(stages: Stages) -> list[str]:
+    """Stages spread over several threads or processes: handled per thread, and said."""
+    inst = stages.instances
+    if len(inst) == 0:
+        return []
+    gtids = np.unique(np.concatenate([inst["gtid"], stages.batches["gtid"]]))
+    pids = np.unique(gtids >> 24)
+    if len(gtids) <= 1:
+        return []
+    pairs = np.unique(np.stack([inst["code"].astype(np.int64), inst["gtid"]]), axis=1)[0]
+    per_stage = np.bincount(pairs, minlength=len(stages.config.stages))
+    spread = ", ".join(f"{s}: {n} threads" for s, n in zip(stages.config.stages, per_stage) if n > 1)
+    return [f"stage ranges lie on {len(gtids)} threads in {len(pids)} processes"
+            f"{' (' + spread + ')' if spread else ''}; CUDA work is attributed per thread"]
+
+
+def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
+    """pid, tid, process (its executable's base name) and thread names, and instances of each thread
+    holding stage ranges (all of them, and those outside every batch range)."""
+    if len(gtids) == 0:
+        return []
+    names = cap.strings
+    tnames = {}
+    if cap.has("ThreadNames"):
+        ids = ",".join(str(int(g)) for g in gtids)
+        for name_id, gtid in cap.rows(f"SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IN ({ids})"):
+            tnames[int(gtid)] = names.get(int(name_id), "")
+    pnames = {}
+    if cap.has("PROCESSES") and "globalPid" in cap.columns("PROCESSES"):
+        pids = ",".join(str(int((g >> 24) << 24)) for g in gtids)
+        for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES "
+                                   f"WHERE globalPid IN ({pids})"):
+            pnames[int(gpid)] = exe_name(name)
+    inst, b = stages.instances, stages.batches
+    stage_names = stages.config.stages
+
+    def per_stage(codes: np.ndarray) -> dict[str, int]:
+        n = np.bincount(codes, minlength=len(stage_names))
+        return {s: int(n[i]) for i, s in enumerate(stage_names) if n[i]}
+
+    out = []
+    for g in gtids:         # once per thread holding stage ranges
+        g = int(g)
+        mine = inst[inst["gtid"] == g]
+        out.append({"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "process": pnames.get((g >> 24) << 24),
+                    "thread": tnames.get(g), "batches": int((b["gtid"] == g).sum()),
+                    "stage_instances": per_stage(mine["code"]),
+                    "outside_batch_instances": per_stage(mine["code"][mine["batch"] < 0])})
+    return out

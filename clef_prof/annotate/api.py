@@ -1,0 +1,222 @@
+"""Annotate a model server's pooler for clef-prof: stage ranges and batch ranges in NVTX.
+
+    import clef_prof
+
+    with clef_prof.batch(n=len(reqs), request_ids=[r.id for r in reqs]):
+        with clef_prof.stage("parse"):
+            ...
+        with clef_prof.stage("index"):
+            ...
+
+    @clef_prof.stage("encode")
+    def encode(batch): ...
+
+The ranges go through clef_prof.annotate.nvtx_client (the NVTX injection protocol spoken directly), so
+every nsys from 2022.4 on records them whatever `nvtx` package is installed. Stages are in
+domain "clef" unless told otherwise, their names registered once per domain; a batch range
+is `pooler n=K` (ASCII, plus ` rid=a,b,...` when request ids are given) with payload K,
+which is what `clef-prof analyze` reads.
+
+`push(name)` / `pop()` are the same ranges for code that cannot use a `with` block.
+
+With no profiler attached every call returns after one flag check (a decorated function
+only forwards the call).
+
+Sync code (`with`, decorated functions) uses push/pop ranges, which nest per thread.
+Coroutines use start/end ranges instead (`async with`, decorated `async def`): several
+tasks interleave on one thread, and a push/pop stack would pair one task's pop with
+another's push. A start/end range covers the awaited call from its first to its last step,
+time spent suspended included. Do not `await` inside a plain `with stage(...)` block.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+
+from . import nvtx_client as _nc
+
+__all__ = ["stage", "batch", "push", "pop", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
+
+DEFAULT_DOMAIN = "clef"
+DEFAULT_BATCH = "pooler"
+RID_MAX_CHARS = 200     # request ids beyond this are cut and marked with ",..."
+
+_stages: dict[tuple[str, str], "Stage"] = {}
+_names: dict[tuple[str, str], tuple] = {}
+# start/end range ids of the `async with` blocks open in the current task, innermost last
+_open_ids: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_open_ranges", default=())
+
+
+class Stage:
+    """A named stage range: a context manager (sync and async) and a decorator.
+
+    One object per (name, domain), shared by all threads: it holds no per-call state.
+    """
+
+    __slots__ = ("name", "domain", "_on", "_d", "_h", "_push", "_pop")
+
+    def __init__(self, name: str, domain: str = DEFAULT_DOMAIN):
+        self.name = name
+        self.domain = domain
+        self._d = _nc.Domain(domain)
+        self._h = self._d.register(name)
+        self._on = _nc.enabled()
+        self._push, self._pop = self._d.bind(self._h)
+
+    def __enter__(self):
+        if self._on:
+            self._push()
+        return self
+
+    def __exit__(self, *exc):
+        if self._on:
+            self._pop()
+        return False
+
+    async def __aenter__(self):
+        if self._on:
+            _open_ids.set(_open_ids.get() + (self._d.start(self._h),))
+        return self
+
+    async def __aexit__(self, *exc):
+        if self._on:
+            ids = _open_ids.get()
+            if ids:
+                _open_ids.set(ids[:-1])
+                self._d.end(ids[-1])
+        return False
+
+    def __call__(self, fn):
+        """Decorate `fn` so that each call runs inside this stage. Always a new function
+        (functools.wraps); with no profiler attached it only forwards the call."""
+        import inspect
+        if inspect.iscoroutinefunction(fn):
+            d, h, on = self._d, self._h, self._on
+
+            @functools.wraps(fn)
+            async def run_async(*args, **kwargs):
+                if not on:
+                    return await fn(*args, **kwargs)
+                rid = d.start(h)
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    d.end(rid)
+            return run_async
+
+        if not self._on:
+            @functools.wraps(fn)
+            def forward(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return forward
+
+        push, pop = self._push, self._pop
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            push()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                pop()
+        return run
+
+    def __repr__(self) -> str:
+        return f"stage({self.name!r}, domain={self.domain!r})"
+
+
+def stage(name: str, domain: str = DEFAULT_DOMAIN) -> Stage:
+    """The stage range `name` in `domain` (cached: the same object for the same arguments)."""
+    s = _stages.get((name, domain))
+    if s is None:
+        s = _stages.setdefault((name, domain), Stage(name, domain))
+    return s
+
+
+def batch_message(name: str = DEFAULT_BATCH, n: int | None = None, request_ids=None) -> str:
+    """`pooler n=K rid=a,b,c`: the batch range's text, request ids cut to RID_MAX_CHARS."""
+    msg = name if n is None else f"{name} n={int(n)}"
+    if request_ids:
+        rid = ",".join(str(r) for r in request_ids)
+        if len(rid) > RID_MAX_CHARS:
+            rid = rid[:RID_MAX_CHARS].rsplit(",", 1)[0] + ",..."
+        msg += f" rid={rid}"
+    return msg
+
+
+class batch:
+    """The outer batch range: `with clef_prof.batch(n=K, request_ids=ids): ...`.
+
+    Message `pooler n=K` (name= changes `pooler`), ASCII so that its text carries the
+    size; int64 payload K. n defaults to len(request_ids). Also usable as `async with`
+    (a start/end range) and as a decorator for a fixed-size batch.
+    """
+
+    __slots__ = ("name", "n", "request_ids", "domain", "_rid")
+
+    def __init__(self, n: int | None = None, request_ids=None, *, name: str = DEFAULT_BATCH,
+                 domain: str = DEFAULT_DOMAIN):
+        if n is None and request_ids is not None:
+            n = len(request_ids)
+        self.n, self.request_ids, self.name, self.domain = n, request_ids, name, domain
+        self._rid = 0
+        if _nc._state == "fresh":
+            _nc.enabled()
+
+    def _args(self):
+        return batch_message(self.name, self.n, self.request_ids), (None if self.n is None else int(self.n))
+
+    def __enter__(self):
+        if _nc._ON:
+            _nc.Domain(self.domain).push(*self._args())
+        return self
+
+    def __exit__(self, *exc):
+        if _nc._ON:
+            _nc.Domain(self.domain).pop()
+        return False
+
+    async def __aenter__(self):
+        if _nc._ON:
+            self._rid = _nc.Domain(self.domain).start(*self._args())
+        return self
+
+    async def __aexit__(self, *exc):
+        if self._rid:
+            _nc.Domain(self.domain).end(self._rid)
+            self._rid = 0
+        return False
+
+    def __call__(self, fn):
+        import inspect
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def run_async(*args, **kwargs):
+                async with batch(self.n, self.request_ids, name=self.name, domain=self.domain):
+                    return await fn(*args, **kwargs)
+            return run_async
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return run
+
+    def __repr__(self) -> str:
+        return f"batch(n={self.n!r}, name={self.name!r}, domain={self.domain!r})"
+
+
+def push(name: str, domain: str = DEFAULT_DOMAIN, payload: int | None = None) -> None:
+    """Open range `name` (registered once per domain) on this thread; close it with pop()."""
+    e = _names.get((name, domain))
+    if e is None:
+        d = _nc.Domain(domain)
+        e = _names.setdefault((name, domain), (d, d.register(name)) if _nc.enabled() else ())
+    if e:
+        e[0].push(e[1], payload)
+
+
+def pop(domain: str = DEFAULT_DOMAIN) -> None:
+    """Close this thread's innermost range of `domain`."""
+    if _nc._ON:
+        _nc.Domain(domain).pop()

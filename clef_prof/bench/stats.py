@@ -1,0 +1,231 @@
+"""`clef-prof bench` figures: per case and arm, the changes from the baseline with their intervals.
+
+Throughput of an arm = Σ completions / Σ elapsed s over its windows; latency p50/p99 = the mean
+of the windows' percentiles. The interval of a change comes from compare's two-level bootstrap
+(`bootstrap.resampled_sums`): servers resampled within each arm, then windows within each
+drawn server; B replicates, seeded per case, percentile interval.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..compare.resample import percentile_interval, ratio, resampled_sums
+
+METRICS = {  # name: (numerator column, denominator column, unit)
+    "throughput_rps": ("completions", "elapsed_s", "req/s"),
+    "latency_ms_p50": ("latency_ms_p50", None, "ms"),
+    "latency_ms_p90": ("latency_ms_p90", None, "ms"),
+    "latency_ms_p99": ("latency_ms_p99", None, "ms"),
+    "latency_ms_mean": ("latency_ms_mean", None, "ms"),
+}
+SCHEMA = "clef-prof/bench/1"
+
+
+def _blocks(windows: list[dict], metric: str) -> list[np.ndarray]:
+    """One (windows, 2) array per server: numerator and denominator columns."""
+    num, den, _ = METRICS[metric]
+    by_server: dict[int, list] = {}
+    for w in windows:
+        v = w.get(num)
+        if v is None:
+            continue
+        by_server.setdefault(w["server"], []).append((float(v), float(w[den]) if den else 1.0))
+    return [np.array(rows, dtype=np.float64) for _, rows in sorted(by_server.items())]
+
+
+def _point(blocks: list[np.ndarray]) -> float | None:
+    if not blocks:
+        return None
+    x = np.concatenate(blocks)
+    return float(x[:, 0].sum() / x[:, 1].sum()) if x[:, 1].sum() else None
+
+
+def _peak(windows: list[dict], key: str):
+    v = [w[key] for w in windows if w.get(key) is not None]
+    return max(v) if v else None
+
+
+def arm_figures(windows: list[dict]) -> dict:
+    """An arm's figures in one case, from its windows."""
+    out = {m: _point(_blocks(windows, m)) for m in METRICS}
+    rates = [w["throughput_rps"] for w in windows]
+    kinds: dict[str, int] = {}
+    for w in windows:
+        for k, n in w["error_kinds"].items():
+            kinds[k] = kinds.get(k, 0) + n
+    out.update({
+        "device_memory_peak_mib": _peak(windows, "device_memory_peak_mib"),
+        "server_device_memory_peak_mib": _peak(windows, "server_device_memory_peak_mib"),
+        "host_rss_peak_mib": _peak(windows, "host_rss_peak_mib"),
+        "sm_clock_mhz_min": min((w["sm_clock_mhz_min"] for w in windows if w.get("sm_clock_mhz_min")), default=None),
+        "temperature_c_max": _peak(windows, "temperature_c_max"),
+        "completions": sum(w["completions"] for w in windows),
+        "errors": {"count": sum(w["errors"] for w in windows), "kinds": kinds},
+        "servers": len({w["server"] for w in windows}), "window_count": len(windows),
+        "window_range_rps": [min(rates), max(rates)] if rates else None,
+        "flags": sorted({f for w in windows for f in w.get("flags", [])}),
+        "windows": windows,
+    })
+    return out
+
+
+def changes(case_windows: dict[str, list[dict]], baseline: str, n_boot: int, seed: int, case_index: int,
+            confidence: float) -> list[dict]:
+    """Each metric's change from the baseline for every other arm, with its bootstrap interval."""
+    names = list(case_windows)
+    rngs = {n: np.random.default_rng(s) for n, s in
+            zip(names, np.random.SeedSequence([seed, case_index]).spawn(len(names)))}
+    out = []
+    for metric in METRICS:
+        blocks = {n: _blocks(case_windows[n], metric) for n in names}
+        if not all(blocks.values()):
+            continue
+        est = {n: ratio(resampled_sums(rngs[n], blocks[n], n_boot), 0, 1) for n in names}
+        base = _point(blocks[baseline])
+        for n in names:
+            if n == baseline:
+                continue
+            value = _point(blocks[n])
+            change = value - base
+            pct = 100.0 * change / base if base else None
+            ci = ci_abs = None
+            if min(sum(len(b) for b in blocks[a]) for a in (n, baseline)) >= 2:     # no spread in one window
+                ci_abs = percentile_interval(est[n] - est[baseline], confidence)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ci = percentile_interval(100.0 * (est[n] / est[baseline] - 1.0), confidence)
+            beyond = ci_abs is not None and (ci_abs[0] > 0 or ci_abs[1] < 0)
+            out.append({"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
+                        "baseline_value": base, "value": value, "change": change, "change_pct": pct,
+                        "ci": None if ci is None else list(ci), "ci_abs": None if ci_abs is None else list(ci_abs),
+                        "verdict": "no interval (one window)" if ci_abs is None else
+                        "beyond noise" if beyond else "within noise"})
+    return out
+
+
+def gate_view(case_result: dict) -> dict:
+    """A case's changes in the shape compare's evaluate_gates reads."""
+    metrics: dict[str, dict] = {}
+    for c in case_result["changes"]:
+        m = metrics.setdefault(c["metric"], {"metric": c["metric"], "deterministic": False,
+                                             "arms": {c["baseline"]: {}}})
+        m["arms"][c["arm"]] = {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
+                               "ci_pct": c["ci"]}
+    return {"baseline": case_result["baseline"], "metrics": list(metrics.values())}
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def _num(v, digits: int = 4) -> str:
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"
+
+
+def _pct(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:+.2f}%"
+
+
+def rows(result: dict) -> list[list[str]]:
+    """Table rows: C | words / questions | req/s base → arm | change | CI | p50 | p99 | peak device MiB | verdict."""
+    out = []
+    base = result["baseline"]
+    for case in result["cases"]:
+        k, arms = case["case"], case["arms"]
+        by = {(c["arm"], c["metric"]): c for c in case["changes"]}
+        for name in [n for n in arms if n != base]:
+            t = by.get((name, "throughput_rps"))
+            a, b = arms[base], arms[name]
+            c = f"{k['concurrency']}" + (f" @ {k['rate']:g}/s" if k.get("rate") else "")
+            dev = (f"{_num(a['device_memory_peak_mib'], 6)} → {_num(b['device_memory_peak_mib'], 6)}"
+                   if a["device_memory_peak_mib"] is not None or b["device_memory_peak_mib"] is not None else "—")
+            out.append([c, f"{k['words']} / {k['questions']}",
+                        f"{_num(a['throughput_rps'])} → {_num(b['throughput_rps'])}",
+                        _pct(t["change_pct"]) if t else "—",
+                        f"{_pct(t['ci'][0])} … {_pct(t['ci'][1])}" if t and t["ci"] else "—",
+                        f"{_num(a['latency_ms_p50'])} → {_num(b['latency_ms_p50'])}",
+                        f"{_num(a['latency_ms_p99'])} → {_num(b['latency_ms_p99'])}", dev,
+                        t["verdict"] if t else "—"])
+    return out
+
+
+def header(result: dict) -> list[str]:
+    names = list(result["arms"])
+    arm = names[1] if len(names) == 2 else "arm"
+    return ["C", "words / questions", f"req/s {result['baseline']} → {arm}", "change",
+            f"{100 * result['method']['confidence']:g}% CI", "p50 ms", "p99 ms", "peak device MiB", "verdict"]
+
+
+def footer_lines(result: dict) -> list[str]:
+    """Window ranges, errors, flags, parity, the method and the time it took."""
+    lines = []
+    for case in result["cases"]:
+        ranges = "; ".join(f"{n} {_num(a['window_range_rps'][0])}–{_num(a['window_range_rps'][1])} req/s over "
+                           f"{_n(a['window_count'], 'window')} of {_n(a['servers'], 'server')}"
+                           for n, a in case["arms"].items() if a["window_range_rps"])
+        lines.append(f"{case['label']}: window means {ranges}")
+        for n, a in case["arms"].items():
+            if a["errors"]["count"]:
+                kinds = ", ".join(f"{k}: {v}" for k, v in sorted(a["errors"]["kinds"].items()))
+                lines.append(f"{case['label']}: {n}: {a['errors']['count']} errors of "
+                             f"{a['errors']['count'] + a['completions']} requests ({kinds})")
+            for f in a["flags"]:
+                lines.append(f"{case['label']}: {n}: {f}")
+    par = result.get("parity")
+    if par:
+        for n, p in par["arms"].items():
+            if not p["servers"]:
+                continue
+            lines.append(f"outputs matched ({n} vs {par['reference']}): {p['matched']} of {p['bodies']}"
+                         + (f" on {p['servers']} servers" if p["servers"] > 1 else "")
+                         + (f", numbers within {par['tolerance']:g}" if par["tolerance"] else ", exactly"))
+    m = result["method"]
+    lines.append(f"Method: requests/s = Σ completions / Σ elapsed s (drained requests included) over the windows; "
+                 f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: seeded two-level bootstrap "
+                 f"(servers within arms, then windows within servers), B = {m['B']}, seed {m['seed']}; beyond noise "
+                 f"= the interval excludes 0. Servers per arm: "
+                 + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
+                 + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
+                 f"of warm-up; order {m['order']}, case order reversed every other server; took "
+                 f"{result['duration_s']:.0f} s.")
+    if any(a["servers"] == 1 for a in result["arms"].values()):
+        lines.append("With one server in an arm, the interval covers window-to-window noise, not server-to-server "
+                     "variation: run more rounds for that.")
+    lines += [f"note: {n}" for n in result["notes"]]
+    return lines
+
+
+def render_markdown(result: dict) -> str:
+    names = list(result["arms"])
+    out = [f"### clef-prof bench: {' → '.join(names)}", "", "| " + " | ".join(header(result)) + " |",
+           "|" + "---|" * 2 + "---:|" * 6 + "---|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows(result)]
+    out.append("")
+    out += [f"<sub>{line}</sub>  " for line in footer_lines(result)]
+    for g in result.get("gates", []):
+        out.append(f"- **{'fired' if g['fired'] else 'passed'}** ({g['case']}): `{g['gate']}`")
+    return "\n".join(out) + "\n"
+
+
+def render_terminal(result: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    t = Table(title=f"clef-prof bench: {' → '.join(result['arms'])}")
+    for i, h in enumerate(header(result)):
+        t.add_column(h, justify="right" if 1 < i < 8 else "left")
+    for r in rows(result):
+        t.add_row(*r)
+    console.print(t)
+    for line in footer_lines(result):
+        console.print(line, highlight=False)

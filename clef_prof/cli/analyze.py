@@ -1,0 +1,62 @@
+"""`clef-prof analyze`: one or more captures, in one of four formats."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import EXIT_STRICT
+from .options import emit, stage_config
+
+
+def cmd_analyze(args) -> int:
+    from ..analyze.inputs import resolve
+
+    cfg = stage_config(args)
+    paths = [resolve(c)[0] for c in args.captures]
+    if args.output:
+        from ..safeio import check_output
+        check_output(args.output, [*args.captures, *paths, *([args.spec] if args.spec else [])])
+    if len(paths) == 1 and not args.dask:
+        results = [_analyze_one(paths[0], cfg, args).result]
+    else:
+        from ..analyze.parallel import analyze_many
+        results = analyze_many(paths, cfg, args.requests, jobs=args.jobs, dask=args.dask)
+    text = None
+    if args.format == "json":
+        import json
+        text = json.dumps(results[0] if len(results) == 1 else results, indent=2) + "\n"
+    elif args.format == "markdown":
+        from ..explore import text as report
+        text = "\n".join(report.render_markdown(r) for r in results)
+    elif args.format == "csv":
+        from ..explore import text as report
+        text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
+                       for i, r in enumerate(results))
+    if text is not None:
+        emit(text, args.output, [*args.captures, *([args.spec] if args.spec else [])])
+        if args.format == "csv" or args.output:
+            for r in results:
+                for w in r["warnings"]:
+                    print(f"warning: {r['path']}: {w}", file=sys.stderr)
+    else:
+        from ..explore import text as report
+        for r in results:
+            report.render_terminal(r)
+    if args.strict and any(r["warnings"] for r in results):
+        n = sum(len(r["warnings"]) for r in results)
+        print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)
+        return EXIT_STRICT
+    return 0
+
+
+def _analyze_one(path, cfg, args):
+    from ..analyze.result import analyze
+
+    if not sys.stderr.isatty() or args.format != "table" and not args.output:
+        return analyze(path, cfg, requests=args.requests)
+    from rich.console import Console
+    from rich.markup import escape
+    console = Console(stderr=True)
+    name = escape(os.path.basename(path))
+    with console.status(f"reading {name}") as status:
+        return analyze(path, cfg, requests=args.requests, on_step=lambda s: status.update(f"reading {name}: {s}"))

@@ -1,0 +1,91 @@
+"""Command line: parse arguments, call the library, print. No analysis lives here."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError
+from .analyze import cmd_analyze
+from .options import add_stage_options
+
+# subcommand -> the module whose add_parser(subparsers) registers it; a command line naming one
+# imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
+COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
+            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "load": "load",
+            "bench": "bench"}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv` naming a command, only that command's module is imported."""
+    from .. import __version__
+
+    p = argparse.ArgumentParser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
+                                "from Nsight Systems captures.")
+    p.add_argument("--version", action="version", version=f"clef-prof {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    a = sub.add_parser(
+        "analyze", help="per-request stage spans, H2D copies, kernels and GPU overlap of a capture",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Per-request host time of each stage (NVTX ranges nested in the batch range 'pooler n=K'),\n"
+                    "H2D/D2H copies and bytes, kernel and graph launches, and how much of the pooler's host span\n"
+                    "the GPU overlaps, from Nsight Systems captures. Warnings say which figures not to trust.",
+        epilog="A capture is an nsys SQLite export, an .nsys-rep report (exported once with nsys, beside it or\n"
+               "under $XDG_CACHE_HOME/clef-prof), a record manifest.json, or a record folder.\n\n"
+               "examples:\n"
+               "  clef-prof analyze traces/gpu-main-slice.sqlite\n"
+               "  clef-prof analyze runs/pr --format markdown --strict\n"
+               "  clef-prof analyze runs/ab/*/capture.sqlite -f json -o all.json   # a JSON list, in order")
+    a.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="nsys SQLite export, .nsys-rep report, record manifest.json or record folder")
+    a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table",
+                   help="table: terminal tables (default); markdown: for a pull request; csv: one row per stage "
+                        "and capture; json: the stable contract (a list for several captures)")
+    a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
+    a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
+    a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "
+                   "(default: one per CPU for big inputs, in-process for small ones)")
+    a.add_argument("--dask", metavar="SCHEDULER", help="analyze the captures on a Dask cluster (address, or 'local'); "
+                   "needs the dask.distributed package and paths every worker can read")
+    add_stage_options(a)
+    a.set_defaults(func=cmd_analyze)
+
+    import importlib
+    command = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    wanted = [] if command == "analyze" else [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for name in wanted:
+        importlib.import_module(f".{name}", __package__).add_parser(sub)
+    return p
+
+
+def run_command(func, args) -> int:
+    """Run a subcommand: one line on stderr for user errors (their exit code), 130 on Ctrl-C,
+    and one line for internal errors too, unless --debug asks for the traceback."""
+    try:
+        return func(args)
+    except ClefError as exc:
+        print(f"clef-prof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("clef-prof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        print(f"clef-prof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return EXIT_INPUT
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    return run_command(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

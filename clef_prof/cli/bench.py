@@ -1,0 +1,127 @@
+"""`clef-prof bench`: serving A/B without the profiler (clef_prof.bench.run)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..bench import load as bl
+from ..bench.run import _write, run
+from .options import emit
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="serving A/B without the profiler: fresh servers in ABBA order, windows per case, intervals",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serving A/B without nsys: per round a fresh server per arm (ABBA across rounds), health,\n"
+                    "warm-up, then each case of the matrix (order reversed every other server) in --windows windows\n"
+                    "of --window-s seconds. Per case: requests/s, p50/p99 latency and peak device memory of each\n"
+                    "arm, the change and its seeded two-level bootstrap interval (servers within arms, windows\n"
+                    "within servers), and a verdict. Exit 1 when a gate fires, outputs differ (--parity), or a\n"
+                    "request failed (unless --allow-errors).",
+        epilog="examples:\n"
+               "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
+               "                  --arm pr='clef-prof demo-server --variant pr' --rounds 2 --concurrency 8,16 \\\n"
+               "                  --words 200,1000 --windows 2 --window-s 30 --warmup 10 -f markdown\n"
+               "  clef-prof bench --arm main='vllm serve M' --arm pr='/pr/venv/bin/vllm serve M' \\\n"
+               "                  --preset vllm-embeddings --concurrency 32 --rate 200 --fail-if 'throughput_rps < -2%'")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=COMMAND",
+                   help="an arm and its server command (quoted; repeat; the first is the baseline)")
+    p.add_argument("--rounds", type=int, default=2, help="servers per arm (default 2)")
+    p.add_argument("--order", choices=["ABBA", "AB"], default="ABBA", help="arm order reversed every other round "
+                   "(ABBA, default) or fixed (AB)")
+    g = p.add_argument_group("requests")
+    g.add_argument("--preset", choices=sorted(bl.PRESETS), default="demo",
+                   help="body and endpoint: demo (POST /v1/systemone, Clef body), vllm-embeddings (/v1/embeddings), "
+                        "vllm-pooling (/pooling), raw (--body FILE); default demo")
+    g.add_argument("--url", default="http://127.0.0.1:8000", help="the arms' base URL (default %(default)s)")
+    g.add_argument("--path", help="request path (default: the preset's)")
+    g.add_argument("--health-url", help="health URL (default URL/health)")
+    g.add_argument("--body", metavar="FILE", help="--preset raw: a JSON body, or JSON Lines (bodies cycled)")
+    g.add_argument("--model", help="vllm presets: the model name (default: the first of GET /v1/models)")
+    g.add_argument("--check-response", metavar="PATH|MODULE:FUNC",
+                   help="check every answer: a dotted path that must exist (answers.q0.score, data[0].embedding), "
+                        "or a callable f(response, request) returning True/None, or False/a reason; failures are "
+                        "errors of kind 'check: ...' (e.g. clef_prof.bench.load:demo_words)")
+    g.add_argument("--request-timeout", type=float, default=60.0, metavar="S", help="seconds per request (default 60)")
+    c = p.add_argument_group("cases")
+    c.add_argument("--concurrency", "-c", default="16", help="clients in flight, comma-separated (default 16)")
+    c.add_argument("--words", default="200", help="words of input per request, comma-separated (default 200)")
+    c.add_argument("--questions", default="1", help="questions (vllm: inputs) per request, comma-separated "
+                                                    "(default 1)")
+    c.add_argument("--rate", help="open loop: Poisson arrivals per second (comma-separated for several); "
+                                  "concurrency then caps the connections")
+    c.add_argument("--cases", metavar="FILE", help='a JSON list of cases instead of the matrix: [{"concurrency": 8, '
+                                                   '"words": 200, "questions": 1, "rate": null}, ...]')
+    t = p.add_argument_group("timing")
+    t.add_argument("--warmup", type=float, default=10.0, metavar="S", help="warm-up seconds per server (and at "
+                   "least max(C, 8) requests; default 10)")
+    t.add_argument("--windows", type=int, default=2, help="windows per case and server (default 2)")
+    t.add_argument("--window-s", type=float, default=30.0, metavar="S", help="seconds per window (default 30)")
+    t.add_argument("--health-timeout", type=float, default=300.0, metavar="S", help="seconds to become healthy "
+                   "(default 300)")
+    t.add_argument("--stop-timeout", type=float, default=15.0, metavar="S",
+                   help="seconds the server gets to exit on SIGINT (then SIGTERM, then SIGKILL)")
+    q = p.add_argument_group("checks and statistics")
+    q.add_argument("--parity", type=int, default=0, metavar="N", help="send the same N bodies to every server and "
+                   "compare the answers with the baseline's first server")
+    q.add_argument("--parity-tol", type=float, default=0.0, metavar="X", help="numbers within X are equal (default 0: "
+                   "exact)")
+    q.add_argument("--allow-errors", action="store_true", help="failed requests do not make the exit code 1")
+    q.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
+                   help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
+    q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
+                   "the threshold (ci, default) or the point change is (point)")
+    q.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B", help="bootstrap replicates (default 2000)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the bodies, arrivals and bootstrap (default 0)")
+    q.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    o = p.add_argument_group("output")
+    o.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table",
+                   help="table (default), markdown, or json: the stable contract")
+    o.add_argument("--output", "-o", help="write the report to this file instead of stdout")
+    o.add_argument("--out", metavar="DIR", help="keep the server logs and bench.json (every window) here")
+    o.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    from ..bench import stats as bs
+    from ..compare.gates import gate_line
+
+    result = run(args)
+    if args.out:
+        _write(os.path.join(os.path.abspath(args.out), "bench.json"), result)
+    if args.format == "json":
+        emit(json.dumps(result, indent=2) + "\n", args.output)
+    elif args.format == "markdown":
+        emit(bs.render_markdown(result), args.output)
+    elif args.output:
+        from rich.console import Console
+        with open(args.output, "w") as fh:
+            bs.render_terminal(result, Console(file=fh, width=180, color_system=None))
+    else:
+        bs.render_terminal(result)
+    code = 0
+    for v in result["gates"]:
+        print(f"clef-prof: {v['case']}: {gate_line(v, '')}", file=sys.stderr)
+        code = 1 if v["fired"] else code
+    par = result["parity"]
+    if par and par["mismatches"]:
+        code = 1
+        for m in par["mismatches"][:20]:
+            print(f"clef-prof: parity: {m['arm']} server {m['server']}, body {m['body_index']}: {m['difference']} "
+                  f"(body: {m['body'][:120]})", file=sys.stderr)
+        print(f"clef-prof: parity: {len(par['mismatches'])} answers differ from {par['reference']}", file=sys.stderr)
+    failed = {}
+    for c in result["cases"]:
+        for a in c["arms"].values():
+            for k, n in a["errors"]["kinds"].items():
+                failed[k] = failed.get(k, 0) + n
+    if failed and not args.allow_errors:
+        code = 1
+        print(f"clef-prof: {sum(failed.values())} requests failed ("
+              + ", ".join(f"{k}: {n}" for k, n in sorted(failed.items()))
+              + "); the figures count successful requests only (--allow-errors to accept)", file=sys.stderr)
+    return code

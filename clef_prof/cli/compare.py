@@ -1,0 +1,101 @@
+"""`clef-prof compare`: main vs PR over repeated captures, with CI gates (clef_prof.compare)."""
+from __future__ import annotations
+
+import io
+import sys
+
+from ..compare.arm import CompareError, collect
+from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
+from .options import add_threshold_option, emit, stage_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="compare arms of captures (main vs a PR): per-request metrics, bootstrap intervals, gates",
+        description="Compare the per-request metrics of arms of captures; the first arm is the baseline. "
+                    "Each arm's figure, the change, and a seeded two-level bootstrap interval of the change.")
+    p.add_argument("folders", nargs="*", metavar="DIR",
+                   help="a folder written by `clef-prof ab` (one subfolder per capture, manifest.json naming its "
+                        "arm and export)")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=CAPTURES",
+                   help="an arm: comma-separated SQLite exports, .nsys-rep reports, record manifests (.json), "
+                        "capture folders or globs; repeat for "
+                        "each arm; the first is the baseline")
+    p.add_argument("--baseline", help="the baseline arm (default: the first --arm; for ab folders an arm named "
+                                      "main/baseline/base/control/master, else the first)")
+    p.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table",
+                   help="table: terminal table (default); markdown: for a pull request; json: the stable contract")
+    p.add_argument("--output", "-o", help="write the report to this file instead of stdout")
+    p.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
+                   help="gate on the change from the baseline, e.g. \"stages.index.host_ms_per_request > +5%%\" or "
+                        "\"per_request.h2d_copies > 0\" (> >= < <=; %% = relative); exit 1 when one fires")
+    p.add_argument("--gate-on", choices=["ci", "point"], default="ci",
+                   help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
+                        "default) or when the point change is (point); exact counts always use the exact change")
+    p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B", help="bootstrap replicates (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    p.add_argument("--jobs", "-j", type=int, default=2, help="processes analyzing captures (default 2)")
+    p.add_argument("--all", action="store_true", help="also show metrics that are exactly 0 in every arm")
+    p.add_argument("--list-metrics", action="store_true", help="list the metric names gates accept, and exit")
+    g = p.add_argument_group("stage ranges")
+    g.add_argument("--spec", help="stage spec TOML (annotations/*.toml) naming domain, batch range and stages")
+    g.add_argument("--domain", help="NVTX domain of the stage ranges (default 'clef')")
+    g.add_argument("--batch", help="name of the outer batch range (default 'pooler')")
+    g.add_argument("--stages", help="comma-separated stage names (default parse,index,transfer,head,encode)")
+    add_threshold_option(g)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..compare import engine as comparison
+
+    cfg = stage_config(args)
+    known = comparison.known_names(cfg.stages)
+    if args.list_metrics:
+        for m in comparison.catalogue(cfg.stages, cuda=True):
+            print(f"{m.name}\t{m.unit}")
+        for alias, target in comparison.ALIASES.items():
+            print(f"{alias}\t= {target}")
+        return 0
+    if args.bootstrap < 100:
+        raise CompareError(f"--bootstrap {args.bootstrap}: at least 100 replicates are needed for an interval")
+    if not 0.5 <= args.confidence < 1:
+        raise CompareError(f"--confidence {args.confidence}: expected a fraction in [0.5, 1), e.g. 0.95")
+    gates = [parse_gate(t, known) for t in args.fail_if]
+    arms = collect(args.folders, args.arm, args.baseline)
+    data = _load(arms, cfg, args)
+    comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence)
+    verdicts = evaluate_gates(gates, comp, args.gate_on)
+    comp["gates"] = verdicts
+    comp["method"]["gate_on"] = args.gate_on
+    inputs = [p for refs in arms.captures.values() for r in refs for p in (r.export, r.source)] + ([args.spec] if args.spec else [])
+    if args.format == "json":
+        emit(render_json(comp), args.output, inputs)
+    elif args.format == "markdown":
+        emit(render_markdown(comp, args.all), args.output, inputs)
+    elif args.output:
+        from rich.console import Console
+
+        buf = io.StringIO()
+        render_terminal(comp, Console(file=buf, width=160, color_system=None), args.all)
+        emit(buf.getvalue(), args.output, inputs)
+    else:
+        render_terminal(comp, show_all=args.all)
+    kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
+    for v in verdicts:
+        print(f"clef-prof: {gate_line(v, kinds[v['metric']])}", file=sys.stderr)
+    if args.format != "table" or args.output:
+        for w in comp["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
+    return 1 if any(v["fired"] for v in verdicts) else 0
+
+
+def _load(arms, cfg, args):
+    from ..compare import engine as comparison
+
+    n = len({r.export for refs in arms.captures.values() for r in refs})
+    if sys.stderr.isatty() and args.format == "table" and not args.output and n > 1:
+        procs = min(max(args.jobs, 1), n)
+        print(f"analyzing {n} captures{f' in {procs} processes' if procs > 1 else ''} …", file=sys.stderr)
+    return comparison.load_all(arms, cfg, jobs=args.jobs)

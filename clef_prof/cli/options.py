@@ -1,0 +1,41 @@
+"""Options and output shared by several subcommands."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
+
+
+def stage_config(args) -> StageConfig:
+    """--spec, --domain, --batch, --stages and --threshold, resolved (annotate.spec.stage_config)."""
+    from ..annotate.spec import stage_config as resolve
+    from ..config import parse_threshold
+
+    return resolve(getattr(args, "spec", None), args.domain, args.batch, args.stages,
+                   [parse_threshold(t) for t in getattr(args, "threshold", None) or []])
+
+
+def add_threshold_option(g) -> None:
+    g.add_argument("--threshold", action="append", metavar="KEY=VALUE",
+                   help="override a findings threshold, e.g. overlap_max_pct=30 (repeat; also a [findings] table "
+                        "in the spec; the README lists them)")
+
+
+def add_stage_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("stage ranges")
+    g.add_argument("--spec", help="stage spec TOML (annotations/*.toml) naming domain, batch range and stages")
+    g.add_argument("--domain", help=f"NVTX domain of the stage ranges (default {DEFAULT_DOMAIN!r}; '' = default domain)")
+    g.add_argument("--batch", help=f"name of the outer batch range (default {DEFAULT_BATCH!r}, message 'pooler n=K')")
+    g.add_argument("--stages", help=f"comma-separated stage names (default {','.join(DEFAULT_STAGES)})")
+    g.add_argument("--requests", type=int, help="total requests in the capture, when batch ranges carry no size")
+    add_threshold_option(g)
+
+
+def emit(text: str, output: str | None, inputs=()) -> None:
+    """Write to `output` (never over one of `inputs`, complete or not at all), or to stdout."""
+    if output:
+        from ..safeio import write_text
+        write_text(output, text, inputs)
+    else:
+        sys.stdout.write(text)

@@ -1,0 +1,46 @@
+"""`clef-prof report`: one self-contained HTML page (clef_prof.explore.html)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import ClefError
+from ..explore.html import write_html
+
+
+def add_parser(sub) -> None:
+    from .options import add_stage_options
+
+    p = sub.add_parser("report", help="a self-contained HTML report of one capture: tables, timeline, distributions",
+                       description="Write one HTML file (plots embedded, no external resources) for a capture.")
+    p.add_argument("capture", metavar="CAPTURE", help="nsys SQLite export, .nsys-rep report, record manifest or folder")
+    p.add_argument("--html", required=True, metavar="OUT.html", help="the HTML file to write")
+    p.add_argument("--batches", type=int, default=4, metavar="N", help="batches in the timeline (default 4)")
+    p.add_argument("--first-batch", type=int, default=0, metavar="I",
+                   help="first batch of the timeline, 0-based on its thread (default 0; negative counts from the end)")
+    add_stage_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .options import stage_config
+    from ..analyze.inputs import resolve
+    from ..explore.frames import open as open_capture
+
+    if args.batches < 1:
+        raise ClefError(f"--batches {args.batches}: at least 1")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ClefError("the HTML report draws its plots with matplotlib: pip install 'matplotlib>=3.10'") from None
+    from ..safeio import check_output
+
+    path = resolve(args.capture)[0]
+    inputs = [args.capture, path, *([args.spec] if args.spec else [])]
+    check_output(args.html, inputs)
+    cap = open_capture(path, stage_config(args), requests=args.requests)
+    write_html(cap, args.html, inputs, first_batch=args.first_batch, n_batches=args.batches)
+    size = os.path.getsize(args.html)
+    print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result['batches']} batches, "
+          f"{len(cap.warnings)} warning(s)", file=sys.stderr)
+    return 0

@@ -1,0 +1,31 @@
+"""`clef-prof slice`: cut an export to a time window (clef_prof.analyze.slicing)."""
+from __future__ import annotations
+
+from ..analyze.slicing import slice_capture
+from ..errors import CaptureError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("slice", help="cut a time window of an export into a new, smaller, consistent export")
+    p.add_argument("capture", help="input nsys SQLite export (read only)")
+    p.add_argument("output", help="new SQLite file")
+    p.add_argument("--from", dest="t0", type=float, required=True, help="window start, s from session start")
+    p.add_argument("--to", dest="t1", type=float, required=True, help="window end, s from session start")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    import math
+
+    from ..analyze.scrub import print_report
+
+    for flag, v in (("--from", args.t0), ("--to", args.t1)):
+        if not math.isfinite(v):
+            raise CaptureError(f"slice: {flag} {v}: expected a number of seconds")
+    t0, t1 = (int(min(max(v, -1e9), 1e9) * 1e9) for v in (args.t0, args.t1))
+    info = slice_capture(args.capture, args.output, t0, t1)
+    print_report(info["scrubbed"])
+    a, b = info["window_ns"]
+    print(f"wrote {args.output}: {info['bytes'] / 1e6:.2f} MB, window {a / 1e9:g}..{b / 1e9:g} s of the input "
+          f"(the slice's session: 0..{(b - a) / 1e9:g} s)")
+    return 0

@@ -1,0 +1,406 @@
+"""`compare`'s engine: analyze the captures of each arm, refuse what cannot be compared, and put
+every per-request metric of analyze side by side with a bootstrap interval for the change.
+
+Every metric is a ratio of sums over batch instances: sum(numerator) / sum(denominator) per arm,
+e.g. `stages.transfer.host_ms_per_request` = sum(transfer ns) / sum(batch size) / 1e6, which is
+exactly analyze's figure for one capture and the pooled figure for several. The interval is a
+two-level bootstrap (captures within an arm, then batch instances within each drawn capture; see
+`bootstrap`), the percentile interval of (arm - baseline) over independent replicates of the two
+arms. A count that is the same multiple of the batch size in every batch of every capture of an
+arm (9 H2D copies per request, 15 head launches per request) is deterministic in that arm; when
+it is so in every arm the figures are exact and carry no interval.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .arm import Arms, CaptureRef, CompareError
+from ..analyze.columns import Table
+from ..analyze.findings import compare_findings
+from ..analyze.stages import StageConfig
+
+SCHEMA = "clef-prof/compare/1"
+NS_PER_MS = 1e6
+CUDA_KEYS = ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str           # dotted path in analyze's JSON
+    kind: str           # host_ms | gpu_ms | count | bytes | fraction
+    num: str            # per-batch column summed in the numerator
+    den: str            # ... and in the denominator
+    scale: float = 1.0
+    cuda: bool = False
+    stage: str | None = None
+
+    @property
+    def unit(self) -> str:
+        return {"host_ms": "ms/request", "gpu_ms": "ms/request", "count": "/request", "bytes": "B/request",
+                "fraction": "fraction of the batch host span"}[self.kind]
+
+
+def catalogue(stages: tuple[str, ...], cuda: bool) -> list[Metric]:
+    """The metrics compare reports, in display order."""
+    out = [Metric("per_request.pooler_host_ms", "host_ms", "host_ns", "size", 1 / NS_PER_MS)]
+    out += [Metric(f"stages.{s}.host_ms_per_request", "host_ms", f"stage:{s}:ns", "size", 1 / NS_PER_MS, stage=s)
+            for s in stages]
+    if not cuda:
+        return out
+    kinds = {"h2d_bytes": "bytes"}
+    out += [Metric(f"per_request.{k}", kinds.get(k, "count"), k, "size", cuda=True) for k in CUDA_KEYS]
+    out += [Metric(f"stages.{s}.{k}_per_request", kinds.get(k, "count"), f"stage:{s}:{k}", "size", cuda=True, stage=s)
+            for s in stages for k in CUDA_KEYS]
+    out += [Metric("overlap.gpu_busy_fraction_of_pooler_span", "fraction", "gpu_busy_ns", "host_ns", cuda=True),
+            Metric("overlap.gpu_busy_ms_in_pooler_span_per_request", "gpu_ms", "gpu_busy_ns", "size", 1 / NS_PER_MS,
+                   cuda=True),
+            Metric("per_request.gpu_busy_ms", "gpu_ms", "gpu_own_ns", "size", 1 / NS_PER_MS, cuda=True)]
+    return out
+
+
+# other dotted paths of analyze's JSON that hold the same figure
+ALIASES = {"pooler.host_ms_per_request": "per_request.pooler_host_ms",
+           "overlap.gpu_busy_ms_per_request": "per_request.gpu_busy_ms",
+           **{f"pooler.{k}_per_request": f"per_request.{k}" for k in CUDA_KEYS}}
+
+
+def known_names(stages: tuple[str, ...]) -> dict[str, str]:
+    """Every metric name (and alias) a gate may use -> its canonical name."""
+    names = {m.name: m.name for m in catalogue(stages, cuda=True)}
+    names.update(ALIASES)
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+# one capture
+
+
+@dataclass
+class CaptureData:
+    """What compare keeps of one analyzed capture: analyze's JSON and the per-batch table."""
+
+    export: str
+    result: dict = field(repr=False)
+    table: Table = field(repr=False)   # one row per batch: size, host_ns, stage:<s>:ns, ...
+
+
+def batch_table(a) -> Table:
+    """analyze's per-batch table, with the CUDA work of each stage in each batch and the GPU busy
+    time of the batch's own work (its union) added."""
+    from ..analyze import cuda as cu
+
+    pb = a.batch_table
+    stages = a.config.stages
+    n = len(pb)
+    clash = [s for s in stages if f"{s}_ns" in ("host_ns", "gpu_busy_ns", "size_ns")]
+    if clash:
+        raise CompareError(f"stage name {clash[0]!r} clashes with a per-batch column; rename the stage")
+    cols = {"size": pb["size"], "host_ns": pb["host_ns"]}
+    for s in stages:
+        cols[f"stage:{s}:ns"] = pb[f"{s}_ns"]
+    if a.result["capture"]["cuda_traced"]:
+        for k in CUDA_KEYS:
+            cols[k] = pb[k]
+        cols["gpu_busy_ns"] = pb["gpu_busy_ns"]
+        c, t = a.rows("calls"), a.rows("transfers")
+        c_slot, c_batch, c_kind = c["slot"], c["batch"], c["kind"]
+        t_slot, t_batch = t["slot"], t["batch"]
+        t_kind, t_n, t_b = t["copyKind"], t["copies"], t["bytes"]
+
+        def per_batch(batch, mask, weights=None):
+            return np.bincount(batch[mask], weights=None if weights is None else weights[mask],
+                               minlength=n)[:n].astype(np.int64)
+
+        for code, s in enumerate(stages):
+            cin = (c_slot == code) & (c_batch >= 0)
+            tin = (t_slot == code) & (t_batch >= 0)
+            cols[f"stage:{s}:kernel_launches"] = per_batch(c_batch, cin & (c_kind == cu.LAUNCH))
+            cols[f"stage:{s}:graph_launches"] = per_batch(c_batch, cin & (c_kind == cu.GRAPH))
+            for label, kd in (("h2d", cu.HTOD), ("d2h", cu.DTOH)):
+                cols[f"stage:{s}:{label}_copies"] = per_batch(t_batch, tin & (t_kind == kd), t_n)
+                cols[f"stage:{s}:{label}_bytes"] = per_batch(t_batch, tin & (t_kind == kd), t_b)
+        cols["gpu_own_ns"] = _own_busy(a.rows("gpu_busy"), len(stages), n)
+    return Table(cols)
+
+
+def _own_busy(busy: Table, n_stages: int, n: int) -> np.ndarray:
+    """Per batch, the length of the union of the GPU intervals launched inside it (analyze's
+    `gpu_busy_ms_per_request`, batch by batch)."""
+    if busy is None or len(busy) == 0:
+        return np.zeros(n, np.int64)
+    m = (busy["slot"] < n_stages + 1) & (busy["batch"] >= 0)
+    b, s, e = busy["batch"][m], busy["start"][m], busy["end"][m]
+    if len(b) == 0:
+        return np.zeros(n, np.int64)
+    o = np.lexsort((s, b))
+    b, s, e = b[o], s[o], e[o]
+    # furthest end so far in the batch: a running max of (batch, rank of end), which never
+    # crosses into the next batch since its batch part is larger
+    ends, rank = np.unique(e, return_inverse=True)
+    reach = ends[np.maximum.accumulate(b * len(ends) + rank.reshape(-1)) - b * len(ends)]
+    prev = np.empty_like(reach)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = reach[:-1]
+    prev[np.r_[True, b[1:] != b[:-1]]] = np.iinfo(np.int64).min
+    gain = np.maximum(0, reach - np.maximum(s, prev))
+    return np.bincount(b, weights=gain, minlength=n)[:n].astype(np.int64)
+
+
+def load_capture(export: str, config: StageConfig) -> CaptureData:
+    """Analyze one export (module level, so that worker processes can run it)."""
+    from ..analyze.result import analyze
+
+    a = analyze(export, config, rows=True)
+    return CaptureData(export, a.result, batch_table(a))
+
+
+_CACHE: "OrderedDict[tuple, CaptureData]" = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _key(export: str, config: StageConfig) -> tuple | None:
+    try:
+        st = os.stat(export)
+    except OSError:
+        return None
+    return os.path.realpath(export), st.st_size, st.st_mtime_ns, config
+
+
+def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[CaptureData]]:
+    """Analyze every distinct export once, in up to `jobs` processes when there are several."""
+    first: dict[str, str] = {}                      # real path -> the path analyzed for it
+    for refs in arms.captures.values():
+        for r in refs:
+            first.setdefault(os.path.realpath(r.export), r.export)
+    done: dict[str, CaptureData] = {}
+    todo = []
+    for real, e in first.items():
+        k = _key(e, config)
+        if k is not None and k in _CACHE:
+            done[real] = _CACHE[k]
+        else:
+            todo.append((real, e))
+    if len(todo) > 1 and jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        from ..analyze import result as analysis  # noqa: F401  (imported once here, inherited by forked workers)
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            futures = [(real, pool.submit(load_capture, e, config)) for real, e in todo]
+            for real, f in futures:
+                done[real] = f.result()
+    else:
+        for real, e in todo:
+            done[real] = load_capture(e, config)
+    for real, e in todo:
+        k = _key(e, config)
+        if k is not None:
+            _CACHE[k] = done[real]
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return {name: [done[os.path.realpath(r.export)] for r in refs] for name, refs in arms.captures.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# refusal
+
+
+def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tuple[str, ...]) -> list[Metric]:
+    """The metrics all captures share, or CompareError with the reason they cannot be compared."""
+    flat: list[tuple[str, CaptureRef, CaptureData]] = [
+        (name, ref, d) for name in arms.names for ref, d in zip(arms.captures[name], data[name])]
+
+    def who(name, ref):
+        return f"{name} ({ref.label})"
+
+    for name, ref, d in flat:
+        r = d.result
+        if r["batches"] == 0 or r["requests_source"] is None or (d.table["size"] < 0).any():
+            raise CompareError(f"cannot compare: {who(name, ref)} has no {r['config']['batch']!r} batch ranges with "
+                               "a size (n=K): per-request figures need batch sizes (run `clef-prof analyze` on it)")
+
+    present = [(name, ref, frozenset(s for s in stages if d.result["stages"][s]["instances"] > 0))
+               for name, ref, d in flat]
+    base_name, base_ref, base_set = present[0]
+    for name, ref, have in present[1:]:
+        if have != base_set:
+            only_a, only_b = sorted(base_set - have, key=stages.index), sorted(have - base_set, key=stages.index)
+            parts = []
+            if only_a:
+                parts.append(f"{', '.join(only_a)} only in {who(base_name, base_ref)}")
+            if only_b:
+                parts.append(f"{', '.join(only_b)} only in {who(name, ref)}")
+            raise CompareError(f"cannot compare: different stage names ({'; '.join(parts)}); compare captures "
+                               "annotated alike, or pass --stages with the names they share")
+
+    traced = [(name, ref, d.result["capture"]["cuda_traced"]) for name, ref, d in flat]
+    if len({t for _, _, t in traced}) > 1:
+        on = next((n, r) for n, r, t in traced if t)
+        off = next((n, r) for n, r, t in traced if not t)
+        raise CompareError(f"cannot compare: CUDA was traced in {who(*on)} but not in {who(*off)}: no CUDA metrics in "
+                           "common, and CUDA tracing adds host time to every API call, so host times differ too; "
+                           "record both with the same `nsys -t` options")
+    modes = [(name, ref, d.result["capture"]["graph_trace_mode"]) for name, ref, d in flat]
+    if traced[0][2] and len({m for _, _, m in modes}) > 1:
+        a = modes[0]
+        b = next(m for m in modes if m[2] != a[2])
+        raise CompareError(f"cannot compare: different CUDA graph-trace modes ({a[2]} in {who(a[0], a[1])}, {b[2]} in "
+                           f"{who(b[0], b[1])}): graph kernels and launch costs are counted differently; record both "
+                           "with the same --cuda-graph-trace")
+
+    metrics = [m for m in catalogue(stages, traced[0][2]) if m.stage is None or m.stage in base_set]
+    if not metrics:
+        raise CompareError("cannot compare: the captures have no metric in common")
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+
+
+def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
+    """analyze's warnings, and the record manifest's check where the capture has a manifest."""
+    out = list(d.result["warnings"])
+    try:
+        from ..analyze import manifest as mf
+    except ImportError:         # record's manifest module absent: analyze's warnings only
+        return out
+    data = ref.manifest
+    if data is None:
+        path = mf.find_for(d.export)
+        try:
+            data = mf.read(path) if path else None
+        except (OSError, ValueError):
+            data = None
+    if data:
+        out += [w for w in mf.check_manifest(d.result, data) if w not in out]
+    return out
+
+
+def _exact_multiple(num: np.ndarray, den: np.ndarray) -> float | None:
+    """k when num == k * den in every batch (one k for all), else None."""
+    pos = den > 0
+    if (num[~pos] != 0).any() or not pos.any():
+        return None
+    r = num[pos] / den[pos]
+    k = r[0]
+    if np.all(np.abs(r - k) <= 1e-12 * max(abs(k), 1e-300)):
+        return float(num.sum() / den.sum())
+    return None
+
+
+def _pct(change: float | None, base: float | None) -> float | None:
+    if change is None or base is None:
+        return None
+    if base == 0:
+        return 0.0 if change == 0 else None
+    return 100.0 * change / base
+
+
+def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig = StageConfig(), n_boot: int = 2000,
+            seed: int = 0, confidence: float = 0.95) -> dict:
+    """The comparison as the JSON contract (see README, Compare)."""
+    from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
+
+    stages = tuple(config.stages)
+    metrics = check_comparable(arms, data, stages)
+    names = arms.names
+    base = names[0]
+    columns = sorted({c for m in metrics for c in (m.num, m.den)})
+    col = {c: i for i, c in enumerate(columns)}
+
+    # (a table is a Table or any mapping of column name to array, e.g. a DataFrame)
+    blocks = {n: [np.column_stack([np.asarray(d.table[c]) for c in columns]).astype(np.float64) for d in data[n]]
+              for n in names}
+    pooled = {n: np.concatenate(blocks[n]) for n in names}
+    ints = {n: {c: np.concatenate([np.asarray(d.table[c]) for d in data[n]]) for c in columns} for n in names}
+    rngs = arm_rngs(seed, len(names))
+    boot = {n: resampled_sums(rng, blocks[n], n_boot) for n, rng in zip(names, rngs)}
+
+    arms_out = {}
+    for n in names:
+        rs = [d.result for d in data[n]]
+        arms_out[n] = {"captures": len(rs), "batches": int(sum(r["batches"] for r in rs)),
+                       "requests": int(sum(r["requests"] for r in rs)),
+                       "exports": [d.export for d in data[n]],
+                       "sources": [ref.source for ref in arms.captures[n]],
+                       "nsys_versions": sorted({r["capture"]["nsys_version"] or "?" for r in rs})}
+
+    out_metrics = []
+    for m in metrics:
+        i_num, i_den = col[m.num], col[m.den]
+        entry = {"metric": m.name, "kind": m.kind, "unit": m.unit, "arms": {}}
+        exact = {}
+        est = {}
+        for n in names:
+            x = pooled[n]
+            mean = float(x[:, i_num].sum() / x[:, i_den].sum() * m.scale)
+            k = None
+            if m.kind in ("count", "bytes"):
+                k = _exact_multiple(ints[n][m.num], ints[n][m.den])
+                if k is not None:
+                    mean = k
+            exact[n] = k is not None
+            a = {"mean": mean, "captures": len(blocks[n]), "instances": int(len(x)),
+                 "per_capture": [float(b[:, i_num].sum() / b[:, i_den].sum() * m.scale) if b[:, i_den].sum() else None
+                                 for b in blocks[n]]}
+            if m.kind == "host_ms":
+                per_batch_ms = x[:, i_num] / NS_PER_MS
+                a["p50"] = float(np.percentile(per_batch_ms, 50))
+                a["p99"] = float(np.percentile(per_batch_ms, 99))
+            entry["arms"][n] = a
+            est[n] = ratio(boot[n], i_num, i_den, m.scale)
+        deterministic = all(exact.values())
+        entry["deterministic"] = deterministic
+        b_mean = entry["arms"][base]["mean"]
+        for n in names[1:]:
+            change = entry["arms"][n]["mean"] - b_mean
+            pct = _pct(change, b_mean)
+            if deterministic:
+                ci = ci_pct = None
+                beyond = change != 0
+            else:
+                ci = percentile_interval(est[n] - est[base], confidence)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ci_pct = percentile_interval(100.0 * (est[n] / est[base] - 1.0), confidence)
+                beyond = ci is not None and (ci[0] > 0 or ci[1] < 0)
+            entry["arms"][n].update({"change": change, "change_pct": pct, "ci": None if ci is None else list(ci),
+                                     "ci_pct": None if ci_pct is None else list(ci_pct), "beyond_noise": beyond})
+        first = entry["arms"][names[1]]
+        entry.update({k: first[k] for k in ("change", "change_pct", "ci", "ci_pct", "beyond_noise")})
+        out_metrics.append(entry)
+
+    warnings = [f"{n} ({ref.label}): {w}" for n in names for ref, d in zip(arms.captures[n], data[n])
+                for w in _capture_warnings(ref, d)]
+    notes = list(arms.notes)
+    versions = sorted({v for a in arms_out.values() for v in a["nsys_versions"]})
+    if len(versions) > 1:
+        notes.append(f"captures from different nsys versions ({', '.join(versions)}): profiler overhead may differ, "
+                     "so part of a host-time change may be the profiler's")
+    missing = [s for s in stages if not any(m.stage == s for m in metrics)]
+    if missing:
+        notes.append(f"no range in any capture for stage(s) {', '.join(missing)}: not compared")
+    for n in names:
+        outside = sum(d.result["excluded"]["outside_batch_instances"] for d in data[n])
+        if outside:
+            notes.append(f"{n}: {outside} stage instances lie outside batch ranges; compare's per-batch figures "
+                         "leave them out (analyze's stage totals include them)")
+    return {
+        "schema": SCHEMA,
+        "baseline": base,
+        "arms": arms_out,
+        "method": {"bootstrap": "two-level percentile (captures within an arm, then batch instances within each "
+                                "drawn capture); metric = sum(numerator) / sum(denominator) over the resampled batches",
+                   "B": n_boot, "seed": seed, "confidence": confidence,
+                   "exact": "a count that is one multiple of the batch size in every batch of every capture of "
+                            "every arm is exact: no interval"},
+        "config": {"domain": config.domain, "batch": config.batch, "stages": list(stages)},
+        "metrics": out_metrics,
+        "findings": compare_findings({n: [d.result for d in data[n]] for n in names}, base),
+        "warnings": warnings,
+        "notes": notes,
+    }

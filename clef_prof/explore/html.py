@@ -1,0 +1,202 @@
+"""`clef-prof report CAPTURE --html OUT.html`: one self-contained HTML page per capture.
+
+The page holds analyze's headline, its per-request and per-stage tables, the capture's threads,
+a timeline of consecutive batches and the per-stage duration distributions. Plots are embedded
+as base64 PNG and the style sheet is inline: the file references nothing outside itself (no
+scripts, fonts, style sheets or images to fetch), so it can be mailed, attached to CI or opened
+offline.
+"""
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+
+from ..errors import ClefError
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1400px;
+color:#1d1d1f;background:#fff;padding:0 16px;line-height:1.4}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}
+.path{color:#555;margin:0 0 12px}
+ul.headline{margin:8px 0;padding-left:18px}ul.headline li{margin:2px 0}
+table{border-collapse:collapse;font-size:13px;margin:6px 0 10px}
+th,td{border:1px solid #d0d0d0;padding:3px 8px}th{background:#f2f4f7;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.total td{font-weight:600;background:#fafafa}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px;margin:6px 0}
+.key{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}
+.key div{border:1px solid #d0d0d0;border-radius:6px;padding:6px 12px;min-width:150px}
+.key b{display:block;font-size:20px}.key span{color:#555;font-size:12px}
+figure{margin:8px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e4e4}
+figcaption{color:#555;font-size:12px;margin-top:4px}
+footer{color:#777;font-size:12px;margin:32px 0 8px}
+.side{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.side>figure{flex:1 1 1000px;min-width:0}
+.findings{flex:1 1 320px;font-size:13px}.findings li{margin:0 0 8px}
+.sev-high{color:#b00020}.sev-medium{color:#a05a00}.sev-low{color:#555}.sev-info{color:#777}
+"""
+
+
+def _e(text) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def _table(headers: list[str], rows: list[list], num_from: int = 1, total_last: bool = False) -> str:
+    out = ["<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    for i, row in enumerate(rows):
+        cls = ' class="total"' if total_last and i == len(rows) - 1 else ""
+        cells = "".join(f'<td class="num">{_e(v)}</td>' if j >= num_from else f"<td>{_e(v)}</td>"
+                        for j, v in enumerate(row))
+        out.append(f"<tr{cls}>{cells}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _pct1(v) -> str:
+    return "—" if v is None else f"{v:.1f}%"
+
+
+def _img(fig, alt: str, caption: str, dpi: int = 100) -> str:
+    from .plots import png_base64
+
+    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{png_base64(fig, dpi)}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _findings(r: dict) -> str:
+    """The findings as a list, for beside the timeline."""
+    found = r.get("findings", [])
+    items = "".join(f'<li><b class="sev-{_e(f["severity"])}">{_e(f["severity"])}</b> · <code>{_e(f["stage"])}</code> · '
+                    f'<code>{_e(f["id"])}</code>: {_e(f["summary"])}<br><i>fix:</i> {_e(f["advice"])}<br>'
+                    f'<i>expected:</i> {_e(f["expected"])}</li>' for f in found)
+    return (f'<div class="findings"><b>Findings ({len(found)})</b>'
+            f'{"<ul>" + items + "</ul>" if found else "<p>no rule fired</p>"}</div>')
+
+
+def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
+    """The report of one capture (a `Capture` or a path) as one HTML string."""
+    from ..config import VERSION as __version__
+    from . import plots
+    from .frames import Capture, open as open_capture
+    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline
+
+    cap = cap if isinstance(cap, Capture) else open_capture(cap)
+    r = cap.result
+    name = title or cap.name
+    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+             f"<title>clef-prof report: {_e(name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>clef-prof report: <code>{_e(name)}</code></h1>",
+             f"<p class=\"path mono\">{_e(cap.path)}</p>"]
+    parts.append("<ul class=\"headline\">" + "".join(f"<li>{_e(line.strip())}</li>" for line in headline(r)) + "</ul>")
+    for w in r["warnings"]:
+        parts.append(f'<div class="warn"><b>warning:</b> {_e(w)}</div>')
+
+    # key figures per request
+    pr, ov = r["per_request"], r["overlap"]
+    src = r.get("requests_source") or ""
+    keys = [("requests", r["requests"], "int",
+             src if src in ("", "--requests") else f"rows scheduled in batch ranges ({src}), not requests finished"),
+            ("batches", r["batches"], "int", "batch ranges"),
+            ("host ms / request", pr["pooler_host_ms"], "ms", f"{r['config']['batch']} span / requests")]
+    if r["capture"]["cuda_traced"]:
+        keys += [("H2D copies / request", pr["h2d_copies"], "f2", f"{fmt(pr['h2d_bytes'], 'f0')} B / request"),
+                 ("kernel launches / request", pr["kernel_launches"], "f2",
+                  f"{fmt(pr['graph_launches'], 'f2')} graph launches / request"),
+                 ("D2H copies / request", pr["d2h_copies"], "f2", "device to host"),
+                 ("GPU busy in batch span", None if ov["gpu_busy_fraction_of_pooler_span"] is None else
+                  100 * ov["gpu_busy_fraction_of_pooler_span"], "pct1",
+                  f"{fmt(ov['gpu_busy_ms_per_request'], 'ms')} GPU ms / request")]
+    cards = "".join(f"<div><span>{_e(k)}</span><b>{_e(fmt(v, kind) if kind != 'pct1' else _pct1(v))}</b>"
+                    f"<span>{_e(sub)}</span></div>" for k, v, kind, sub in keys)
+    parts.append(f"<h2>Per request</h2><div class=\"key\">{cards}</div>")
+
+    # stage tables (the terminal report's columns)
+    blocks = list(r["stages"].items())
+    if r["pooler"]["instances"]:
+        blocks.append((f"{r['pooler']['name']} (batch)", r["pooler"]))
+
+    def rows(cols):
+        out = []
+        for sname, block in blocks:
+            b = dict(block)
+            b["h2d_pinned_pct"] = None if not b.get("h2d_copies") else 100.0 * b["h2d_pinned"] / b["h2d_copies"]
+            out.append([sname, *(fmt(b.get(k), kind) for k, _, kind in cols)])
+        return out
+
+    parts.append("<h2>Host time per stage</h2>")
+    parts.append(_table(["stage", *(h for _, h, _ in HOST_COLUMNS)], rows(HOST_COLUMNS),
+                        total_last=bool(r["pooler"]["instances"])))
+    if r["capture"]["cuda_traced"]:
+        parts.append("<h2>CUDA work per stage</h2><p>placed by the launching API call; /req = per request</p>")
+        parts.append(_table(["stage", *(h for _, h, _ in CUDA_COLUMNS)], rows(CUDA_COLUMNS),
+                            total_last=bool(r["pooler"]["instances"])))
+
+    # plots
+    if r["batches"]:
+        n_b = min(n_batches, r["batches"])
+        try:
+            tl = plots.timeline(cap, first_batch, n_b)
+        except ClefError as exc:
+            parts.append(f'<div class="warn">timeline: {_e(exc)}</div>')
+        else:
+            cap_text = (f"{len(tl.batches)} consecutive batches (#{tl.batches[0]}–#{tl.batches[-1]}), "
+                        f"{tl.requests} requests. Host lanes: the batch range and each stage. ")
+            if r["capture"]["cuda_traced"]:
+                cap_text += (f"GPU lanes: one tick per copy record ({tl.h2d_marks} H2D = "
+                             f"{tl.h2d_per_request:.2f} per request; red pageable, green pinned), kernels, "
+                             "graphs, and the union of GPU work; grey is work launched outside these batches. ")
+                if tl.zoom:
+                    cap_text += (f"Below: batch #{tl.zoom['batch']} (n={tl.zoom['size']}), stage "
+                                 f"{tl.zoom['stage']}, every H2D copy numbered.")
+            parts.append("<h2>Timeline and findings</h2><div class=\"side\">"
+                         + _img(tl.figure, "timeline of consecutive batches", cap_text) + _findings(r) + "</div>")
+        fig = plots.stage_durations(cap)
+        parts.append("<h2>Host time per stage, distribution</h2>" + _img(
+            fig, "per-stage host time per batch", "one point per batch (each stage's instances in a batch summed); "
+            "boxes: quartiles and median; log scale"))
+
+    if not any(p.startswith("<h2>Timeline and findings") for p in parts):
+        parts.append("<h2>Findings</h2>" + _findings(r))
+
+    # threads and batches
+    th = cap.threads
+    if len(th):
+        parts.append("<h2>Threads with stage ranges</h2>")
+        parts.append(_table(list(th.columns), th.values.tolist(), num_from=99))
+    b = cap.batches
+    if len(b):
+        cols = [c for c in ["batch", "size", "duration_ms", *(f"{s}_ns" for s in cap.stage_names), "h2d_copies",
+                            "kernel_launches", "graph_launches", "gpu_busy_fraction"] if c in b]
+        shown = b[cols].head(50)
+
+        def cell(c, v):
+            if c.endswith("_ns"):
+                return f"{v / 1e6:.3f}"
+            if c == "duration_ms":
+                return f"{v:.3f}"
+            if c == "gpu_busy_fraction":
+                return f"{100 * v:.1f}%"
+            return f"{int(v):,}"
+
+        heads = [c[:-3] + " ms" if c.endswith("_ns") else ("ms" if c == "duration_ms" else
+                                                           ("GPU busy" if c == "gpu_busy_fraction" else c))
+                 for c in cols]
+        parts.append(f"<h2>Batches</h2><details><summary>first {len(shown)} of {len(b)} batches</summary>")
+        parts.append(_table(heads, [[cell(c, v) for c, v in zip(cols, row)] for row in shown.itertuples(index=False)],
+                            num_from=0))
+        parts.append("</details>")
+
+    cfg = r["capture"]
+    parts.append(f"<footer>clef-prof {_e(__version__)} · nsys {_e(cfg['nsys_version'] or '?')}, schema "
+                 f"{_e(cfg['schema_version'] or '?')} · generated "
+                 f"{_e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}</footer></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_html(cap, path: str, inputs=(), **kw) -> str:
+    """Render and write the report (never over one of `inputs`); returns the path."""
+    from ..safeio import write_text
+
+    write_text(path, render_html(cap, **kw), inputs)
+    return path

@@ -1,0 +1,121 @@
+"""The manifest `clef-prof record` writes beside each export, and the check analyze makes with it.
+
+`manifest.json` (schema "clef-prof/record/1") holds what is needed to trust and repeat a
+capture: the command lines (clef-prof, nsys, the server, the window commands), the nsys and
+server versions, the load settings, the window's timestamps (wall clock, ns since the epoch),
+the client's completions inside the window with latency percentiles and errors, the server's
+own counts when its /stop_profile reports them, the git revision of the working directory
+and of clef-prof, and:
+
+- "export": the SQLite export, relative to the manifest's folder (absolute when elsewhere);
+- "report": the .nsys-rep; "status": "ok", "server died", "interrupted" or "failed";
+- "arm" and "round" when `clef-prof ab` made it;
+- "client"/"capture": the span of the export in which the server was recorded ("recorded_ns",
+  wall clock; see collected_span), the completions inside it, and the client's bounds on the
+  requests the server handled in it ("requests_inside", "requests_overlapping").
+
+clef_prof.analyze.manifest reads it and holds an analyze result against it (warnings only).
+Standard library only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+from ..config import MANIFEST as NAME, MANIFEST_SCHEMA as SCHEMA, STATUS_DIED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_OK  # noqa: F401 - record's names
+
+
+def git_info(path: str) -> dict | None:
+    """{"revision", "dirty", "root"} of the git work tree holding `path`, or None."""
+    import subprocess
+
+    def git(*args):
+        p = subprocess.run(["git", "-C", path, *args], capture_output=True, text=True, timeout=10,
+                           stdin=subprocess.DEVNULL)
+        return p.stdout.strip() if p.returncode == 0 else None
+    try:
+        rev = git("rev-parse", "HEAD")
+        if not rev:
+            return None
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"revision": rev, "dirty": bool(status), "root": git("rev-parse", "--show-toplevel"),
+                "branch": git("rev-parse", "--abbrev-ref", "HEAD")}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def relative_to(path: str | None, folder: str) -> str | None:
+    """`path` relative to `folder` when it lies inside it, else absolute."""
+    if path is None:
+        return None
+    a, f = os.path.abspath(path), os.path.abspath(folder)
+    return os.path.relpath(a, f) if a == f or a.startswith(f + os.sep) else a
+
+
+def write(manifest: dict, folder: str, name: str = NAME) -> str:
+    """Write atomically (a crash never leaves half a manifest); returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=folder)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(manifest, fh, indent=2, sort_keys=False, default=str)
+        fh.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+RANGE_TYPES = "59, 60, 70, 71"       # NVTX push/pop and start/end ranges (and their NVTXT forms)
+
+
+def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
+    """(session start, first, last, duration): the wall-clock time of the export's time 0
+    (TARGET_INFO_SESSION_START_TIME.utcEpochNs), the start of the first and the end of the last
+    NVTX range recorded (within the session), and the session length (ANALYSIS_DETAILS.duration),
+    in ns from time 0.
+
+    nsys opens the session (time 0) before the profiled process's NVTX ranges are collected: the
+    first came 0.3-10 ms later in 7 recordings on a loaded 2-core machine, and OS-runtime rows
+    began up to 6 ms before NVTX ranges did. The batch ranges, which the request count comes
+    from, can only be judged over the span in which NVTX ranges were collected: [first, last].
+    A request sent after `first` is batched after it, so its batch range was collected unless
+    it was lost. None when the export lacks these tables or has no NVTX range."""
+    import sqlite3
+    try:
+        db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
+        try:
+            t0 = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+            dur = db.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()
+            first, last = db.execute(f'SELECT min(start), max(COALESCE("end", start)) FROM NVTX_EVENTS '
+                                     f"WHERE start >= 0 AND eventType IN ({RANGE_TYPES})").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    if not t0 or not dur or t0[0] is None or dur[0] is None or first is None:
+        return None
+    duration = int(dur[0])
+    return int(t0[0]), int(first), min(int(last), duration), duration
+
+
+def count_rows(sqlite_path: str, table: str) -> int | None:
+    """Rows of `table` in an export; None when the table is missing or the file unreadable."""
+    import sqlite3
+    try:
+        db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
+        try:
+            return int(db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+
+
+def python_info() -> dict:
+    return {"executable": sys.executable, "version": sys.version.split()[0]}
+
+
+# --------------------------------------------------------------------------------------------
+# the check analyze makes

@@ -1,0 +1,1193 @@
+"""`clef-prof record`: one repeatable command for the manual capture procedure.
+
+    clef-prof record --out DIR [--spec annotations/X.toml] [options] -- <server command>
+    clef-prof record --out DIR -- clef-prof demo-server --variant pr
+
+1. Builds the nsys command (CUDA, NVTX and OS-runtime trace, Python sampling, CUDA-graph
+   granularity, fork tracing, a capture range, the output name) and prints it; `--dry-run`
+   stops there.
+2. Starts the server under nsys (with the stage spec injected when --spec is given), waits
+   until it is healthy, warms it up under load, opens the window, holds it for --duration,
+   closes it, stops the server (SIGINT, then SIGTERM, then SIGKILL, with timeouts) and exports
+   the report to SQLite. The window is opened one of three ways (`--window`):
+   - `profiler-api`: POST /start_profile -> cudaProfilerStart in the server, nsys
+     `--capture-range=cudaProfilerApi` (a GPU server with profiling endpoints);
+   - `nsys`: `nsys launch` at start-up, then `nsys start` / `nsys stop --session` from here
+     (any server, no GPU needed; the endpoints are called too when the server has them);
+   - `nvtx`: nsys `--capture-range=nvtx` on a range the server opens in /start_profile
+     (the demo server's `window@clef-prof`).
+   `auto`: nsys without an NVIDIA GPU or without endpoints; profiler-api with the vllm preset
+   (which mounts the endpoints); otherwise the server starts under `nsys launch` and, once
+   healthy, is probed for /start_profile: found, the session's window is the profiler API's
+   (`nsys start --capture-range=cudaProfilerApi`); absent, nsys' own start/stop.
+3. Drives the load with the built-in closed-loop generator (or `--client-cmd`), and keeps the
+   client's completions, latency percentiles and errors inside the window.
+4. Writes `manifest.json` beside the export (see clef_prof.record.manifest).
+
+It never leaves the server or nsys running: every process of the capture carries a marker in
+its environment, the children of the server and of nsys are remembered by parent id (a child
+that drops the marker, `setsid env -i ...`, included), and whatever is still alive at the
+end, on Ctrl-C, SIGTERM or any failure, is signalled until it is gone.
+
+Standard library only (runs on GPU machines without pandas).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+from .. import cupti
+from . import manifest as mf
+from . import procs
+from ..errors import ClefError
+from .load import Load, LoadSettings
+from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, TraceOptions, export_command, import_command, importer_path,
+                   launch_command, profile_command, quote, session_state, start_command, stop_command)
+from ..redact import REMOVED, redact_args, redact_text
+
+WINDOWS = ("auto", "nsys", "profiler-api", "nvtx")
+DEFAULT_NVTX_CAPTURE = "window@clef-prof"
+VLLM_HINT = ("vLLM mounts /start_profile and /stop_profile only when profiling is configured: "
+             "`--profiler-config '{\"profiler\": \"cuda\"}'` (vLLM >= 0.13), VLLM_TORCH_CUDA_PROFILE=1 (0.12), "
+             "VLLM_TORCH_PROFILER_DIR=DIR (<= 0.11, the torch profiler: not under nsys)")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How a kind of server is driven: health path, profiling endpoints and their bodies, the
+    default URL, and what the server command and nsys need (where the user chose nothing)."""
+
+    name: str
+    health: str = "/health"
+    start: str | None = "/start_profile"
+    stop: str | None = "/stop_profile"
+    start_body: str | None = None
+    stop_body: str | None = None
+    version: str | None = "/version"
+    url: str = "http://127.0.0.1:8000"
+    env: tuple[tuple[str, str], ...] = ()
+    cuda_graph_trace: str = "graph"
+    endpoints_sure: bool = False       # the endpoints exist (the preset mounts them): no probe
+
+
+PRESETS = {
+    "generic": Preset("generic"),
+    # vLLM (checked in 0.22.1 and 0.33.0): the endpoints exist only with --profiler-config naming
+    # a profiler (added when missing); 0.33 takes an optional body (max_iterations, ...); its
+    # profiling guide: spawn workers, --trace-fork-before-exec=true --cuda-graph-trace=node
+    "vllm": Preset("vllm", env=(("VLLM_WORKER_MULTIPROC_METHOD", "spawn"),), cuda_graph_trace="node",
+                   endpoints_sure=True),
+    # SGLang (checked in 0.5.23): port 30000, /server_info; the CUDA_PROFILER activity calls
+    # cudaProfilerStart on the base GPU
+    "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/server_info",
+                     url="http://127.0.0.1:30000"),
+    "none": Preset("none", start=None, stop=None),
+}
+VLLM_PROFILER_FLAG = "--profiler-config"
+VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
+
+
+def vllm_profiler_config(server: list[str]) -> tuple[str | None, bool]:
+    """(the value of --profiler-config in a vLLM command, whether the flag is there at all:
+    `--profiler-config JSON`, `--profiler-config=JSON` or the dotted `--profiler-config.KEY V`)."""
+    for i, a in enumerate(server):
+        if a == VLLM_PROFILER_FLAG:
+            return (server[i + 1] if i + 1 < len(server) else None), True
+        if a.startswith(VLLM_PROFILER_FLAG + "="):
+            return a.split("=", 1)[1], True
+        if a.startswith(VLLM_PROFILER_FLAG + "."):
+            return None, True
+    return None, False
+
+
+def max_iterations(start_body: str | None, server: list[str], preset: str) -> int | None:
+    """Engine steps after which vLLM's profiler stops by itself (the start body's
+    `max_iterations`, else the one in --profiler-config), or None."""
+    if preset != "vllm":
+        return None
+    for text in (start_body, vllm_profiler_config(server)[0]):
+        try:
+            n = json.loads(text).get("max_iterations") if text else None
+        except (ValueError, AttributeError):
+            n = None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
+
+
+AGENT_EXIT_S = 10.0     # how long nsys' agent gets to exit by itself after nsys, before it is ended
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM / SIGHUP to clef-prof record: handled like Ctrl-C."""
+
+
+class CaptureFailed(ClefError):
+    pass
+
+
+class NsysCrashed(CaptureFailed):
+    """nsys itself died while starting the server (its exception in the server's log)."""
+
+
+# --------------------------------------------------------------------------------------------
+# configuration
+
+@dataclass
+class RecordConfig:
+    out: str
+    server: list[str]
+    name: str = "capture"
+    nsys: str | None = None
+    window: str = "auto"
+    preset: str = "generic"
+    url: str | None = None                # None: the preset's
+    health_url: str | None = None
+    health_timeout: float = 120.0
+    start_path: str | None = None
+    stop_path: str | None = None
+    start_body: str | None = None
+    stop_body: str | None = None
+    call_endpoints: bool = True
+    nvtx_capture: str = DEFAULT_NVTX_CAPTURE
+    capture_range_end: str = "stop"
+    trace: TraceOptions = field(default_factory=TraceOptions)
+    warmup_s: float = 15.0
+    warmup_requests: int = 0
+    duration_s: float = 3.0
+    load: LoadSettings | None = field(default_factory=LoadSettings)
+    client_cmd: str | None = None
+    spec: str | None = None
+    env: dict = field(default_factory=dict)
+    stop_timeout: float = 15.0
+    retries: int = 1
+    finalize_timeout: float = 300.0
+    export: bool = True
+    importer_libs: str | None = None       # LD_LIBRARY_PATH for QdstrmImporter alone
+    arm: str | None = None
+    round: int | None = None
+    argv: list[str] | None = None
+    quiet: bool = False
+    keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
+
+    def __post_init__(self):
+        if self.url is None:
+            self.url = PRESETS[self.preset].url
+
+    @property
+    def preset_obj(self) -> Preset:
+        return PRESETS[self.preset]
+
+    def endpoint(self, which: str) -> tuple[str | None, str | None]:
+        p = self.preset_obj
+        path = self.start_path if which == "start" else self.stop_path
+        body = self.start_body if which == "start" else self.stop_body
+        path = path if path is not None else (p.start if which == "start" else p.stop)
+        body = body if body is not None else (p.start_body if which == "start" else p.stop_body)
+        if not self.call_endpoints or not path:
+            return None, None
+        return self.url.rstrip("/") + path, body
+
+    @property
+    def health(self) -> str:
+        return self.health_url or self.url.rstrip("/") + self.preset_obj.health
+
+
+def gpu_present() -> bool:
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+        return True
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
+@dataclass
+class Plan:
+    window: str
+    nsys: Nsys
+    server: list[str]
+    main: list[str]                       # nsys profile ... / nsys launch ...
+    start: list[str] | None = None        # nsys start (window nsys)
+    stop: list[str] | None = None         # nsys stop
+    export: list[str] | None = None
+    env: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    session: str = ""
+    token: str = ""
+    report: str = ""
+    sqlite: str = ""
+    probe: bool = False                   # --window auto: probe the endpoints once healthy
+
+    def lines(self) -> list[str]:
+        env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
+        out = [f"# window: {self.window}", env + quote(self.main)]
+        if self.start:
+            out += [quote(self.start) + "    # opens the window", quote(self.stop) + "    # closes it"]
+        if self.export:
+            out.append(quote(self.export))
+        return out
+
+
+def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
+    if not cfg.server:
+        raise ClefError("record: no server command: put it after `--`, e.g. "
+                        "clef-prof record --out runs/x -- clef-prof demo-server --variant pr")
+    if nsys is None:
+        nsys = Nsys.find(cfg.nsys)
+    window = cfg.window
+    notes: list[str] = []
+    preset = cfg.preset_obj
+    server = list(cfg.server)
+    if cfg.preset == "vllm" and not vllm_profiler_config(server)[1]:
+        server += [VLLM_PROFILER_FLAG, VLLM_PROFILER_CONFIG]
+        notes.append(f"--preset vllm: added {VLLM_PROFILER_FLAG} {shlex.quote(VLLM_PROFILER_CONFIG)} to the server "
+                     "command (vLLM mounts /start_profile and /stop_profile only with it)")
+    probe = False
+    if window == "auto":
+        has_endpoints = cfg.endpoint("start")[0] is not None
+        if not gpu_present() or not has_endpoints:
+            window = "nsys"
+            notes.append("--window auto: nsys (" + ("no NVIDIA GPU here" if has_endpoints else "no profiling endpoints")
+                         + ")")
+        elif preset.endpoints_sure:
+            window = "profiler-api"
+            notes.append(f"--window auto: profiler-api (an NVIDIA GPU is present; --preset {cfg.preset} mounts the "
+                         "endpoints)")
+        else:
+            window, probe = "nsys", True
+            notes.append("--window auto: nsys session control, probed once the server is healthy: with "
+                         "/start_profile the window is the profiler API's (cudaProfilerApi), without it nsys' own")
+    if window in ("profiler-api", "nvtx") and cfg.endpoint("start")[0] is None:
+        raise ClefError(f"record: --window {window} needs the server's /start_profile endpoint "
+                        "(not --preset none / --no-endpoints); use --window nsys")
+    token = secrets.token_hex(6)
+    session = f"clefprof-{os.getpid()}-{token[:6]}"
+    base = os.path.join(os.path.abspath(cfg.out), cfg.name)
+    env = {k: v for k, v in preset.env if k not in os.environ}
+    if env:
+        notes.append(f"--preset {cfg.preset}: " + " ".join(f"{k}={v}" for k, v in env.items()))
+    if cfg.spec:
+        env.update(spec_env(cfg.spec))
+    env.update(cfg.env)
+    if window == "nsys":
+        main = launch_command(nsys, cfg.trace, server, session=session, notes=notes)
+        start = start_command(nsys, cfg.trace, base, session=session)
+        stop = stop_command(nsys, session=session)
+    else:
+        rng = "cudaProfilerApi" if window == "profiler-api" else "nvtx"
+        if window == "nvtx":
+            env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
+        main = profile_command(nsys, cfg.trace, base, server, session=session, capture_range=rng,
+                               capture_range_end=cfg.capture_range_end, nvtx_capture=cfg.nvtx_capture, notes=notes)
+        start = stop = None
+    report, sqlite = base + ".nsys-rep", base + ".sqlite"
+    exp = export_command(nsys, report, sqlite) if cfg.export else None
+    return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
+
+
+def redact_commands(commands: dict) -> dict:
+    """The manifest's command lines with environment values, secret-named flags' values and
+    key-like tokens removed (clef_prof.analyze.scrub's rules)."""
+    out = {}
+    for key, v in commands.items():
+        if key == "env":
+            out[key] = {k: REMOVED for k in v}
+        elif isinstance(v, list):
+            out[key] = redact_args(v)
+        elif isinstance(v, str) and key != "cwd":
+            out[key] = redact_text(v)[0]
+        else:
+            out[key] = v
+    return out
+
+
+def spec_env(spec_path: str) -> dict:
+    if not os.path.isfile(spec_path):
+        raise ClefError(f"--spec {spec_path}: no such file")
+    from ..annotate.spec import load
+    load(spec_path)                       # a malformed spec fails here, with its own one line
+    try:
+        from ..annotate.inject import environment
+    except ImportError:
+        raise ClefError("--spec needs clef_prof.annotate.inject, which this installation lacks") from None
+    return environment(spec_path, base=os.environ)
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP control (urllib)
+
+def http(method: str, url: str, body: str | None = None, timeout: float = 10.0) -> tuple[int | None, str]:
+    """(status, text); status None when nothing answered (text says why)."""
+    data = body.encode() if body is not None else (b"" if method == "POST" else None)
+    req = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(65536).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        try:
+            text = exc.read(4096).decode("utf-8", "replace")
+        except Exception:
+            text = ""
+        return exc.code, text
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return None, f"{type(reason).__name__}: {reason}" if not isinstance(reason, str) else reason
+
+
+def port_in_use(url: str) -> tuple[str, int] | None:
+    u = urllib.parse.urlsplit(url)
+    host, port = u.hostname, u.port or 80
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "[::1]"):
+        return None
+    try:
+        with socket.create_connection(("127.0.0.1" if host == "0.0.0.0" else host, port), timeout=0.5):
+            return host, port
+    except OSError:
+        return None
+
+
+# nsys' own lines in the server's streams: left out of the tail shown on failure
+_NSYS_NOISE = re.compile(r"^(\[\d+/\d+\]|Generating '|Generated:|Collecting data|Processing events|Capture range "
+                         r"(started|ended)|WARNING: CUDA graph-level trace|Changing to node-level trace|terminate called "
+                         r"without|The target application terminated|Process .* was terminated|Failed to create|"
+                         r"No reports were generated|\$ )")
+
+
+def _tail(path: str, n: int = 6, width: int = 400) -> str:
+    """The last meaningful lines of a log (nsys progress bars dropped), joined with ' | '."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = []
+    for raw in text.replace("\r", "\n").splitlines():
+        s = raw.strip()
+        if not s or _NSYS_NOISE.search(s) or s.endswith((".nsys-rep", ".qdstrm")):
+            continue
+        lines.append(s)
+    out = " | ".join(lines[-n:])
+    return out if len(out) <= width else "..." + out[-width:]
+
+
+_NSYS_THROW = re.compile(r"([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
+_NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
+
+
+def nsys_crash(text: str) -> str | None:
+    """The one line of an nsys exception in a log (`X.cpp(166): Throw in function F` and its errinfo
+    lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open ENOENT in
+    ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's semaphore
+    before nsys-launcher has created it."""
+    m = _NSYS_THROW.search(text)
+    if m is None:
+        return None
+    info = {(k or api): v.strip() for k, api, v in _NSYS_ERRINFO.findall(text[m.end():])}
+    why = info.get("errno_text") or info.get("message")
+    if why and "api_function" in info:
+        why = f"{info['api_function']}: {why}"
+    return f"{m.group(1)}: {m.group(2).strip()}" + (f": {why}" if why else "")
+
+
+def _log_text(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _log_has(path: str, needle: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return needle.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def _pdeathsig():
+    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too; and
+    SIGINT back to its default, which a clef-prof started in the background (`&`, nohup) ignores
+    and would hand on, so the server's graceful stop (SIGINT) would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# one capture
+
+class Capture:
+    def __init__(self, cfg: RecordConfig, pl: Plan, attempt: int = 1, history: list[str] | None = None):
+        self.attempt = attempt
+        self.nvtx_rows = None
+        self.cfg, self.pl = cfg, pl
+        self.out = os.path.abspath(cfg.out)
+        self.base = os.path.join(self.out, cfg.name)
+        self.log_out = self.base + ".stdout.log"
+        self.log_err = self.base + ".stderr.log"
+        self.log_nsys = self.base + ".nsys.log"
+        self.log_client = self.base + ".client.log"
+        self.proc: subprocess.Popen | None = None
+        self.client: subprocess.Popen | None = None
+        self.load: Load | None = None
+        self.roots: list[procs.Proc] = []
+        self.tree = procs.Tree(pl.token)        # every descendant seen, marker or not
+        self.events: list[dict] = []
+        self.notes: list[str] = list(pl.notes) + list(history or [])
+        self.status = mf.STATUS_OK
+        self.detail: str | None = None
+        self.server_info = None
+        self.server_counts = None
+        self.reimported = False
+        self.opened_ns = self.closed_ns = None
+        self.outer = [None, None]
+        self.died_ns = None
+        self.exit_code = None
+        self.t_begin = time.time_ns()
+        self.window_started_seen = None
+        self.capture_client = None
+        self.nsys_output: list[str] = []
+
+    # -- logging --------------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        if not self.cfg.quiet:
+            print(f"record: {text}", file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.say(f"note: {text}")
+
+    # -- processes ------------------------------------------------------------------------
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env.update(self.pl.env)
+        env[procs.ENV_MARK] = self.pl.token
+        return env
+
+    def start_server(self) -> None:
+        os.makedirs(self.out, exist_ok=True)
+        for suffix in (".nsys-rep", ".sqlite", ".qdstrm"):
+            try:
+                os.remove(self.base + suffix)
+            except FileNotFoundError:
+                pass
+        self.say("starting: " + quote(self.pl.main))
+        self.t_server = time.time_ns()
+        with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
+            self.proc = subprocess.Popen(self.pl.main, env=self._env(), stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=err, start_new_session=True, preexec_fn=_pdeathsig)
+
+    def nsys_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def app_procs(self) -> list[procs.Proc]:
+        return [p for p in self.tree.left() if not procs.is_tool(p, self.pl.nsys.install_root)]
+
+    def track(self) -> None:
+        """Remember the children of the server and of nsys now, while their parents live."""
+        self.tree.update([self.proc.pid] if self.proc is not None else [])
+
+    def server_alive(self) -> bool:
+        if not self.nsys_alive():
+            return False
+        if self.roots:
+            return any(procs.alive(p.pid) for p in self.roots)
+        return True
+
+    def wait_healthy(self) -> None:
+        url, deadline = self.cfg.health, time.monotonic() + self.cfg.health_timeout
+        last = "no answer"
+        self.say(f"waiting for {url} (up to {self.cfg.health_timeout:g} s)")
+        while True:
+            if not self.nsys_alive():
+                self.exit_code = self.proc.returncode
+                crash = nsys_crash(_log_text(self.log_err))
+                if crash:
+                    raise NsysCrashed(f"nsys crashed while starting the server (exit code {self.exit_code}), not the "
+                                      f"server: {crash} [log: {self.log_err}]")
+                tail = _tail(self.log_err) or _tail(self.log_out) or "(no output)"
+                raise CaptureFailed(f"the server exited during start-up: {tail} [log: {self.log_err}]")
+            status, text = http("GET", url, timeout=2.0)
+            if status == 200:
+                break
+            last = f"HTTP {status}" if status else text
+            if time.monotonic() > deadline:
+                raise CaptureFailed(f"the server did not become healthy within {self.cfg.health_timeout:g} s "
+                                    f"(GET {url}: {last}); raise --health-timeout or check --health-url "
+                                    f"[log: {self.log_err}]")
+            time.sleep(0.25)
+        self.t_healthy = time.time_ns()
+        self.say(f"healthy after {(self.t_healthy - self.t_server) / 1e9:.1f} s")
+        self.roots = procs.app_roots(procs.marked(self.pl.token), self.pl.nsys.install_root)
+        self.track()
+        vpath = self.cfg.preset_obj.version
+        if vpath:
+            status, text = http("GET", self.cfg.url.rstrip("/") + vpath, timeout=3.0)
+            if status == 200:
+                try:
+                    self.server_info = json.loads(text)
+                except ValueError:
+                    self.server_info = text[:2000]
+
+    def start_load(self) -> None:
+        if self.cfg.client_cmd:
+            env = self._env()
+            env["CLEF_PROF_URL"] = self.cfg.url
+            self.say(f"client: {self.cfg.client_cmd}")
+            with open(self.log_client, "wb") as log:
+                self.client = subprocess.Popen(["/bin/sh", "-c", self.cfg.client_cmd], env=env,
+                                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True)
+        elif self.cfg.load is not None:
+            self.load = Load(self.cfg.load).start()
+
+    def check_running(self, phase: str) -> bool:
+        """False (and status 'server died') when the server is gone."""
+        if self.server_alive():
+            return True
+        self.died_ns = time.time_ns()
+        self.status = mf.STATUS_DIED
+        self.detail = f"the server exited {phase}"
+        if self.opened_ns:
+            self.detail += f", {(self.died_ns - self.opened_ns) / 1e9:.1f} s after it opened"
+        return False
+
+    def warm_up(self) -> None:
+        cfg = self.cfg
+        t_end = time.monotonic() + cfg.warmup_s
+        self.say(f"warming up: {cfg.warmup_s:g} s" + (f", {cfg.warmup_requests} requests" if cfg.warmup_requests else ""))
+        hard_end = t_end + max(60.0, cfg.warmup_s)
+        while True:
+            if not self.check_running("during warm-up"):
+                raise CaptureFailed(f"the server died during warm-up: {_tail(self.log_err)} [log: {self.log_err}]")
+            done = time.monotonic() >= t_end
+            if self.load is not None and cfg.warmup_requests:
+                done = done and self.load.ok_count() >= cfg.warmup_requests
+            if done:
+                break
+            if time.monotonic() > hard_end:
+                raise CaptureFailed(f"warm-up: only {self.load.ok_count()} of {cfg.warmup_requests} requests "
+                                    f"completed in {hard_end - t_end + cfg.warmup_s:.0f} s")
+            if self.client is not None and self.client.poll() is not None:
+                raise CaptureFailed(f"the client command exited during warm-up (exit code {self.client.returncode}): "
+                                    f"{_tail(self.log_client)}")
+            time.sleep(0.05)
+        if self.load is not None:
+            if self.load._fatal is not None:
+                raise CaptureFailed(f"the load generator failed: {self.load._fatal!r}")
+            if self.load.ok_count() == 0:
+                err = self.load.first_error() or "no answer at all"
+                raise CaptureFailed(f"no request succeeded during warm-up ({self.load.error_count()} errors; first: "
+                                    f"{err}); check --request-path / --request-body")
+
+    def _event(self, what: str, fn) -> dict:
+        ev = {"what": what, "sent_ns": time.time_ns()}
+        try:
+            ev.update(fn() or {})
+        finally:
+            ev["ack_ns"] = time.time_ns()
+            self.events.append(ev)
+        return ev
+
+    def _nsys_ctl(self, cmd: list[str], what: str) -> dict:
+        """Run `nsys start` or `nsys stop` (stop returns once the report is written)."""
+        def run():
+            with open(self.log_nsys, "ab") as log:
+                log.write(("$ " + quote(cmd) + "\n").encode())
+                log.flush()
+                p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self._env(),
+                                     start_new_session=True)
+                try:
+                    p.wait(self.cfg.finalize_timeout)
+                except subprocess.TimeoutExpired:
+                    _stop_group(p, (3.0, 2.0, 1.0))
+                    raise CaptureFailed(f"`nsys {what}` did not return within {self.cfg.finalize_timeout:g} s") from None
+                finally:
+                    if p.poll() is None:
+                        _stop_group(p, (3.0, 2.0, 1.0))
+            if p.returncode != 0:
+                raise CaptureFailed(f"`{quote(cmd[:2])} --session=...` failed (exit code {p.returncode}): "
+                                    f"{_tail(self.log_nsys, 2)}")
+            return {"rc": p.returncode}
+        return self._event(f"nsys {what}", run)
+
+    def _endpoint(self, which: str, required: bool) -> dict | None:
+        url, body = self.cfg.endpoint(which)
+        if url is None:
+            return None
+        timeout = 30.0 if which == "start" else self.cfg.finalize_timeout
+        result = {}
+
+        def call():
+            status, text = http("POST", url, body, timeout=timeout)
+            result.update(status=status, text=text)
+            return {"status": status, "url": url}
+        self._event(f"POST {urllib.parse.urlsplit(url).path}", call)
+        status, text = result["status"], result["text"]
+        if status == 404 or status == 405:
+            if required:
+                raise CaptureFailed(f"POST {url} answered {status}: the server has no profiling endpoints. "
+                                    f"{VLLM_HINT}; or record with --window nsys, which needs none")
+            self.note(f"POST {url} answered {status}: no profiling endpoints; the window is nsys' own")
+            self.cfg.call_endpoints = False
+            return None
+        if status is None or not 200 <= status < 300:
+            msg = f"POST {url} " + (f"answered HTTP {status}: {text.strip()[:200]}" if status else f"failed: {text}")
+            if status == 422:
+                msg += " (the server rejects the request body: set --start-body/--stop-body, '' for none)"
+            if required:
+                raise CaptureFailed(msg)
+            self.note(msg)
+            return None
+        try:
+            return json.loads(text) if text.strip() else {}
+        except ValueError:
+            return {"text": text[:500]}
+
+    def probe(self) -> None:
+        """--window auto, a server whose endpoints the preset does not guarantee: ask for
+        /start_profile without calling it (OPTIONS: 404 when there is no such route, 405 or
+        another answer when there is). Found: the session's window is the profiler API's."""
+        url = self.cfg.endpoint("start")[0]
+        status, _text = http("OPTIONS", url, timeout=5.0)
+        if status is None or status == 404:
+            self.note(f"--window auto: {url} " + ("answered 404" if status else "did not answer")
+                      + "; the window is nsys' own (nsys start/stop)")
+            return
+        self.pl.window = "profiler-api"
+        self.pl.start = start_command(self.pl.nsys, self.cfg.trace, self.base, session=self.pl.session,
+                                      capture_range="cudaProfilerApi")
+        self.pl.stop = None
+        self.note(f"--window auto: {url} exists (OPTIONS answered {status}); the window is the profiler API's "
+                  "(nsys start --capture-range=cudaProfilerApi, then POST /start_profile)")
+
+    def open_window(self) -> None:
+        self.say(f"opening the window ({self.pl.window})")
+        if self.pl.start and self.pl.window != "nsys":
+            self._nsys_ctl(self.pl.start, "start")        # a probed session: armed for cudaProfilerStart
+            self._endpoint("start", required=True)
+        elif self.pl.window == "nsys":
+            self._nsys_ctl(self.pl.start, "start")
+            self._endpoint("start", required=False)
+        else:
+            self._endpoint("start", required=True)
+        self.opened_mono = time.monotonic()
+        self.opened_ns = max(e["ack_ns"] for e in self.events)
+        self.outer[0] = min(e["sent_ns"] for e in self.events)
+        if self.pl.window != "nsys":
+            self.check_range_opened()
+
+    def state(self) -> str | None:
+        return session_state(self.pl.nsys.path, self.pl.session)
+
+    def check_range_opened(self, wait_s: float = 5.0) -> None:
+        """An application-opened window (cudaProfilerStart, an NVTX range) must show in nsys' session
+        state as RangeCollection; a server without CUDA never gets there."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            st = self.state()
+            if st is None or st.startswith("Range") or st not in ("Configured", "StartRange"):
+                # listed in a collecting state, or not listed (an nsys that does not list it): go on
+                self.window_started_seen = None if st is None else st.startswith("Range")
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.window_started_seen = False
+        if self.pl.window == "profiler-api":
+            raise CaptureFailed("the capture window did not open: nsys saw no cudaProfilerStart "
+                                f"{wait_s:g} s after POST /start_profile. cudaProfilerStart reaches nsys only from a "
+                                "server that uses CUDA" + ("" if gpu_present() else " (this machine has no NVIDIA GPU)")
+                                + "; use --window nsys")
+        raise CaptureFailed(f"the capture window did not open: the NVTX range {self.cfg.nvtx_capture} did not start in "
+                            f"the server {wait_s:g} s after POST /start_profile (its message must be a registered "
+                            "string, or NSYS_NVTX_PROFILER_REGISTER_ONLY=0); use --window nsys")
+
+    def _range_started(self) -> bool:
+        return _log_has(self.log_out, "Capture range started") or _log_has(self.log_err, "Capture range started")
+
+    def hold(self) -> None:
+        end = self.opened_mono + self.cfg.duration_s
+        self.say(f"window open for {self.cfg.duration_s:g} s")
+        while time.monotonic() < end:
+            if not self.check_running("inside the window"):
+                return
+            if self.client is not None and self.client.poll() is not None and "client" not in (self.detail or ""):
+                self.note(f"the client command exited inside the window (exit code {self.client.returncode})")
+                self.detail = "client exited"
+            time.sleep(0.05)
+
+    def close_window(self) -> None:
+        n0 = len(self.events)
+        if self.pl.window == "nsys":
+            res = self._endpoint("stop", required=False)
+            # the load runs on until `nsys stop` has written the report: ending it earlier (its
+            # connections' threads exiting in the server while nsys collects their buffers) lost
+            # every NVTX and OSRT record of the capture with nsys 2023.4
+            self._nsys_ctl(self.pl.stop, "stop")
+        else:
+            res = self._endpoint("stop", required=True)
+        if isinstance(res, dict) and "requests" in res:
+            self.server_counts = res
+        closing = self.events[n0:]
+        if closing:
+            self.closed_ns = min(e["sent_ns"] for e in closing)
+            self.outer[1] = max(e["ack_ns"] for e in closing)
+        if self.pl.window != "nsys" and self.cfg.capture_range_end == "stop":
+            self.wait_report()
+
+    def wait_report(self) -> None:
+        """With --capture-range-end=stop, nsys collects the window's data from the running server and
+        writes the report after the range ends: the server (and the load) must live until then,
+        or the report comes out empty."""
+        # nsys' session goes RangeCollection -> RangeGeneration -> RangeImportation -> Launched (the
+        # report written, the server still running). Its output is block-buffered in a file, so the
+        # state is asked of `nsys sessions list`; the log is the fallback.
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.finalize_timeout
+        collecting_since = None
+        while time.monotonic() < deadline:
+            if not self.nsys_alive():
+                break
+            st = self.state()
+            if st is None:
+                if os.path.exists(self.pl.report) and (_log_has(self.log_out, "100%]") or _log_has(self.log_err, "100%]")):
+                    time.sleep(0.5)
+                    break
+                if time.monotonic() - t0 > 30.0 and not self._range_started():
+                    break
+            elif st == "RangeCollection":
+                collecting_since = collecting_since or time.monotonic()
+                if time.monotonic() - collecting_since > 20.0:
+                    self.note("the capture range was still open 20 s after the window closed (the server's stop "
+                              "call did not end it); it ends with the server, so the capture is longer than the window")
+                    break
+            elif not st.startswith("Range"):
+                break          # Launched: written (or, from Configured/StartRange, never opened)
+            time.sleep(0.1)
+        else:
+            self.note(f"nsys had not written the report {self.cfg.finalize_timeout:g} s after the window closed")
+        self.report_written_ns = time.time_ns()
+
+    def stop_load(self) -> None:
+        if self.load is not None and self.load.running:
+            self.load.stop(grace_s=3.0)
+        if self.client is not None and self.client.poll() is None:
+            _stop_group(self.client, (5.0, 3.0, 2.0))
+
+    def stop_server(self, quick: bool = False) -> None:
+        """SIGINT the server's process groups, then SIGTERM, then SIGKILL; then wait for nsys."""
+        steps = ((signal.SIGINT, 5.0 if quick else self.cfg.stop_timeout),
+                 (signal.SIGTERM, 5.0 if quick else self.cfg.stop_timeout / 2),
+                 (signal.SIGKILL, 5.0))
+        for sig, wait in steps:
+            self.track()
+            app = self.app_procs()
+            if not app:
+                break
+            roots = procs.app_roots(app, self.pl.nsys.install_root) or self.roots
+            if sig != signal.SIGINT:
+                self.note(f"the server did not stop on {procs.sig_name(steps[0][0]) if sig == signal.SIGTERM else 'SIGTERM'}"
+                          f"; sending {procs.sig_name(sig)}")
+            procs.signal_groups([p.pgid for p in roots], sig)
+            groups = {p.pgid for p in roots}      # a child in a session of its own: by pid
+            procs.signal_pids([p.pid for p in app if p.pgid not in groups], sig)
+            if sig == signal.SIGKILL:
+                procs.signal_pids([p.pid for p in app], sig)
+            procs.wait_gone(lambda: not self.app_procs(), wait)
+        if self.proc is not None:
+            try:
+                self.proc.wait(30.0 if quick else self.cfg.finalize_timeout)
+            except subprocess.TimeoutExpired:
+                self.note("nsys did not exit after the server stopped; interrupting it")
+                _stop_group(self.proc, (10.0, 5.0, 5.0))
+            self.exit_code = self.proc.returncode
+
+    def reap(self) -> None:
+        """Nothing of this capture may outlive it."""
+        if self.load is not None and self.load.running:
+            self.load.stop(grace_s=0.5)
+        if self.client is not None and self.client.poll() is None:
+            _stop_group(self.client, (2.0, 2.0, 1.0))
+        self.track()
+        if self.proc is not None and self.proc.poll() is None:
+            _stop_group(self.proc, (5.0, 3.0, 2.0))
+        if not self.app_procs():        # nsys' agent may still be finishing: a while to exit, then ended
+            procs.wait_gone(lambda: not self.tree.left(), AGENT_EXIT_S)
+        left = procs.terminate_marked(self.pl.token, tree=self.tree)
+        if left:
+            self.say(f"warning: processes left that could not be ended: {procs.describe(left)}")
+
+    # -- the run --------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        busy = port_in_use(cfg.health)
+        if busy:
+            raise ClefError(f"port {busy[1]} on {busy[0]} already answers: another server is running there; "
+                            "stop it or point --url / --health-url at a free port")
+        error: BaseException | None = None
+        interrupted = False
+        try:
+            self.start_server()
+            self.wait_healthy()
+            if self.pl.probe:
+                self.probe()
+            self.start_load()
+            self.warm_up()
+            self.open_window()
+            self.hold()
+            if self.status == mf.STATUS_OK:
+                self.close_window()
+            else:
+                self.closed_ns = self.died_ns
+                self.outer[1] = self.died_ns
+        except KeyboardInterrupt as exc:
+            interrupted, error = True, exc
+            self.status, self.detail = mf.STATUS_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM)"
+        except ClefError as exc:
+            error = exc
+            if self.status == mf.STATUS_OK:
+                self.status, self.detail = mf.STATUS_FAILED, str(exc)
+        except BaseException as exc:
+            error = exc
+            self.status, self.detail = mf.STATUS_FAILED, f"{type(exc).__name__}: {exc}"
+        finally:
+            old = _hold_signals(self)
+            try:
+                self.stop_load()
+                self.say("stopping the server")
+                self.stop_server(quick=interrupted or self.status == mf.STATUS_FAILED)
+            finally:
+                self.reap()
+                _restore_signals(old)
+        self.t_end = time.time_ns()
+        if self.status == mf.STATUS_DIED and error is None:
+            self.notes.append(f"{self.detail}; the partial capture is kept")
+        exported, problem = None, None
+        try:
+            exported, problem = self.finish_files(error)
+        except ClefError as exc:
+            problem = str(exc)
+        if problem:
+            self.notes.append(problem)
+            if error is None and self.status == mf.STATUS_OK:
+                self.status, self.detail = mf.STATUS_FAILED, problem
+                error = CaptureFailed(problem)
+        if exported and "nvtx" in self.cfg.trace.trace.split(","):
+            n = self.nvtx_rows = mf.count_rows(exported, "NVTX_EVENTS") or 0
+            if not n:
+                self.note("the export holds no NVTX record: nsys collected nothing from the server's annotations "
+                          "(not annotated, or the capture's data was lost; see " + mf.relative_to(self.log_nsys, self.out)
+                          + ")")
+        if exported and self.load is not None:
+            span = mf.collected_span(exported)
+            if span:
+                t0, first, last, duration = span
+                a, b = t0 + first, t0 + last
+                inside, overlapping = self.load.bounds(a, b)
+                self.capture_client = self.load.summary(a, b)
+                self.capture_client.update(start_ns=t0, duration_s=duration / 1e9, recorded_ns=[a, b],
+                                           recorded_s=(b - a) / 1e9, requests_inside=inside,
+                                           requests_overlapping=overlapping)
+        path = mf.write(self.manifest(exported), self.out)
+        if error is not None:
+            raise error
+        if self.status == mf.STATUS_DIED:
+            where = f"partial export kept: {exported}" if exported else "no report was written"
+            tail = _tail(self.log_err, 2, 200)
+            raise CaptureFailed(f"{self.detail}{' (its last output: ' + tail + ')' if tail else ''}; {where}, marked "
+                                f"\"status\": \"server died\" in {path}")
+        self.summary(exported, path)
+        return {"manifest": path, "export": exported, "status": self.status, "nvtx_rows": self.nvtx_rows}
+
+    def finish_files(self, error) -> tuple[str | None, str | None]:
+        """(export, problem): export the report when there is one; explain when there is none."""
+        self.report = self.pl.report if os.path.exists(self.pl.report) else None
+        if self.report is None and self.opened_ns is None:
+            return None, None          # it failed before the window: no report was expected
+        if self.report is None and os.path.exists(self.base + ".qdstrm"):
+            self.report = self.import_qdstrm(self.base + ".qdstrm")
+        if self.report is None:
+            qd = self.base + ".qdstrm"
+            if os.path.exists(qd):
+                imp = importer_path(self.pl.nsys.path)
+                msg = (f"nsys left {qd} but no .nsys-rep: " + (
+                    f"its QdstrmImporter ({imp}) failed (see the notes above); once it runs, convert with "
+                    f"`{imp} -i {qd}`" if imp else
+                    f"no QdstrmImporter was found beside {self.pl.nsys.path} (nsys looks for it in "
+                    f"{os.path.join(self.pl.nsys.install_root, 'host-linux-x64')})"))
+            elif self.pl.window == "profiler-api":
+                msg = ("nsys wrote no report: the capture range never opened. cudaProfilerStart reaches nsys only "
+                       "from a server that uses CUDA" + ("" if gpu_present() else " (this machine has no NVIDIA GPU)")
+                       + "; use --window nsys")
+            elif self.pl.window == "nvtx":
+                msg = (f"nsys wrote no report: the NVTX range {self.cfg.nvtx_capture} never opened in the server "
+                       "(it must be a registered string, or NSYS_NVTX_PROFILER_REGISTER_ONLY=0); use --window nsys")
+            else:
+                msg = f"nsys wrote no report [logs: {self.log_err}, {self.log_nsys}]"
+            return None, msg
+        if not self.cfg.export or self.status in (mf.STATUS_INTERRUPTED,) or \
+                (error is not None and self.status == mf.STATUS_FAILED):
+            return None, None
+        self.say("exporting: " + quote(self.pl.export))
+        try:
+            p = subprocess.run(self.pl.export, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               errors="replace", timeout=self.cfg.finalize_timeout)
+        except subprocess.TimeoutExpired:
+            raise CaptureFailed(f"nsys export did not finish within {self.cfg.finalize_timeout:g} s") from None
+        self.nsys_output.append(p.stdout + p.stderr)
+        if p.returncode != 0 or not os.path.exists(self.pl.sqlite):
+            tail = (p.stderr or p.stdout).strip().splitlines()
+            return None, f"nsys export failed (exit code {p.returncode}): {tail[-1] if tail else ''}"
+        return self.pl.sqlite, None
+
+    def import_qdstrm(self, qdstrm: str) -> str | None:
+        """Run QdstrmImporter on a .qdstrm that nsys could not import, with --importer-libs on its
+        LD_LIBRARY_PATH only (never the server's); the .nsys-rep, or None."""
+        importer = importer_path(self.pl.nsys.path)
+        if importer is None:
+            return None
+        argv, env = import_command(importer, qdstrm, self.cfg.importer_libs)
+        self.say("importing: " + (f"LD_LIBRARY_PATH={self.cfg.importer_libs} " if self.cfg.importer_libs else "")
+                 + quote(argv))
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                               env=env, timeout=self.cfg.finalize_timeout, cwd=os.path.dirname(qdstrm))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.note(f"QdstrmImporter did not run ({exc})")
+            return None
+        self.nsys_output.append(p.stdout + p.stderr)
+        rep = os.path.splitext(qdstrm)[0] + ".nsys-rep"
+        if p.returncode != 0 or not os.path.exists(rep):
+            tail = (p.stderr or p.stdout).strip().splitlines()
+            self.note(f"QdstrmImporter failed (exit code {p.returncode}): {tail[-1] if tail else ''}"
+                      + ("" if self.cfg.importer_libs else
+                         f"; if it lacks libdw.so.1/libelf.so.1, give a folder holding them with --importer-libs "
+                         f"or ${ENV_IMPORTER_LIBS}"))
+            return None
+        self.note(f"nsys left {os.path.basename(qdstrm)}; imported it with {importer}")
+        self.reimported = True
+        return rep
+
+    def nsys_messages(self) -> list[str]:
+        """nsys's lines about lost or misread records, from its logs and the import/export output."""
+        text = list(self.nsys_output)
+        for path in (self.log_out, self.log_err, self.log_nsys):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text.append(fh.read())
+            except OSError:
+                pass
+        lines = cupti.problem_lines("\n".join(text))
+        if self.reimported:     # nsys's own import failed, and record's import replaced it
+            lines = [ln for ln in lines if not ln.startswith("Importer error status")]
+        return lines
+
+    def manifest(self, exported: str | None) -> dict:
+        cfg, pl = self.cfg, self.pl
+        inner = outer = None
+        if self.load is not None and self.opened_ns and self.closed_ns:
+            inner = self.load.summary(self.opened_ns, self.closed_ns)
+            outer = self.load.summary(self.outer[0], self.outer[1])
+        whole = self.load.summary() if self.load is not None else None
+        from ..config import VERSION as __version__
+        commands = {
+            "clef_prof": cfg.argv,
+            "server": pl.server,
+            "nsys": pl.main,
+            "nsys_start": pl.start,
+            "nsys_stop": pl.stop,
+            "export": pl.export,
+            "client": cfg.client_cmd,
+            "env": pl.env,
+            "cwd": os.getcwd(),
+        }
+        m = {
+            "schema": mf.SCHEMA,
+            "status": self.status,
+            "status_detail": self.detail,
+            "export": mf.relative_to(exported, self.out),
+            "report": mf.relative_to(getattr(self, "report", None), self.out),
+            "arm": cfg.arm,
+            "round": cfg.round,
+            "started_ns": self.t_begin,
+            "finished_ns": getattr(self, "t_end", time.time_ns()),
+            "commands": commands if cfg.keep_env else redact_commands(commands),
+            "nsys": {"path": pl.nsys.path, "version": pl.nsys.version, "version_text": pl.nsys.version_text,
+                     "session": pl.session, "exit_code": self.exit_code, "messages": self.nsys_messages(),
+                     "importer_libs": cfg.importer_libs},
+            "server": {"preset": cfg.preset, "url": cfg.url, "health_url": cfg.health, "info": self.server_info,
+                       "healthy_after_s": ((self.t_healthy - self.t_server) / 1e9)
+                       if hasattr(self, "t_healthy") else None},
+            "spec": os.path.abspath(cfg.spec) if cfg.spec else None,
+            "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.trace.python_sampling_hz,
+                      "cuda_graph_trace": cfg.trace.cuda_graph_trace, "trace_fork_before_exec": cfg.trace.trace_fork,
+                      "capture_range_end": cfg.capture_range_end if pl.window != "nsys" else None},
+            "load": ({"generator": "client-cmd", "command": cfg.client_cmd if cfg.keep_env else
+                      redact_text(cfg.client_cmd)[0], "concurrency": None}
+                     if cfg.client_cmd else
+                     {"generator": "builtin", **(cfg.load.describe() if cfg.load else {}),
+                      "warmup_s": cfg.warmup_s, "warmup_requests": cfg.warmup_requests,
+                      "duration_s": cfg.duration_s}),
+            "window": {"mode": pl.window, "opened_ns": self.opened_ns, "closed_ns": self.closed_ns,
+                       "outer_ns": self.outer, "duration_s": (self.closed_ns - self.opened_ns) / 1e9
+                       if self.opened_ns and self.closed_ns else None,
+                       "events": self.events,
+                       "nvtx_capture": cfg.nvtx_capture if pl.window == "nvtx" else None,
+                       "max_iterations": max_iterations(cfg.endpoint("start")[1], pl.server, cfg.preset)
+                       if pl.window == "profiler-api" else None,
+                       "capture_range_seen": self.window_started_seen,
+                       "report_written_ns": getattr(self, "report_written_ns", None)},
+            "client": {"window": inner, "window_outer": outer, "capture": self.capture_client, "all": whole,
+                       "cancelled_at_stop": self.load.cancelled} if self.load else
+                      {"window": {"completions": None},
+                       "note": "the load came from --client-cmd: not counted" if cfg.client_cmd else "no load ran"},
+            "server_counts": self.server_counts,
+            "git": {"cwd": mf.git_info(os.getcwd()), "clef_prof": mf.git_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))},
+            "clef_prof": {"version": __version__},
+            "host": {"hostname": socket.gethostname(), "python": mf.python_info(), "gpu": gpu_present()},
+            "logs": {k: mf.relative_to(v, self.out) for k, v in (("stdout", self.log_out), ("stderr", self.log_err),
+                                                                  ("nsys", self.log_nsys), ("client", self.log_client))
+                     if os.path.exists(v)},
+            "notes": self.notes,
+            "attempt": self.attempt,
+        }
+        return m
+
+    def summary(self, exported: str | None, path: str) -> None:
+        if exported:
+            size = os.path.getsize(exported) / 1e6
+            print(f"capture: {exported} ({size:.1f} MB)")
+        if self.load is not None and self.opened_ns and self.closed_ns:
+            s = self.load.summary(self.opened_ns, self.closed_ns)
+            span = (self.closed_ns - self.opened_ns) / 1e9
+
+            def ms(v):
+                return "-" if v is None else f"{v:.2f} ms"
+            print(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
+                  f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
+        if self.server_counts:
+            print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
+                  "batches inside its window")
+        print(f"manifest: {path}")
+
+
+def _stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
+    for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
+        if popen.poll() is not None:
+            return
+        try:
+            os.killpg(popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                popen.send_signal(sig)
+            except ProcessLookupError:
+                return
+        try:
+            popen.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _hold_signals(cap: Capture):
+    """While cleaning up, a further Ctrl-C only prints a line: the cleanup has its own timeouts."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def later(signum, frame):
+        cap.say("still stopping the server and nsys; a few seconds more")
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, later)
+        except (ValueError, OSError):
+            pass
+    return old
+
+
+def _restore_signals(old) -> None:
+    for s, h in (old or {}).items():
+        try:
+            signal.signal(s, h)
+        except (ValueError, OSError):
+            pass
+
+
+def _interrupt(signum, frame):
+    raise Interrupted()
+
+
+def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
+    """Run one capture (or only print its commands). Raises ClefError with one line on failure."""
+    try:
+        nsys = Nsys.find(cfg.nsys)
+    except NsysMissing:
+        if not dry_run:
+            raise
+        nsys = Nsys.assumed()
+    pl = plan(cfg, nsys)
+    out = sys.stdout if dry_run else sys.stderr
+    if not cfg.quiet or dry_run:
+        if not nsys.probed:
+            print("# nsys not found here: switches shown as for a recent nsys", file=out)
+        for n in pl.notes:
+            print(f"# {n}", file=out)
+        for line in pl.lines():
+            print(line, file=out)
+    if dry_run:
+        return None
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            old[s] = signal.signal(s, _interrupt)
+    try:
+        history: list[str] = []
+        for attempt in range(1, max(0, cfg.retries) + 2):
+            if attempt > 1:
+                pl = plan(cfg, nsys)          # a fresh session name and process marker
+            try:
+                res = Capture(cfg, pl, attempt, history).run()
+            except NsysCrashed as exc:
+                if attempt > cfg.retries:
+                    raise
+                msg = f"attempt {attempt}: {exc}; recorded again (--retries {cfg.retries})"
+                history.append(msg)
+                if not cfg.quiet:
+                    print(f"record: {msg}", file=sys.stderr, flush=True)
+                continue
+            if res["nvtx_rows"] == 0 and attempt <= cfg.retries:
+                msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
+                       f"(--retries {cfg.retries})")
+                history.append(msg)
+                if not cfg.quiet:
+                    print(f"record: {msg}", file=sys.stderr, flush=True)
+                continue
+            return res
+        return res
+    finally:
+        _restore_signals(old)
+
