@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import procs
-from clef_prof.record import AGENT_EXIT_S, nsys_crash
+from clef_prof.record import procs
+from clef_prof.record.session import AGENT_EXIT_S, nsys_crash
 from conftest import NSYS_DIR, nsys_bin
 
 
@@ -53,7 +53,7 @@ def profile(argv: list, stem: Path, version: str, env: dict, cwd: Path, nsys_arg
 
     Recorded again (3 tries) on two known nsys failures under load, and on nothing else: nsys
     crashing at start-up (its agent's sem_open ENOENT race with nsys-launcher, see
-    clef_prof.record.nsys_crash), and an export that holds nothing at all from the target's
+    clef_prof.record.session.nsys_crash), and an export that holds nothing at all from the target's
     injection, no NVTX_EVENTS and no OSRT_API (seen about 1 run in 10 here, more on a busy
     machine). A capture with OS-runtime rows and no NVTX is never retried.
     """

@@ -174,7 +174,7 @@ std::exception::what: SystemException
 def test_nsys_crash_is_read_from_its_log():
     """nsys 2022.4's start-up crash under load, verbatim from a failed record (and reproduced by
     delaying nsys-launcher's semaphore creation under strace): one line, nsys' own."""
-    from clef_prof.record import nsys_crash
+    from clef_prof.record.session import nsys_crash
     assert nsys_crash(NSYS_2022_SEM_OPEN) == (
         "ProcessWaiterImpl.cpp(166): QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl("
         "QuadDCommon::ProcessId, bool): sem_open: No such file or directory")
