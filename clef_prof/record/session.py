@@ -389,12 +389,12 @@ def _tail(path: str, n: int = 6, width: int = 400) -> str:
     return out if len(out) <= width else "..." + out[-width:]
 
 
-_NSYS_THROW = re.compile(r"([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
+_NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
 
 
 def nsys_crash(text: str) -> str | None:
-    """The one line of an nsys exception in a log (`X.cpp(166): Throw in function F` and its errinfo
+    """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F` and its errinfo
     lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open ENOENT in
     ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's semaphore
     before nsys-launcher has created it."""
@@ -417,11 +417,7 @@ def _log_text(path: str) -> str:
 
 
 def _log_has(path: str, needle: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return needle.encode() in fh.read()
-    except OSError:
-        return False
+    return needle in _log_text(path)
 
 
 def _pdeathsig():
