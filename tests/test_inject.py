@@ -27,7 +27,7 @@ import pytest
 from recording import nsys_path
 from test_bad_input import assert_one_line
 
-from clef_prof.annotate import inject
+from clef_prof.annotate import check, envform, importhook, wrap
 from clef_prof.annotate.spec import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,9 +91,9 @@ def nvtx_events(monkeypatch):
 @pytest.fixture
 def clean_hooks(monkeypatch):
     """install() state is process-wide: give each test its own and take the finder out after."""
-    monkeypatch.setattr(inject, "_hooks", {})
-    monkeypatch.setattr(inject, "_installed", {})
-    monkeypatch.setattr(inject, "_finder", None)
+    monkeypatch.setattr(importhook, "_hooks", {})
+    monkeypatch.setattr(importhook, "_installed", {})
+    monkeypatch.setattr(importhook, "_finder", None)
     before = list(sys.meta_path)
     yield
     sys.meta_path[:] = before
@@ -169,7 +169,7 @@ def spec_for(pkg: str, **batch) -> object:
 
 def test_lazy_wrap_every_kind(make_pkg, nvtx_events):
     pkg = make_pkg({"server": SERVER})
-    inject.install(spec_for(pkg))
+    importhook.install(spec_for(pkg))
     assert f"{pkg}.server" not in sys.modules          # nothing imported up front
     server = importlib.import_module(f"{pkg}.server")
     p = server.Pooler()
@@ -189,27 +189,27 @@ def test_lazy_wrap_every_kind(make_pkg, nvtx_events):
     assert isinstance(server.Pooler.__dict__["_indices"], staticmethod)
     assert asyncio.iscoroutinefunction(server.encode)
     assert server.parse_schema.__wrapped__.__name__ == "parse_schema"
-    assert getattr(server.Pooler.run, inject.MARK) == ("batch", "pooler")
-    assert getattr(server.Pooler.__dict__["transfer"].__func__, inject.MARK) == ("stage", "transfer")
+    assert getattr(server.Pooler.run, wrap.MARK) == ("batch", "pooler")
+    assert getattr(server.Pooler.__dict__["transfer"].__func__, wrap.MARK) == ("stage", "transfer")
 
 
 def test_already_imported_and_from_import(make_pkg, nvtx_events):
     pkg = make_pkg({"server": SERVER, "user": "from .server import parse_schema\n"})
     server = importlib.import_module(f"{pkg}.server")   # imported before install: wrapped at once
-    inject.install(spec_for(pkg))
-    assert hasattr(server.parse_schema, inject.MARK)
+    importhook.install(spec_for(pkg))
+    assert hasattr(server.parse_schema, wrap.MARK)
     user = importlib.import_module(f"{pkg}.user")       # binds the wrapped function
     user.parse_schema([1])
     assert nvtx_events == [("push", "clef", "parse", None), ("pop", "clef")]
-    inject.install(spec_for(pkg))                       # idempotent: no double wrapping
-    assert not hasattr(server.parse_schema.__wrapped__, inject.MARK)
+    importhook.install(spec_for(pkg))                       # idempotent: no double wrapping
+    assert not hasattr(server.parse_schema.__wrapped__, wrap.MARK)
 
 
 def test_batch_size_paths_and_request_ids(make_pkg, nvtx_events):
     pkg = make_pkg({"server": SERVER})
     spec = from_dict({"batch": {"target": f"{pkg}.server:Pooler.head", "size_arg": "moved",
                                 "request_ids_arg": "moved"}, "stages": {"parse": f"{pkg}.server:parse_schema"}}, "<t>")
-    inject.install(spec)
+    importhook.install(spec)
     server = importlib.import_module(f"{pkg}.server")
     assert server.Pooler().head(moved=[3, 4]) == 7
     assert nvtx_events == [("push", "clef", "pooler n=2 rid=3,4", 2), ("pop", "clef")]
@@ -219,7 +219,7 @@ def test_batch_size_attribute_path_and_int(make_pkg, nvtx_events):
     pkg = make_pkg({"server": SERVER + "\ndef step(num_reqs):\n    return num_reqs\n"})
     spec = from_dict({"batch": {"target": f"{pkg}.server:Pooler.run", "size_arg": "meta.prompt_lens"},
                       "stages": {"head": f"{pkg}.server:step"}}, "<t>")
-    inject.install(spec)
+    importhook.install(spec)
     server = importlib.import_module(f"{pkg}.server")
     server.Pooler().run([1], meta=server.Meta([5, 6, 7, 8]))
     assert nvtx_events[0] == ("push", "clef", "pooler n=4", 4)
@@ -230,8 +230,8 @@ def test_batch_size_attribute_path_and_int(make_pkg, nvtx_events):
 
 def test_batch_size_arg_must_be_a_parameter(make_pkg):
     pkg = make_pkg({"server": SERVER})
-    inject.install(spec_for(pkg, size_arg="requests"))
-    with pytest.raises(inject.TargetError) as e:
+    importhook.install(spec_for(pkg, size_arg="requests"))
+    with pytest.raises(wrap.TargetError) as e:
         importlib.import_module(f"{pkg}.server")
     assert "has no parameter 'requests' (parameters: self, batch, meta)" in str(e.value)
 
@@ -247,8 +247,8 @@ def test_batch_size_arg_must_be_a_parameter(make_pkg):
 def test_unresolvable_target_one_line(make_pkg, stage_target, source, needle):
     pkg = make_pkg({"server": source})
     spec = from_dict({"stages": {"parse": f"{pkg}.{stage_target}"}}, "/x/spec.toml")
-    inject.install(spec)
-    with pytest.raises(inject.TargetError) as e:
+    importhook.install(spec)
+    with pytest.raises(wrap.TargetError) as e:
         importlib.import_module(f"{pkg}.server")
     msg = str(e.value)
     assert "\n" not in msg and needle in msg
@@ -258,8 +258,8 @@ def test_unresolvable_target_one_line(make_pkg, stage_target, source, needle):
 def test_missing_module_found_when_its_package_is_imported(make_pkg):
     pkg = make_pkg({"server": SERVER})
     spec = from_dict({"stages": {"parse": f"{pkg}.servr:parse_schema"}}, "/x/spec.toml")
-    inject.install(spec)
-    with pytest.raises(inject.TargetError) as e:
+    importhook.install(spec)
+    with pytest.raises(wrap.TargetError) as e:
         importlib.import_module(pkg)
     assert f"no module named '{pkg}.servr'" in str(e.value)
 
@@ -267,9 +267,9 @@ def test_missing_module_found_when_its_package_is_imported(make_pkg):
 def test_lenient_warns_and_skips(make_pkg, capsys):
     pkg = make_pkg({"server": SERVER})
     spec = from_dict({"stages": {"parse": f"{pkg}.server:nope", "head": f"{pkg}.server:Pooler.head"}}, "/x/s.toml")
-    inject.install(spec, on_error="warn")
+    importhook.install(spec, on_error="warn")
     server = importlib.import_module(f"{pkg}.server")
-    assert hasattr(server.Pooler.head, inject.MARK)
+    assert hasattr(server.Pooler.head, wrap.MARK)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "warning" in err[0] and "no attribute 'nope'" in err[0] and "skipped" in err[0]
 
@@ -287,7 +287,7 @@ def injected_env(spec=POOLER_SPEC, lenient=False, base_pythonpath: str | None = 
     base = clean_env()
     if base_pythonpath:
         base["PYTHONPATH"] = base_pythonpath
-    return {**base, **inject.environment(str(spec), lenient=lenient, base=base)}
+    return {**base, **envform.environment(str(spec), lenient=lenient, base=base)}
 
 
 def run_cli(*args, env=None, cwd=ROOT, timeout=120):
@@ -314,9 +314,9 @@ def test_env_form_chains_existing_sitecustomize(tmp_path):
     (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIR_SITECUSTOMIZE_RAN = True\n")
     (theirs / "helper_mod.py").write_text("VALUE = 42\n")
     env = injected_env(base_pythonpath=str(theirs))
-    assert env["PYTHONPATH"].split(os.pathsep) == [inject.STARTUP_DIR, str(theirs)]
+    assert env["PYTHONPATH"].split(os.pathsep) == [envform.STARTUP_DIR, str(theirs)]
     code = ("import builtins, sys, helper_mod\n"
-            "import clef_prof.annotate.inject as i\n"
+            "import clef_prof.annotate.importhook as i\n"
             "print(getattr(builtins, 'THEIR_SITECUSTOMIZE_RAN', False), helper_mod.VALUE, len(i.installed()))\n")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -352,14 +352,14 @@ def test_print_env_forms(tmp_path):
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", env=env)
     assert p.returncode == 0, p.stderr
     assert f"export CLEF_PROF_SPEC={POOLER_SPEC}" in p.stdout
-    assert f"export PYTHONPATH={inject.STARTUP_DIR}:/opt/a:/opt/b" in p.stdout
+    assert f"export PYTHONPATH={envform.STARTUP_DIR}:/opt/a:/opt/b" in p.stdout
     p = run_cli("inject", "--spec", POOLER_SPEC, "--print-env", "--format", "json", "--lenient", env=env)
     d = json.loads(p.stdout)
-    assert d["CLEF_PROF_LENIENT"] == "1" and d["CLEF_PROF_PKG"] == inject.PKG_DIR
+    assert d["CLEF_PROF_LENIENT"] == "1" and d["CLEF_PROF_PKG"] == envform.PKG_DIR
     # twice: the bootstrap directory is not added again
-    again = inject.environment(str(POOLER_SPEC), base={"PYTHONPATH": d["PYTHONPATH"]})
+    again = envform.environment(str(POOLER_SPEC), base={"PYTHONPATH": d["PYTHONPATH"]})
     assert again["PYTHONPATH"] == d["PYTHONPATH"]
-    assert inject.env_assignments(str(POOLER_SPEC), base={})[0] == f"CLEF_PROF_SPEC={POOLER_SPEC}"
+    assert envform.env_assignments(str(POOLER_SPEC), base={})[0] == f"CLEF_PROF_SPEC={POOLER_SPEC}"
 
 
 def test_inject_command_runs_with_wrappers(tmp_path):
@@ -402,9 +402,9 @@ def test_inject_command_errors(tmp_path):
 
 
 def test_check_uses_command_interpreter_and_path():
-    assert inject.command_python([sys.executable, "-u", "x/prog.py"], cwd="/srv") == (sys.executable, "/srv/x")
-    assert inject.command_python(["python3", "-m", "pkg"], cwd="/srv")[1] == "/srv"
-    assert inject.command_python(["no-such-command-xyz"]) == (None, None)
+    assert check.command_python([sys.executable, "-u", "x/prog.py"], cwd="/srv") == (sys.executable, "/srv/x")
+    assert check.command_python(["python3", "-m", "pkg"], cwd="/srv")[1] == "/srv"
+    assert check.command_python(["no-such-command-xyz"]) == (None, None)
 
 
 def test_emit_nsys_json(tmp_path):

@@ -114,7 +114,7 @@ def test_shipped_specs_load():
 
 def test_spec_and_inject_stay_light():
     """The injection loads spec.py in every server process: no pandas, no numpy."""
-    code = ("import sys, clef_prof.annotate.spec, clef_prof.annotate.inject, clef_prof.annotate.api\n"
+    code = ("import sys, clef_prof.annotate.spec, clef_prof.annotate.startup, clef_prof.annotate.api\n"
             "heavy = sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'rich') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

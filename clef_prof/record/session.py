@@ -314,9 +314,9 @@ def spec_env(spec_path: str) -> dict:
     from ..annotate.spec import load
     load(spec_path)                       # a malformed spec fails here, with its own one line
     try:
-        from ..annotate.inject import environment
+        from ..annotate.envform import environment
     except ImportError:
-        raise ClefError("--spec needs clef_prof.annotate.inject, which this installation lacks") from None
+        raise ClefError("--spec needs clef_prof.annotate.envform, which this installation lacks") from None
     return environment(spec_path, base=os.environ)
 
 
