@@ -11,7 +11,7 @@ import pytest
 from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import Nsys
 from clef_prof.cli.record import config_from
-from clef_prof.record.session import Capture, max_iterations, plan
+from clef_prof.record.session import Recording, max_iterations, plan
 from clef_prof.cli import app as cli
 
 
@@ -91,7 +91,7 @@ def test_window_auto_probes_the_server(monkeypatch, tmp_path, routes, window):
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         cfg, pl = build(["--preset", "generic", "--url", url, "-q"], ["server"], monkeypatch, gpu=True)
         assert pl.probe and pl.window == "nsys"
-        cap = Capture(cfg, pl)
+        cap = Recording(cfg, pl)
         cap.probe()
         assert pl.window == window
         if window == "profiler-api":

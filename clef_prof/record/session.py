@@ -405,7 +405,7 @@ def _pdeathsig():
 # --------------------------------------------------------------------------------------------
 # one capture
 
-class Capture:
+class Recording:
     def __init__(self, cfg: RecordConfig, pl: Plan, attempt: int = 1, history: list[str] | None = None):
         self.attempt = attempt
         self.nvtx_rows = None
@@ -1073,7 +1073,7 @@ def _stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
             continue
 
 
-def _hold_signals(cap: Capture):
+def _hold_signals(cap: Recording):
     """While cleaning up, a further Ctrl-C only prints a line: the cleanup has its own timeouts."""
     if threading.current_thread() is not threading.main_thread():
         return None
@@ -1129,7 +1129,7 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
         for attempt in range(1, max(0, cfg.retries) + 2):
             if attempt > 1:
                 pl = plan(cfg, nsys)          # a fresh session name and process marker
-            res = Capture(cfg, pl, attempt, history).run()
+            res = Recording(cfg, pl, attempt, history).run()
             if res["nvtx_rows"] == 0 and attempt <= cfg.retries:
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
