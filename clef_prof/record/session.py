@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -355,51 +354,12 @@ def port_in_use(url: str) -> tuple[str, int] | None:
         return None
 
 
-# nsys' own lines in the server's streams: left out of the tail shown on failure
-_NSYS_NOISE = re.compile(r"^(\[\d+/\d+\]|Generating '|Generated:|Collecting data|Processing events|Capture range "
-                         r"(started|ended)|WARNING: CUDA graph-level trace|Changing to node-level trace|terminate called "
-                         r"without|The target application terminated|Process .* was terminated|Failed to create|"
-                         r"No reports were generated|\$ )")
-
-
-def _tail(path: str, n: int = 6, width: int = 400) -> str:
-    """The last meaningful lines of a log (nsys progress bars dropped), joined with ' | '."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 16384))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = []
-    for raw in text.replace("\r", "\n").splitlines():
-        s = raw.strip()
-        if not s or _NSYS_NOISE.search(s) or s.endswith((".nsys-rep", ".qdstrm")):
-            continue
-        lines.append(s)
-    out = " | ".join(lines[-n:])
-    return out if len(out) <= width else "..." + out[-width:]
-
-
 def _log_has(path: str, needle: str) -> bool:
     try:
         with open(path, "rb") as fh:
             return needle.encode() in fh.read()
     except OSError:
         return False
-
-
-def _pdeathsig():
-    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too; and
-    SIGINT back to its default, which a clef-prof started in the background (`&`, nohup) ignores
-    and would hand on, so the server's graceful stop (SIGINT) would never reach it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,7 +424,7 @@ class Recording:
         self.t_server = time.time_ns()
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
             self.proc = subprocess.Popen(self.pl.main, env=self._env(), stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, start_new_session=True, preexec_fn=_pdeathsig)
+                                         stderr=err, start_new_session=True, preexec_fn=procs.pdeathsig)
 
     def nsys_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -490,7 +450,7 @@ class Recording:
         while True:
             if not self.nsys_alive():
                 self.exit_code = self.proc.returncode
-                tail = _tail(self.log_err) or _tail(self.log_out) or "(no output)"
+                tail = procs.log_tail(self.log_err) or procs.log_tail(self.log_out) or "(no output)"
                 raise CaptureFailed(f"the server exited during start-up: {tail} [log: {self.log_err}]")
             status, text = http("GET", url, timeout=2.0)
             if status == 200:
@@ -544,7 +504,7 @@ class Recording:
         hard_end = t_end + max(60.0, cfg.warmup_s)
         while True:
             if not self.check_running("during warm-up"):
-                raise CaptureFailed(f"the server died during warm-up: {_tail(self.log_err)} [log: {self.log_err}]")
+                raise CaptureFailed(f"the server died during warm-up: {procs.log_tail(self.log_err)} [log: {self.log_err}]")
             done = time.monotonic() >= t_end
             if self.load is not None and cfg.warmup_requests:
                 done = done and self.load.ok_count() >= cfg.warmup_requests
@@ -555,7 +515,7 @@ class Recording:
                                     f"completed in {hard_end - t_end + cfg.warmup_s:.0f} s")
             if self.client is not None and self.client.poll() is not None:
                 raise CaptureFailed(f"the client command exited during warm-up (exit code {self.client.returncode}): "
-                                    f"{_tail(self.log_client)}")
+                                    f"{procs.log_tail(self.log_client)}")
             time.sleep(0.05)
         if self.load is not None:
             if self.load._fatal is not None:
@@ -585,14 +545,14 @@ class Recording:
                 try:
                     p.wait(self.cfg.finalize_timeout)
                 except subprocess.TimeoutExpired:
-                    _stop_group(p, (3.0, 2.0, 1.0))
+                    procs.stop_group(p, (3.0, 2.0, 1.0))
                     raise CaptureFailed(f"`nsys {what}` did not return within {self.cfg.finalize_timeout:g} s") from None
                 finally:
                     if p.poll() is None:
-                        _stop_group(p, (3.0, 2.0, 1.0))
+                        procs.stop_group(p, (3.0, 2.0, 1.0))
             if p.returncode != 0:
                 raise CaptureFailed(f"`{quote(cmd[:2])} --session=...` failed (exit code {p.returncode}): "
-                                    f"{_tail(self.log_nsys, 2)}")
+                                    f"{procs.log_tail(self.log_nsys, 2)}")
             return {"rc": p.returncode}
         return self._event(f"nsys {what}", run)
 
@@ -758,7 +718,7 @@ class Recording:
         if self.load is not None and self.load.running:
             self.load.stop(grace_s=3.0)
         if self.client is not None and self.client.poll() is None:
-            _stop_group(self.client, (5.0, 3.0, 2.0))
+            procs.stop_group(self.client, (5.0, 3.0, 2.0))
 
     def stop_server(self, quick: bool = False) -> None:
         """SIGINT the server's process groups, then SIGTERM, then SIGKILL; then wait for nsys."""
@@ -785,7 +745,7 @@ class Recording:
                 self.proc.wait(30.0 if quick else self.cfg.finalize_timeout)
             except subprocess.TimeoutExpired:
                 self.note("nsys did not exit after the server stopped; interrupting it")
-                _stop_group(self.proc, (10.0, 5.0, 5.0))
+                procs.stop_group(self.proc, (10.0, 5.0, 5.0))
             self.exit_code = self.proc.returncode
 
     def reap(self) -> None:
@@ -793,10 +753,10 @@ class Recording:
         if self.load is not None and self.load.running:
             self.load.stop(grace_s=0.5)
         if self.client is not None and self.client.poll() is None:
-            _stop_group(self.client, (2.0, 2.0, 1.0))
+            procs.stop_group(self.client, (2.0, 2.0, 1.0))
         self.track()
         if self.proc is not None and self.proc.poll() is None:
-            _stop_group(self.proc, (5.0, 3.0, 2.0))
+            procs.stop_group(self.proc, (5.0, 3.0, 2.0))
         left = procs.terminate_marked(self.pl.token, tree=self.tree)
         if left:
             self.say(f"warning: processes left that could not be ended: {procs.describe(left)}")
@@ -877,7 +837,7 @@ class Recording:
             raise error
         if self.status == mf.STATUS_DIED:
             where = f"partial export kept: {exported}" if exported else "no report was written"
-            tail = _tail(self.log_err, 2, 200)
+            tail = procs.log_tail(self.log_err, 2, 200)
             raise CaptureFailed(f"{self.detail}{' (its last output: ' + tail + ')' if tail else ''}; {where}, marked "
                                 f"\"status\": \"server died\" in {path}")
         self.summary(exported, path)
@@ -1053,24 +1013,6 @@ class Recording:
             print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
                   "batches inside its window")
         print(f"manifest: {path}")
-
-
-def _stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
-    for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
-        if popen.poll() is not None:
-            return
-        try:
-            os.killpg(popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                popen.send_signal(sig)
-            except ProcessLookupError:
-                return
-        try:
-            popen.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _hold_signals(cap: Recording):
