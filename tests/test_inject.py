@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from clicheck import assert_one_line
 from recording import nsys_path
-from test_bad_input import assert_one_line
 
 from clef_prof.annotate import check, envform, importhook, wrap
 from clef_prof.annotate.spec import from_dict

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_bad_input import assert_one_line
+from clicheck import assert_one_line
 from test_inject import PROGRAMS, ROOT, clean_env, injected_env, record, run_cli
 
 SPEC = PROGRAMS / "embedsrv.toml"

@@ -8,7 +8,7 @@ import sqlite3
 from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import StageConfig
-from test_bad_input import run_cli
+from clicheck import run_cli
 
 
 def test_wrong_names_lists_names_seen(capture):
