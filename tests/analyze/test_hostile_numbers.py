@@ -16,7 +16,7 @@ import pytest
 from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 MAIN, PR25 = "gpu-main-slice", "gpu25-pr-slice"
 RUNTIME, MEMCPY, KERNEL = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_KERNEL"
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"

@@ -30,7 +30,7 @@ from recording import nsys_path
 from clef_prof.annotate import check, envform, importhook, wrap
 from clef_prof.annotate.spec import from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
 POOLER_SPEC = PROGRAMS / "pooler.toml"
 STAGES = ("parse", "index", "transfer", "head", "encode")

@@ -24,7 +24,7 @@ from clef_prof.annotate import api as annotate, nvtx_client
 from clef_prof.analyze.result import analyze
 from recording import nvtx_python, record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = ("2022.4", "2023.4")
 STAGES = ("parse", "index", "transfer", "head", "encode")
 ENV = {"PYTHONPATH": str(ROOT)}

@@ -19,7 +19,7 @@ import pytest
 from clef_prof.annotate import vllm_runner
 from clef_prof.annotate.spec import load
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "wheels"
 SPEC = ROOT / "annotations" / "clef-vllm.toml"
 VLLM = ("0.22.1", "0.33.0")        # the oldest the spec claims, the newest release

@@ -22,7 +22,7 @@ from clef_prof.analyze.inputs import InputError
 from clef_prof.compare.gates import evaluate_gates, parse_gate, render_markdown
 from clef_prof.analyze.stages import StageConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
 SLICE_PR = ROOT / "traces" / "gpu-pr-slice.sqlite"
 CFG = StageConfig()

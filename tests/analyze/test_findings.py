@@ -15,7 +15,7 @@ from clef_prof.config import StageConfig
 from clef_prof.errors import SpecError
 from clef_prof.annotate.spec import from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_RULES = {"pageable-h2d", "small-h2d-copies", "sync-in-stage", "no-cuda-graph", "host-bound",
               "cuda-outside-stages", "lost-records"}
 SPEC = {"batch": {}, "stages": {s: f"m:{s}" for s in ("parse", "index", "transfer", "head", "encode")}}

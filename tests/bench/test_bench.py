@@ -22,7 +22,7 @@ from clef_prof.bench import load as bl
 from clef_prof.bench import stats as bs
 from clef_prof.record import procs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARK = "CLEF_TEST_MARK"
 
 

@@ -16,7 +16,7 @@ from recording import record
 
 pytestmark = pytest.mark.nsys("2023.4")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = """
 import sys, time, multiprocessing as mp
 sys.path.insert(0, {root!r})

@@ -24,7 +24,7 @@ import pytest
 
 from clef_prof.analyze.manifest import check_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
 MARK = "CLEF_TEST_MARK"
 FAST = ["--warmup", "1", "--duration", "2"]

@@ -17,7 +17,7 @@ from clef_prof.compare.engine import CaptureData, compare
 from clef_prof.config import StageConfig
 from clef_prof.analyze.intervals import covered, innermost_containing, union
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 GPU_SLICES = ["gpu-main-slice", "gpu-pr-slice", "gpu25-pr-slice"]
 STAGES = ("parse", "index", "transfer", "head", "encode")
 GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",

@@ -14,7 +14,7 @@ import pytest
 from clef_prof.cli.app import main
 from conftest import chromium
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"
 CPU = TRACES / "cpu23-inline.sqlite"
 

@@ -16,7 +16,7 @@ from recording import record
 
 pytestmark = pytest.mark.nsys("2023.4")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = f"""
 import sys, threading, time, multiprocessing as mp
 sys.path.insert(0, {str(ROOT)!r})

@@ -18,7 +18,7 @@ from clef_prof.compare.arm import collect
 from clef_prof.cli.app import main
 from recording import record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
 SLICE_PR = ROOT / "traces" / "gpu-pr-slice.sqlite"
 

@@ -14,7 +14,7 @@ import pytest
 from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NSYS = ROOT / ".nsys" / "2023.4" / "nsys"
 TILES = 3
 # requests, batches, h2d copies, h2d bytes, head kernel launches, graph launches, d2h copies

@@ -11,7 +11,7 @@ import clef_prof
 from clef_prof.errors import ClefError
 from clef_prof.explore.frames import Capture, arm_means, clear_cache, parse_rids
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"
 MAIN = TRACES / "gpu-main-slice.sqlite"
 GPU25 = TRACES / "gpu25-pr-slice.sqlite"

@@ -12,7 +12,7 @@ from recording import nsys_path, nvtx_python
 
 from clef_prof.cli import doctor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_nvtx(tmp_path, version: str) -> Path:

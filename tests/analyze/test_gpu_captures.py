@@ -14,7 +14,7 @@ from clef_prof.annotate import spec as spec_mod
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.manifest import check_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BERT = "gpu25-bertsrv"
 SYNC = "gpu25-sync-slice"
 

@@ -11,7 +11,7 @@ from clef_prof import config
 from clef_prof.errors import SpecError
 from clef_prof.annotate.spec import Binding, Target, from_dict, load
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 MINIMAL = """\
 domain = "clef"                      # optional; "clef" by default

@@ -21,7 +21,7 @@ from clef_prof.record import ab, demo_server as ds, load as loadgen, manifest as
 from clef_prof import nsys as nsys_mod
 from clef_prof.errors import ClefError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
 
 

@@ -14,7 +14,7 @@ from clef_prof.explore import plots
 from clef_prof.errors import ClefError
 from clef_prof.explore.frames import arm_means
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 PR = TRACES / "gpu-pr-slice.sqlite"        # a slice of gpu-q1c16-pr (nsys 2023.4)
 MAIN = TRACES / "gpu-main-slice.sqlite"
 GPU25 = TRACES / "gpu25-pr-slice.sqlite"
