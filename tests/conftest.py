@@ -13,12 +13,15 @@ import json
 import lzma
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+if str(DATA.parent) not in sys.path:      # tests/ (conftest, recording, clicheck) for the tests in its folders
+    sys.path.insert(0, str(DATA.parent))
 NSYS_DIR = ROOT / ".nsys"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

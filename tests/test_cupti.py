@@ -12,7 +12,7 @@ from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import import_command
-from test_bad_input import run_cli
+from clicheck import run_cli
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 

@@ -30,7 +30,7 @@ from . import load as bl
 from ..record import procs
 from ..record.ab import parse_arms, schedule
 from ..errors import ClefError
-from ..record.session import Interrupted, _pdeathsig, _stop_group, _tail, gpu_present, http, port_in_use
+from ..record.session import Interrupted, gpu_present, http, port_in_use
 
 
 class BenchError(ClefError):
@@ -61,7 +61,7 @@ class Server:
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
             try:
                 self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                             start_new_session=True, preexec_fn=_pdeathsig)
+                                             start_new_session=True, preexec_fn=procs.pdeathsig)
             except OSError as exc:
                 raise BenchError(f"{self.label}: cannot start {shlex.join(self.argv)}: {exc.strerror or exc}") from None
         threading.Thread(target=self._watch, name="clef-prof-watch", daemon=True).start()
@@ -75,7 +75,7 @@ class Server:
     def exit_text(self) -> str:
         code = self.proc.poll() if self.proc else None
         how = f"killed by {procs.sig_name(-code)}" if code is not None and code < 0 else f"exit code {code}"
-        return f"{how}: {_tail(self.log_err) or _tail(self.log_out) or '(no output)'} [log: {self.log_err}]"
+        return f"{how}: {procs.log_tail(self.log_err) or procs.log_tail(self.log_out) or '(no output)'} [log: {self.log_err}]"
 
     def wait_healthy(self) -> float:
         t0 = time.monotonic()
@@ -100,7 +100,7 @@ class Server:
         self._watch_stop.set()
         notes = []
         if self.proc is not None and self.proc.poll() is None:
-            _stop_group(self.proc, (self.stop_s, self.stop_s / 2, 5.0))
+            procs.stop_group(self.proc, (self.stop_s, self.stop_s / 2, 5.0))
             if self.proc.returncode is not None and self.proc.returncode == -signal.SIGKILL:
                 notes.append(f"{self.label}: did not stop on SIGINT or SIGTERM; killed")
         left = procs.terminate_marked(self.token)

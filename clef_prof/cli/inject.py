@@ -1,12 +1,16 @@
-"""`clef-prof inject`: the environment that injects a stage spec, and its checks (clef_prof.annotate.inject)."""
+"""`clef-prof inject`: the environment that injects a stage spec, and its checks
+(clef_prof.annotate: envform, check, nsys_json)."""
 from __future__ import annotations
 
 import os
 import sys
 
-from ..annotate.inject import (ENV_LENIENT, ENV_VERBOSE, CheckResult, TargetError, _matches_main, _say, check_targets,
-                               command_main, command_python, environment, format_env, nsys_analyze_hint,
-                               nsys_annotations)
+from ..annotate.check import CheckResult, check_targets, command_main, command_python
+from ..annotate.envform import environment, format_env
+from ..annotate.importhook import ENV_LENIENT, ENV_VERBOSE
+from ..annotate.mainhook import matches_main
+from ..annotate.nsys_json import nsys_analyze_hint, nsys_annotations
+from ..annotate.wrap import TargetError, say
 from ..errors import ClefError, SpecError
 
 
@@ -52,7 +56,7 @@ def add_parser(subparsers) -> None:
 
 def _print_warnings(warnings) -> None:
     for w in warnings:
-        _say(f"clef-prof: warning: {w}")
+        say(f"clef-prof: warning: {w}")
 
 
 def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient, main=None, off="") -> CheckResult:
@@ -100,7 +104,7 @@ def cmd_inject(args) -> int:
                     fh.write(text)
             except OSError as exc:
                 raise ClefError(f"{args.emit_nsys_json}: cannot write: {exc.strerror}") from None
-            _say(f"clef-prof: wrote {args.emit_nsys_json}; nsys names its ranges module.qualname and "
+            say(f"clef-prof: wrote {args.emit_nsys_json}; nsys names its ranges module.qualname and "
                  f"carries no batch size: {nsys_analyze_hint(spec, blocks)}")
         return 0
     if args.print_env:
@@ -120,7 +124,7 @@ def cmd_inject(args) -> int:
             path0 = os.getcwd()
         res = _check_or_raise(spec, python, path0, args.check_timeout, strict, args.lenient, main, off)
     if args.check:
-        n_main = sum(_matches_main(b.target, *((main[1], None) if main[0] == "module" else (None, main[1])))
+        n_main = sum(matches_main(b.target, *((main[1], None) if main[0] == "module" else (None, main[1])))
                      for b in spec.bindings()) if main else 0
         in_main = f" ({n_main} in the main module {main[1]}, wrapped as their definitions run)" if n_main else ""
         never: list[str] = []
@@ -129,10 +133,10 @@ def cmd_inject(args) -> int:
             notes, warns, never = vllm_runner.lines(
                 res.runner, [(b.where, str(b.target), b.runner) for b in spec.bindings() if b.role == "batch"])
             for n in notes:
-                _say(f"clef-prof: {n}")
+                say(f"clef-prof: {n}")
             _print_warnings(warns)
         called = [w for w in res.kinds if w not in never]
-        _say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
+        say(f"clef-prof: {spec.path}: {len(res.kinds)} of {len(spec.bindings())} targets import and wrap "
              f"in {python}{in_main}" + (f"; {len(called)} of them will be called" if never else ""))
         batches = [b.where for b in spec.bindings() if b.role == "batch"]
         if batches and all(w in never for w in batches):

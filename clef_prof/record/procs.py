@@ -1,4 +1,5 @@
-"""Find and end the processes of one capture, from /proc, without psutil.
+"""Find and end the processes of one capture, from /proc, without psutil; and the helpers for the
+servers and clients clef-prof starts (record and bench): `pdeathsig`, `stop_group`, `log_tail`.
 
 nsys scatters a profiled server over several process groups and sessions: `nsys profile` /
 `nsys launch` stays in the group we start it in, its `--start-agent` daemon calls setsid and
@@ -14,7 +15,9 @@ Standard library only.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -218,3 +221,63 @@ def sig_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return str(sig)
+
+
+# --------------------------------------------------------------------------------------------
+# the processes clef-prof starts: their signals, their stop, their logs
+
+def pdeathsig():
+    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too; and
+    SIGINT back to its default, which a clef-prof started in the background (`&`, nohup) ignores
+    and would hand on, so the server's graceful stop (SIGINT) would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
+    for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
+        if popen.poll() is not None:
+            return
+        try:
+            os.killpg(popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                popen.send_signal(sig)
+            except ProcessLookupError:
+                return
+        try:
+            popen.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# nsys' own lines in the server's streams: left out of the tail shown on failure
+_NSYS_NOISE = re.compile(r"^(\[\d+/\d+\]|Generating '|Generated:|Collecting data|Processing events|Capture range "
+                         r"(started|ended)|WARNING: CUDA graph-level trace|Changing to node-level trace|terminate called "
+                         r"without|The target application terminated|Process .* was terminated|Failed to create|"
+                         r"No reports were generated|\$ )")
+
+
+def log_tail(path: str, n: int = 6, width: int = 400) -> str:
+    """The last meaningful lines of a log (nsys progress bars dropped), joined with ' | '."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = []
+    for raw in text.replace("\r", "\n").splitlines():
+        s = raw.strip()
+        if not s or _NSYS_NOISE.search(s) or s.endswith((".nsys-rep", ".qdstrm")):
+            continue
+        lines.append(s)
+    out = " | ".join(lines[-n:])
+    return out if len(out) <= width else "..." + out[-width:]

@@ -321,9 +321,9 @@ def spec_env(spec_path: str) -> dict:
     from ..annotate.spec import load
     load(spec_path)                       # a malformed spec fails here, with its own one line
     try:
-        from ..annotate.inject import environment
+        from ..annotate.envform import environment
     except ImportError:
-        raise ClefError("--spec needs clef_prof.annotate.inject, which this installation lacks") from None
+        raise ClefError("--spec needs clef_prof.annotate.envform, which this installation lacks") from None
     return environment(spec_path, base=os.environ)
 
 
@@ -362,33 +362,6 @@ def port_in_use(url: str) -> tuple[str, int] | None:
         return None
 
 
-# nsys' own lines in the server's streams: left out of the tail shown on failure
-_NSYS_NOISE = re.compile(r"^(\[\d+/\d+\]|Generating '|Generated:|Collecting data|Processing events|Capture range "
-                         r"(started|ended)|WARNING: CUDA graph-level trace|Changing to node-level trace|terminate called "
-                         r"without|The target application terminated|Process .* was terminated|Failed to create|"
-                         r"No reports were generated|\$ )")
-
-
-def _tail(path: str, n: int = 6, width: int = 400) -> str:
-    """The last meaningful lines of a log (nsys progress bars dropped), joined with ' | '."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 16384))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = []
-    for raw in text.replace("\r", "\n").splitlines():
-        s = raw.strip()
-        if not s or _NSYS_NOISE.search(s) or s.endswith((".nsys-rep", ".qdstrm")):
-            continue
-        lines.append(s)
-    out = " | ".join(lines[-n:])
-    return out if len(out) <= width else "..." + out[-width:]
-
-
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
 
@@ -420,22 +393,10 @@ def _log_has(path: str, needle: str) -> bool:
     return needle in _log_text(path)
 
 
-def _pdeathsig():
-    """In the child before exec: get SIGTERM when clef-prof dies (Linux), so nsys stops too; and
-    SIGINT back to its default, which a clef-prof started in the background (`&`, nohup) ignores
-    and would hand on, so the server's graceful stop (SIGINT) would never reach it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 # --------------------------------------------------------------------------------------------
 # one capture
 
-class Capture:
+class Recording:
     def __init__(self, cfg: RecordConfig, pl: Plan, attempt: int = 1, history: list[str] | None = None):
         self.attempt = attempt
         self.nvtx_rows = None
@@ -494,7 +455,7 @@ class Capture:
         self.t_server = time.time_ns()
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
             self.proc = subprocess.Popen(self.pl.main, env=self._env(), stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, start_new_session=True, preexec_fn=_pdeathsig)
+                                         stderr=err, start_new_session=True, preexec_fn=procs.pdeathsig)
 
     def nsys_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -524,7 +485,7 @@ class Capture:
                 if crash:
                     raise NsysCrashed(f"nsys crashed while starting the server (exit code {self.exit_code}), not the "
                                       f"server: {crash} [log: {self.log_err}]")
-                tail = _tail(self.log_err) or _tail(self.log_out) or "(no output)"
+                tail = procs.log_tail(self.log_err) or procs.log_tail(self.log_out) or "(no output)"
                 raise CaptureFailed(f"the server exited during start-up: {tail} [log: {self.log_err}]")
             status, text = http("GET", url, timeout=2.0)
             if status == 200:
@@ -578,7 +539,7 @@ class Capture:
         hard_end = t_end + max(60.0, cfg.warmup_s)
         while True:
             if not self.check_running("during warm-up"):
-                raise CaptureFailed(f"the server died during warm-up: {_tail(self.log_err)} [log: {self.log_err}]")
+                raise CaptureFailed(f"the server died during warm-up: {procs.log_tail(self.log_err)} [log: {self.log_err}]")
             done = time.monotonic() >= t_end
             if self.load is not None and cfg.warmup_requests:
                 done = done and self.load.ok_count() >= cfg.warmup_requests
@@ -589,7 +550,7 @@ class Capture:
                                     f"completed in {hard_end - t_end + cfg.warmup_s:.0f} s")
             if self.client is not None and self.client.poll() is not None:
                 raise CaptureFailed(f"the client command exited during warm-up (exit code {self.client.returncode}): "
-                                    f"{_tail(self.log_client)}")
+                                    f"{procs.log_tail(self.log_client)}")
             time.sleep(0.05)
         if self.load is not None:
             if self.load._fatal is not None:
@@ -619,14 +580,14 @@ class Capture:
                 try:
                     p.wait(self.cfg.finalize_timeout)
                 except subprocess.TimeoutExpired:
-                    _stop_group(p, (3.0, 2.0, 1.0))
+                    procs.stop_group(p, (3.0, 2.0, 1.0))
                     raise CaptureFailed(f"`nsys {what}` did not return within {self.cfg.finalize_timeout:g} s") from None
                 finally:
                     if p.poll() is None:
-                        _stop_group(p, (3.0, 2.0, 1.0))
+                        procs.stop_group(p, (3.0, 2.0, 1.0))
             if p.returncode != 0:
                 raise CaptureFailed(f"`{quote(cmd[:2])} --session=...` failed (exit code {p.returncode}): "
-                                    f"{_tail(self.log_nsys, 2)}")
+                                    f"{procs.log_tail(self.log_nsys, 2)}")
             return {"rc": p.returncode}
         return self._event(f"nsys {what}", run)
 
@@ -792,7 +753,7 @@ class Capture:
         if self.load is not None and self.load.running:
             self.load.stop(grace_s=3.0)
         if self.client is not None and self.client.poll() is None:
-            _stop_group(self.client, (5.0, 3.0, 2.0))
+            procs.stop_group(self.client, (5.0, 3.0, 2.0))
 
     def stop_server(self, quick: bool = False) -> None:
         """SIGINT the server's process groups, then SIGTERM, then SIGKILL; then wait for nsys."""
@@ -819,7 +780,7 @@ class Capture:
                 self.proc.wait(30.0 if quick else self.cfg.finalize_timeout)
             except subprocess.TimeoutExpired:
                 self.note("nsys did not exit after the server stopped; interrupting it")
-                _stop_group(self.proc, (10.0, 5.0, 5.0))
+                procs.stop_group(self.proc, (10.0, 5.0, 5.0))
             self.exit_code = self.proc.returncode
 
     def reap(self) -> None:
@@ -827,10 +788,10 @@ class Capture:
         if self.load is not None and self.load.running:
             self.load.stop(grace_s=0.5)
         if self.client is not None and self.client.poll() is None:
-            _stop_group(self.client, (2.0, 2.0, 1.0))
+            procs.stop_group(self.client, (2.0, 2.0, 1.0))
         self.track()
         if self.proc is not None and self.proc.poll() is None:
-            _stop_group(self.proc, (5.0, 3.0, 2.0))
+            procs.stop_group(self.proc, (5.0, 3.0, 2.0))
         if not self.app_procs():        # nsys' agent may still be finishing: a while to exit, then ended
             procs.wait_gone(lambda: not self.tree.left(), AGENT_EXIT_S)
         left = procs.terminate_marked(self.pl.token, tree=self.tree)
@@ -913,7 +874,7 @@ class Capture:
             raise error
         if self.status == mf.STATUS_DIED:
             where = f"partial export kept: {exported}" if exported else "no report was written"
-            tail = _tail(self.log_err, 2, 200)
+            tail = procs.log_tail(self.log_err, 2, 200)
             raise CaptureFailed(f"{self.detail}{' (its last output: ' + tail + ')' if tail else ''}; {where}, marked "
                                 f"\"status\": \"server died\" in {path}")
         self.summary(exported, path)
@@ -1091,25 +1052,7 @@ class Capture:
         print(f"manifest: {path}")
 
 
-def _stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
-    for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
-        if popen.poll() is not None:
-            return
-        try:
-            os.killpg(popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                popen.send_signal(sig)
-            except ProcessLookupError:
-                return
-        try:
-            popen.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _hold_signals(cap: Capture):
+def _hold_signals(cap: Recording):
     """While cleaning up, a further Ctrl-C only prints a line: the cleanup has its own timeouts."""
     if threading.current_thread() is not threading.main_thread():
         return None
@@ -1166,7 +1109,7 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
             if attempt > 1:
                 pl = plan(cfg, nsys)          # a fresh session name and process marker
             try:
-                res = Capture(cfg, pl, attempt, history).run()
+                res = Recording(cfg, pl, attempt, history).run()
             except NsysCrashed as exc:
                 if attempt > cfg.retries:
                     raise

@@ -3,8 +3,8 @@ every Python process started with that environment imports this file at start-up
 
 1. It runs the `sitecustomize` it shadows (the next one on sys.path), if there is one.
 2. With $CLEF_PROF_SPEC set, it loads clef_prof (from $CLEF_PROF_PKG, the copy that printed
-   the environment, when given) and calls `clef_prof.annotate.inject.bootstrap()`, which installs
-   the spec's wrappers lazily, through an import hook.
+   the environment, when given) and calls `clef_prof.annotate.startup.install_from_env()`, which
+   installs the spec's wrappers lazily, through an import hook.
 
 It never raises: a failure prints one line on stderr (and, for an unusable spec without
 $CLEF_PROF_LENIENT=1, ends the process with exit code 1).
@@ -40,7 +40,7 @@ def _clef_prof_chain():
                          f"{type(exc).__name__}: {exc}\n")
 
 
-def _clef_prof_bootstrap():
+def _clef_prof_install():
     import os
     import sys
 
@@ -59,8 +59,8 @@ def _clef_prof_bootstrap():
             except Exception:
                 del sys.modules["clef_prof"]
                 raise
-    from clef_prof.annotate import inject
-    inject.bootstrap()
+    from clef_prof.annotate import startup
+    startup.install_from_env()
 
 
 def _clef_prof_main():
@@ -71,7 +71,7 @@ def _clef_prof_main():
         sys.stderr.write(f"clef-prof inject: warning: could not chain the existing sitecustomize: "
                          f"{type(exc).__name__}: {exc}\n")
     try:
-        _clef_prof_bootstrap()
+        _clef_prof_install()
     except Exception as exc:
         import os
         lenient = os.environ.get("CLEF_PROF_LENIENT", "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,233 @@
+"""Resolving one stage-spec target in an imported module and building its NVTX wrapper
+(`clef_prof.annotate.api`: `stage` for a stage target, `batch` with the size read from the call
+for the batch target). Standard library only: it runs in every profiled process."""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import types
+
+from ..errors import SpecError
+
+MARK = "__clef_prof__"                 # attribute set on every wrapper: (role, range name)
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+class TargetError(SpecError):
+    """A spec target that cannot be resolved or wrapped: one line naming the spec, the key and
+    the target."""
+
+    def __init__(self, spec_path: str, where: str, target: str, problem: str):
+        self.spec_path, self.where, self.target, self.problem = spec_path, where, target, problem
+        super().__init__(f"spec {spec_path} {where}: {target}: {problem}")
+
+    def short(self) -> str:
+        return f"{self.where} {self.target}: {self.problem}"
+
+
+def flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def say(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except Exception:  # a closed stderr must not break the server
+        pass
+
+
+_MISSING = object()
+_C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                types.ClassMethodDescriptorType, types.MethodWrapperType)
+
+
+def _unwrap_kind(raw, owner_is_class: bool):
+    """(kind, function to wrap) of a raw attribute, or raise TargetError-worthy ValueError."""
+    if isinstance(raw, staticmethod):
+        return "staticmethod", raw.__func__
+    if isinstance(raw, classmethod):
+        return "classmethod", raw.__func__
+    if inspect.isfunction(raw):
+        return ("method" if owner_is_class else "function"), raw
+    if isinstance(raw, property):
+        raise ValueError("is a property, not a callable")
+    if not callable(raw):
+        raise ValueError(f"is not callable (a {type(raw).__name__})")
+    if isinstance(raw, _C_CALLABLES):
+        raise ValueError(f"is implemented in C (a {type(raw).__name__}): C code and names bound before "
+                         f"never call a wrapper; name the Python function that calls it")
+    if owner_is_class and hasattr(raw, "__get__") and not inspect.isbuiltin(raw) and not isinstance(raw, type):
+        raise ValueError(f"is a {type(raw).__name__} descriptor; inject wraps functions, methods, "
+                         f"classmethods, staticmethods and coroutines")
+    return "callable", raw
+
+
+def _async_kind(func) -> str:
+    if inspect.isasyncgenfunction(func):
+        return "asyncgen"
+    if inspect.isgeneratorfunction(func):
+        return "generator"
+    if inspect.iscoroutinefunction(func):
+        return "async"
+    return "sync"
+
+
+class _ArgGetter:
+    """Reads `name.attr.attr` from a call's arguments, as bound by the target's signature."""
+
+    __slots__ = ("path", "root", "attrs", "index", "default")
+
+    def __init__(self, func, path: str):
+        self.path = path
+        self.root, *attrs = path.split(".")
+        self.attrs = tuple(attrs)
+        self.index = None
+        self.default = _MISSING
+        try:
+            sig = inspect.signature(func)
+        except (TypeError, ValueError):
+            return  # no signature (a builtin): keyword lookup only
+        params = list(sig.parameters.values())
+        for i, p in enumerate(params):
+            if p.name == self.root and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    self.index = i
+                if p.default is not p.empty:
+                    self.default = p.default
+                return
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            names = ", ".join(p.name for p in params) or "none"
+            raise ValueError(f"has no parameter {self.root!r} (parameters: {names})")
+
+    def __call__(self, args, kwargs):
+        if self.index is not None and self.index < len(args):
+            v = args[self.index]
+        elif self.root in kwargs:
+            v = kwargs[self.root]
+        elif self.default is not _MISSING:
+            v = self.default
+        else:
+            return _MISSING
+        for a in self.attrs:
+            v = getattr(v, a)
+        return v
+
+
+def _batch_size(value):
+    if value is _MISSING or value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return len(value)
+
+
+def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, rids: _ArgGetter | None):
+    from . import api as ann
+    from . import nvtx_client as nc
+
+    def measure(args, kwargs):
+        n = ids = None
+        if size is not None:
+            try:
+                n = _batch_size(size(args, kwargs))
+            except Exception:
+                n = None
+        if rids is not None:
+            try:
+                v = rids(args, kwargs)
+                ids = None if v is _MISSING or v is None else list(v)
+            except Exception:
+                ids = None
+        return n, ids
+
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def run_batch_async(*args, **kwargs):
+            if not nc.enabled():
+                return await func(*args, **kwargs)
+            n, ids = measure(args, kwargs)
+            async with ann.batch(n, ids, name=name, domain=domain):
+                return await func(*args, **kwargs)
+        return run_batch_async
+
+    @functools.wraps(func)
+    def run_batch(*args, **kwargs):
+        if not nc.enabled():
+            return func(*args, **kwargs)
+        n, ids = measure(args, kwargs)
+        with ann.batch(n, ids, name=name, domain=domain):
+            return func(*args, **kwargs)
+    return run_batch
+
+
+class Prepared:
+    """A resolved target and the wrapper to set: `apply()` sets it."""
+
+    def __init__(self, binding, owner, attr: str, kind: str, new, flavour: str = "sync"):
+        self.binding, self.owner, self.attr, self.kind, self.new = binding, owner, attr, kind, new
+        self.flavour = flavour          # "sync" or "async" (a coroutine function)
+
+    def apply(self) -> None:
+        setattr(self.owner, self.attr, self.new)
+
+
+def _resolve_attr(module, qualname: str):
+    """(owner, attr, raw attribute) of `qualname` below `module`; raises ValueError."""
+    parts = qualname.split(".")
+    owner = module
+    for i, p in enumerate(parts[:-1]):
+        try:
+            owner = getattr(owner, p)
+        except AttributeError:
+            where = ".".join([module.__name__, *parts[:i]])
+            raise ValueError(f"{where} has no attribute {p!r}") from None
+    name = parts[-1]
+    try:
+        raw = inspect.getattr_static(owner, name)
+    except AttributeError:
+        try:  # a module-level __getattr__ (PEP 562) or a dynamic attribute
+            raw = getattr(owner, name)
+        except AttributeError:
+            where = ".".join([module.__name__, *parts[:-1]])
+            raise ValueError(f"{where} has no attribute {name!r}") from None
+    return owner, name, raw
+
+
+def prepare(binding, spec, module) -> Prepared | None:
+    """Resolve `binding` in the imported `module` and build its wrapper (not yet set).
+
+    None when the target is already wrapped. Raises TargetError with one line naming it.
+    """
+    t = binding.target
+    try:
+        owner, attr, raw = _resolve_attr(module, t.qualname)
+        owner_is_class = isinstance(owner, type)
+        kind, func = _unwrap_kind(raw, owner_is_class)
+        if getattr(func, MARK, None) is not None:
+            return None
+        flavour = _async_kind(func)
+        if flavour in ("generator", "asyncgen"):
+            raise ValueError(f"is a{'n async' if flavour == 'asyncgen' else ''} generator function; a range "
+                             f"around it would only cover creating the generator (annotate its body "
+                             f"with clef_prof.stage instead)")
+        if binding.role == "batch":
+            size = _ArgGetter(func, binding.size_arg) if binding.size_arg else None
+            rids = _ArgGetter(func, binding.request_ids_arg) if binding.request_ids_arg else None
+            wrapper = _make_batch_wrapper(func, binding.name, spec.domain, size, rids)
+        else:
+            from . import api as ann
+            wrapper = ann.stage(binding.name, spec.domain)(func)
+    except ValueError as exc:
+        raise TargetError(spec.path, binding.where, str(t), str(exc)) from None
+    setattr(wrapper, MARK, (binding.role, binding.name))
+    if kind == "staticmethod" or (kind == "callable" and owner_is_class):
+        new = staticmethod(wrapper)
+    elif kind == "classmethod":
+        new = classmethod(wrapper)
+    else:
+        new = wrapper
+    return Prepared(binding, owner, attr, kind, new, flavour)

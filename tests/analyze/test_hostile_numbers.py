@@ -1,0 +1,244 @@
+"""Hostile input that used to give silently wrong figures or a crash: copies of the real captures
+in traces/, damaged with sqlite3. Each case is a one-line refusal (exit 1) or a warning that
+--strict turns into exit 2; never a figure printed as if it were fine."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clef_prof.analyze.result import analyze
+from clef_prof.errors import CaptureError
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+MAIN, PR25 = "gpu-main-slice", "gpu25-pr-slice"
+RUNTIME, MEMCPY, KERNEL = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_KERNEL"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+STAGE_IDS = "(SELECT id FROM StringIds WHERE value IN ('parse','index','transfer','head','encode'))"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "clef_prof", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def one_line(p, code, *needles):
+    assert p.returncode == code, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """damaged(name, *sql) -> a copy of traces/<name>.sqlite with the statements applied."""
+    def make(name, *sql):
+        dst = tmp_path / f"{name}-damaged.sqlite"
+        shutil.copyfile(TRACES / f"{name}.sqlite", dst)
+        with sqlite3.connect(dst) as con:
+            for s in sql:
+                con.execute(s)
+        con.close()
+        return dst
+    return make
+
+
+def one_row(table, col, value):
+    return f"UPDATE {table} SET [{col}] = {value} WHERE rowid = (SELECT min(rowid) + 7 FROM {table})"
+
+
+# --- refusals: exit 1, one line ---------------------------------------------------------------
+
+REFUSED = [
+    ("text-in-runtime-start", MAIN, [one_row(RUNTIME, "start", "'abc'")], "integer column"),
+    ("text-in-bytes", MAIN, [one_row(MEMCPY, "bytes", "'12x'")], "integer column 'bytes'"),
+    ("real-in-bytes", MAIN, [one_row(MEMCPY, "bytes", "1.5")], "integer column 'bytes'"),
+    ("text-in-nvtx-end", MAIN, ["UPDATE NVTX_EVENTS SET [end] = 'x' WHERE eventType = 59"], "integer column 'end'"),
+    ("no-stringids", MAIN, ["DROP TABLE StringIds"], "no StringIds table"),
+    ("no-runtime", MAIN, [f"DROP TABLE {RUNTIME}"], f"no {RUNTIME} table"),
+    ("renamed-bytes", MAIN, [f"ALTER TABLE {MEMCPY} RENAME COLUMN bytes TO nbytes"], "has no column bytes"),
+    ("renamed-copykind", MAIN, [f"ALTER TABLE {MEMCPY} RENAME COLUMN copyKind TO kind"], "has no column copyKind"),
+    ("negative-bytes", MAIN, [f"UPDATE {MEMCPY} SET bytes = -bytes WHERE rowid % 3 = 0"], "bytes outside"),
+    ("negative-copycount", PR25, [one_row(MEMCPY, "copyCount", -1)], "copyCount outside"),
+    ("int64-overflow-bytes", MAIN, [f"UPDATE {MEMCPY} SET bytes = 4611686018427387904 WHERE rowid % 2 = 0"],
+     "bytes outside"),
+    ("huge-batch-size", MAIN, ["UPDATE NVTX_EVENTS SET text = 'pooler n=99999999999999999999999' "
+                               "WHERE rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%')"],
+     "batch size beyond"),
+]
+
+
+@pytest.mark.parametrize("base,sql,needle", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_refused_in_one_line(damaged, base, sql, needle):
+    f = damaged(base, *sql)
+    one_line(run_cli("analyze", f, "--strict", "-f", "json"), 1, needle, str(f))
+
+
+# (RUNTIME.nameId is matched in SQL against the ids of the calls of interest: text matches none)
+INTEGER_COLUMNS = [(MAIN, RUNTIME, c) for c in ("start", "end", "globalTid", "correlationId")]
+INTEGER_COLUMNS += [(MAIN, MEMCPY, c) for c in ("start", "end", "correlationId", "globalPid", "bytes", "copyKind",
+                                                "srcKind", "dstKind")]
+INTEGER_COLUMNS += [(MAIN, KERNEL, c) for c in ("start", "end", "correlationId", "globalPid")]
+INTEGER_COLUMNS += [(PR25, GRAPH_TRACE, c) for c in ("start", "end", "correlationId", "globalPid")]
+INTEGER_COLUMNS += [(PR25, MEMCPY, "copyCount")]
+
+
+@pytest.mark.parametrize("base,table,col", INTEGER_COLUMNS, ids=[f"{t[20:]}.{c}" for _, t, c in INTEGER_COLUMNS])
+def test_text_in_every_integer_column_is_refused(damaged, base, table, col):
+    f = damaged(base, one_row(table, col, "'1e3 oops'"))
+    with pytest.raises(CaptureError, match=f"integer column '.*'"):
+        analyze(str(f))
+
+
+REQUIRED = [(RUNTIME, c) for c in ("start", "end", "globalTid", "correlationId", "nameId")]
+REQUIRED += [(MEMCPY, c) for c in ("start", "end", "correlationId", "bytes", "copyKind")]
+REQUIRED += [(KERNEL, c) for c in ("start", "end", "correlationId")]
+REQUIRED += [("NVTX_EVENTS", c) for c in ("start", "end", "eventType", "globalTid", "domainId")]
+
+
+@pytest.mark.parametrize("table,col", REQUIRED, ids=[f"{t}.{c}" for t, c in REQUIRED])
+def test_every_required_column_renamed_is_refused(damaged, table, col):
+    f = damaged(MAIN, f"ALTER TABLE {table} RENAME COLUMN [{col}] TO [{col}_renamed]")
+    with pytest.raises(CaptureError, match=f"{table} has no column {col}"):
+        analyze(str(f))
+
+
+@pytest.mark.parametrize("n", [-5, 0])
+def test_nonpositive_requests_refused(n):
+    one_line(run_cli("analyze", TRACES / f"{MAIN}.sqlite", "--requests", n), 1, "--requests must be a positive")
+
+
+@pytest.mark.parametrize("t0,t1,says", [("nan", "0.5", "--from nan: expected a number of seconds"),
+                                        ("0", "inf", "--to inf: expected a number of seconds"),
+                                        ("0.5", "0.4", "--to must be after --from")])
+def test_slice_window_must_be_finite(tmp_path, t0, t1, says):
+    out = tmp_path / "out.sqlite"
+    one_line(run_cli("slice", TRACES / f"{MAIN}.sqlite", out, "--from", t0, "--to", t1), 1, says)
+    assert not out.exists()
+
+
+def test_unreadable_path(tmp_path):
+    """A path that exists but cannot be opened (a socket; chmod 000 does not stop root)."""
+    path = tmp_path / "cap.sqlite"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    try:
+        one_line(run_cli("analyze", path), 1, "not a regular file")
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+def test_export_being_written_is_refused(tmp_path, mode):
+    """Another process holds an open write transaction: a hot -journal (or a -wal) lies beside the
+    export, so an immutable read would see a half-written file."""
+    f = tmp_path / "live.sqlite"
+    shutil.copyfile(TRACES / f"{MAIN}.sqlite", f)
+    writer = sqlite3.connect(f, isolation_level=None)
+    try:
+        writer.execute(f"PRAGMA journal_mode={mode}")
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute(f"DELETE FROM {MEMCPY} WHERE rowid % 2 = 0")
+        if mode == "wal":
+            writer.execute("COMMIT")        # committed to the WAL, not yet checkpointed into the file
+            writer.execute("BEGIN IMMEDIATE")
+        side = Path(f"{f}-{'journal' if mode == 'delete' else 'wal'}")
+        assert side.exists() and side.stat().st_size > 0
+        one_line(run_cli("analyze", f, "-f", "json"), 1, "another process is writing it", side.name)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+# --- warnings: exit 0, or 2 with --strict, and the figure flagged -------------------------------
+
+def strict_warns(f, needle, *args):
+    p = run_cli("analyze", f, "--strict", "-f", "json", *args)
+    assert p.returncode == 2, p.stderr
+    r = json.loads(p.stdout)
+    assert any(needle in w for w in r["warnings"]), r["warnings"]
+    return r
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return {n: analyze(str(TRACES / f"{n}.sqlite")).result for n in (MAIN, PR25)}
+
+
+def test_clean_slices_raise_no_warning(clean):
+    # the one warning of the 2023.4 capture: its nsys's CUPTI 12.4 is older than the CUDA 13.0 driver
+    assert [w for w in clean[MAIN]["warnings"] if "ships CUPTI 12.4" not in w] == []
+    assert len(clean[MAIN]["warnings"]) == 1
+    assert [w for w in clean[PR25]["warnings"] if "cut at the capture edges" not in w] == []
+
+
+def test_half_the_kernels_lost_where_every_launch_is_in_a_stage(damaged, clean):
+    """Every launch lies in `head` (the last slot holding calls): the check once skipped it."""
+    assert clean[MAIN]["outside_stages"]["in_batch"]["kernel_launches"] == 0
+    f = damaged(MAIN, f"DELETE FROM {KERNEL} WHERE rowid % 2 = 0")
+    strict_warns(f, "kernel launches in the pooler have no GPU record")
+
+
+def test_memcpy_records_lost(damaged):
+    strict_warns(damaged(MAIN, f"DELETE FROM {MEMCPY} WHERE rowid % 5 = 0"), "memcpy calls in the pooler have no GPU")
+
+
+@pytest.mark.parametrize("table", [MEMCPY, KERNEL])
+def test_duplicated_gpu_rows(damaged, table):
+    f = damaged(MAIN, f"INSERT INTO {table} SELECT * FROM {table}")
+    strict_warns(f, "duplicated rows")
+
+
+def test_duplicated_nvtx_rows_counted_once(damaged, clean):
+    f = damaged(MAIN, "INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS WHERE eventType IN (59, 60)")
+    r = strict_warns(f, "NVTX ranges repeat another exactly")
+    assert r["batches"] == clean[MAIN]["batches"] == 48
+    assert r["requests"] == clean[MAIN]["requests"]
+    assert r["stages"]["transfer"]["host_ns_total"] == clean[MAIN]["stages"]["transfer"]["host_ns_total"]
+    assert r["per_request"]["h2d_copies"] == 9.0
+
+
+@pytest.mark.parametrize("table", [KERNEL, MEMCPY, GRAPH_TRACE])
+def test_reversed_gpu_intervals(damaged, clean, table):
+    f = damaged(PR25, f"UPDATE {table} SET [end] = start - 1000 WHERE rowid % 4 = 0")
+    r = strict_warns(f, "GPU activity records end before they start")
+    assert r["overlap"]["gpu_busy_ms_per_request"] < clean[PR25]["overlap"]["gpu_busy_ms_per_request"]
+
+
+def test_reversed_api_calls(damaged):
+    strict_warns(damaged(MAIN, f"UPDATE {RUNTIME} SET [end] = start - 5 WHERE rowid % 7 = 0"),
+                 "CUDA API calls end before they start")
+
+
+def test_reversed_and_endless_nvtx_ranges(damaged):
+    f = damaged(MAIN, f"UPDATE NVTX_EVENTS SET [end] = start - 10 WHERE rowid IN (SELECT rowid FROM NVTX_EVENTS "
+                      f"WHERE textId IN {STAGE_IDS} LIMIT 3)")
+    r = strict_warns(f, "3 NVTX ranges end before they start")
+    assert sum(s["instances"] for s in r["stages"].values()) == 5 * 48 - 3
+    f = damaged(MAIN, "UPDATE NVTX_EVENTS SET [end] = NULL WHERE rowid = "
+                      "(SELECT rowid FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' LIMIT 1 OFFSET 10)")
+    r = strict_warns(f, "ranges cut at the capture edges were excluded")
+    assert r["batches"] == 47
+
+
+def test_batches_without_any_stage(damaged):
+    r = strict_warns(damaged(MAIN, f"DELETE FROM NVTX_EVENTS WHERE textId IN {STAGE_IDS}"), "but no stage range")
+    assert r["batches"] == 48 and all(s["instances"] == 0 for s in r["stages"].values())
+
+
+def test_all_batches_n0(damaged):
+    r = strict_warns(damaged(MAIN, "UPDATE NVTX_EVENTS SET text = 'pooler n=0' WHERE text LIKE 'pooler n=%'"),
+                     "48 of 48 'pooler' ranges say n=0")
+    assert r["per_request"]["h2d_copies"] is None and r["per_request"]["pooler_host_ms"] is None
+
+
+def test_some_batches_n0(damaged):
+    strict_warns(damaged(MAIN, "UPDATE NVTX_EVENTS SET text = 'pooler n=0' WHERE text = 'pooler n=1'"),
+                 "8 of 48 'pooler' ranges say n=0")

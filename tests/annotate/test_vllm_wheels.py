@@ -1,0 +1,226 @@
+"""The shipped vLLM spec and the vllm/sglang presets, held against the released wheels.
+
+Each wheel is downloaded once without its dependencies (`pip download --no-deps`, into the
+git-ignored `.cache/wheels/`; vLLM's are 260-340 MB) and its Python files unpacked beside it;
+the modules are read with `ast`, never imported (no torch here). Without network the tests
+skip, except under CI=true, where they fail.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from clef_prof.annotate import vllm_runner
+from clef_prof.annotate.spec import load
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache" / "wheels"
+SPEC = ROOT / "annotations" / "clef-vllm.toml"
+VLLM = ("0.22.1", "0.33.0")        # the oldest the spec claims, the newest release
+SGLANG = "0.5.23"
+
+pytestmark = pytest.mark.vllm
+
+
+def unpacked(name: str, version: str) -> Path:
+    """The wheel's Python files under .cache/wheels/x/NAME-VERSION/ (downloaded when missing)."""
+    dest = CACHE / "x" / f"{name}-{version}"
+    if (dest / ".done").exists() and list(dest.glob("*.dist-info/METADATA")):
+        return dest
+    wheels = list(CACHE.glob(f"{name}-{version}-*.whl"))
+    if not wheels:
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            f"{name}=={version}", "-d", str(CACHE)], capture_output=True, text=True)
+        wheels = list(CACHE.glob(f"{name}-{version}-*.whl"))
+        if p.returncode != 0 or not wheels:
+            why = f"cannot download {name}=={version}: {(p.stderr.strip().splitlines() or ['?'])[-1]}"
+            if os.environ.get("CI", "").lower() in ("1", "true"):
+                pytest.fail(why)
+            pytest.skip(why)
+    with zipfile.ZipFile(wheels[0]) as z:
+        z.extractall(dest, [n for n in z.namelist() if n.endswith(".py") or n.endswith(".dist-info/METADATA")])
+    (dest / ".done").touch()
+    return dest
+
+
+def module_file(root: Path, module: str) -> Path:
+    base = root.joinpath(*module.split("."))
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.exists():
+            return f
+    raise AssertionError(f"no module {module} in {root.name}")
+
+
+def tree(root: Path, module: str) -> ast.Module:
+    return ast.parse(module_file(root, module).read_text(encoding="utf-8"))
+
+
+def class_def(mod: ast.Module, name: str) -> ast.ClassDef:
+    for node in mod.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    raise AssertionError(f"no class {name}")
+
+
+def method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+    raise AssertionError(f"no method {cls.name}.{name}")
+
+
+def params(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    return [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+
+
+def fields(cls: ast.ClassDef) -> set[str]:
+    """Annotated class attributes and `self.X = ...` assignments in its methods."""
+    out = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                out.add(t.attr)
+    return out
+
+
+@pytest.fixture(scope="module", params=VLLM)
+def vllm(request) -> tuple[str, Path]:
+    return request.param, unpacked("vllm", request.param)
+
+
+def test_every_vllm_target_of_the_spec_exists(vllm):
+    version, root = vllm
+    spec = load(str(SPEC))
+    checked = 0
+    for b in spec.bindings():
+        if not b.target.module.startswith("vllm."):
+            continue                       # Clef's own pooler
+        cls_name, meth_name = b.target.qualname.split(".")
+        fn = method(class_def(tree(root, b.target.module), cls_name), meth_name)
+        for arg in (b.size_arg, b.request_ids_arg):
+            if arg:
+                assert arg.split(".")[0] in params(fn), (version, b.where, arg, params(fn))
+        checked += 1
+    assert checked == 2 + 5                # two batch targets, five encoders
+
+
+def test_batch_size_and_id_attributes(vllm):
+    version, root = vllm
+    # V2: PoolingRunner.pool(hidden_states, input_batch: InputBatch, req_states)
+    fn = method(class_def(tree(root, "vllm.v1.worker.gpu.pool.pooling_runner"), "PoolingRunner"), "pool")
+    assert params(fn)[:4] == ["self", "hidden_states", "input_batch", "req_states"]
+    assert {"req_ids", "num_reqs"} <= fields(class_def(tree(root, "vllm.v1.worker.gpu.input_batch"), "InputBatch"))
+    # V1: GPUModelRunner._pool(..., num_scheduled_tokens_np, ...), ids in self.input_batch.req_ids
+    runner = class_def(tree(root, "vllm.v1.worker.gpu_model_runner"), "GPUModelRunner")
+    assert "input_batch" in fields(runner)
+    v1_batch = tree(root, "vllm.v1.worker.gpu_input_batch")
+    assert "req_ids" in fields(class_def(v1_batch, "InputBatch")) | {
+        f.name for f in class_def(v1_batch, "InputBatch").body if isinstance(f, ast.FunctionDef)}
+
+
+def test_build_pooling_cursor_gets_query_start_loc_in_both_runners(vllm):
+    """Why the spec says not to add build_pooling_cursor to `transfer`: serving never lets it copy."""
+    version, root = vllm
+    for module, cls, meth in (("vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_pool"),
+                              ("vllm.v1.worker.gpu.pool.pooling_runner", "PoolingRunner", "pool")):
+        fn = method(class_def(tree(root, module), cls), meth)
+        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                 and c.func.attr == "build_pooling_cursor"]
+        if module.endswith("pooling_runner") and not calls:
+            continue                       # 0.22.1's V2 pool builds no cursor at all
+        assert calls and all("query_start_loc_gpu" in [k.arg for k in c.keywords] for c in calls), (version, module)
+
+
+def test_v2_pooling_calls_the_pooler_only_in_newer_vllm(vllm):
+    version, root = vllm
+    src = module_file(root, vllm_runner.V2_POOL_MODULE).read_text(encoding="utf-8")
+    assert vllm_runner.calls_pooler(src) is (version != "0.22.1")
+
+
+def test_runner_selection_reads_the_environment_variable(vllm):
+    version, root = vllm
+    text = module_file(root, "vllm.config.vllm").read_text(encoding="utf-8")
+    prop = method(class_def(ast.parse(text), "VllmConfig"), "use_v2_model_runner")
+    assert vllm_runner.ENV in ast.unparse(prop)
+    envs = module_file(root, "vllm.envs").read_text(encoding="utf-8")
+    assert f'"{vllm_runner.ENV}": lambda: maybe_convert_bool(' in envs
+    assert "return bool(int(value))" in ast.unparse(ast.parse(envs))
+    assert vllm_runner.decide({vllm_runner.ENV: "1"})[0] == "vllm-v2"
+    assert vllm_runner.decide({vllm_runner.ENV: "0"})[0] == "vllm-v1"
+    assert vllm_runner.decide({})[0] is None
+
+
+def test_the_vllm_preset_flags_exist(vllm):
+    version, root = vllm
+    router = module_file(root, "vllm.entrypoints.serve.profile.api_router").read_text(encoding="utf-8")
+    assert '"/start_profile"' in router and '"/stop_profile"' in router and "profiler_config.profiler is not None" in router
+    assert '"--profiler-config"' in module_file(root, "vllm.engine.arg_utils").read_text(encoding="utf-8")
+    prof = module_file(root, "vllm.config.profiler").read_text(encoding="utf-8")
+    assert '"cuda"' in [ln for ln in prof.splitlines() if ln.startswith("ProfilerKind")][0]
+    envs = module_file(root, "vllm.envs").read_text(encoding="utf-8")
+    assert '"VLLM_WORKER_MULTIPROC_METHOD", "fork", ["spawn", "fork"]' in envs
+    req = [c for c in tree(root, "vllm.entrypoints.serve.profile.api_router").body
+           if isinstance(c, ast.ClassDef) and c.name == "StartProfileRequest"]
+    if version == "0.33.0":                # the start body: max_iterations, extra fields ignored
+        assert "max_iterations" in fields(req[0]) and "extra='ignore'" in ast.unparse(req[0])
+    else:
+        assert not req                     # 0.22.1 takes no body (one sent is ignored)
+
+
+def test_sglang_endpoints_and_port():
+    root = unpacked("sglang", SGLANG)
+    http = module_file(root, "sglang.srt.entrypoints.http_server").read_text(encoding="utf-8")
+    routes = {ast.literal_eval(d.args[0]) for n in ast.walk(ast.parse(http)) if isinstance(n, ast.AsyncFunctionDef)
+              for d in n.decorator_list if isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)}
+    assert {"/start_profile", "/stop_profile", "/server_info", "/health"} <= routes
+    assert "deprecated - use /server_info" in http
+    serving = module_file(root, "sglang.srt.arg_groups.fields.serving").read_text(encoding="utf-8")
+    assert 'port: A[int, "The port of the HTTP server."] = 30000' in serving
+    io = class_def(tree(root, "sglang.srt.managers.io_struct"), "ProfileReq")
+    assert {"activities", "num_steps"} <= fields(io)
+    prof = module_file(root, "sglang.srt.utils.profile_utils").read_text(encoding="utf-8")
+    assert '"CUDA_PROFILER" in activities' in prof
+
+
+def test_inject_check_says_which_runner_runs(tmp_path):
+    """`inject --check` in an interpreter where the 0.22.1 wheel is installed (its files and
+    metadata on the path): the environment variable decides, the other batch target is never called."""
+    root = unpacked("vllm", "0.22.1")
+    pkg = tmp_path / "clefpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runners.py").write_text("class A:\n    def _pool(self, rows): pass\n"
+                                    "class B:\n    def pool(self, input_batch): pass\n"
+                                    "def parse(x): pass\n")
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[batch]]\ntarget = "clefpkg.runners:A._pool"\nsize_arg = "rows"\nrunner = "vllm-v1"\n'
+                    '[[batch]]\ntarget = "clefpkg.runners:B.pool"\nsize_arg = "input_batch.num_reqs"\n'
+                    'runner = "vllm-v2"\n[stages]\nparse = "clefpkg.runners:parse"\n')
+
+    def check(value):
+        env = {k: v for k, v in os.environ.items() if k != vllm_runner.ENV}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(tmp_path), str(root)])
+        if value is not None:
+            env[vllm_runner.ENV] = value
+        return subprocess.run([sys.executable, "-m", "clef_prof", "inject", "--spec", str(spec), "--check"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    p = check("0")
+    assert p.returncode == 0, p.stderr
+    assert "vLLM 0.22.1 will run Model Runner V1 (VLLM_USE_V2_MODEL_RUNNER=0)" in p.stderr
+    assert "[batch][1].target clefpkg.runners:B.pool (vllm-v2) will never be called" in p.stderr
+    assert "3 of 3 targets import and wrap" in p.stderr and "2 of them will be called" in p.stderr
+    p = check("1")
+    assert "Model Runner V2" in p.stderr and "[batch][0].target" in p.stderr
+    assert "PoolingRunner.pool never calls the model's pooler" in p.stderr      # 0.22.1's V2
+    p = check(None)
+    assert p.returncode == 0 and "cannot tell which vLLM model runner" in p.stderr
+    assert "will be called" not in p.stderr

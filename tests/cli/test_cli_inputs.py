@@ -1,0 +1,257 @@
+"""What analyze, report and compare take as a capture (exports, manifests, folders, .nsys-rep
+reports), the messages on what a recording traced, and warnings that name their capture.
+Captures recorded here with the project's nsys, or the samples in traces/."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clef_prof.compare.arm import collect
+from clef_prof.cli.app import main
+from recording import record
+
+ROOT = Path(__file__).resolve().parents[2]
+SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
+SLICE_PR = ROOT / "traces" / "gpu-pr-slice.sqlite"
+
+ANNOTATED = """
+import time
+import clef_prof
+with clef_prof.batch(n=2):
+    with clef_prof.stage("parse"):
+        time.sleep(0.01)
+"""
+NO_NVTX = """
+import time
+time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """recorded(program, trace, version) -> the SQLite export, recorded once per module."""
+    done = {}
+
+    def get(program: str, trace: str, version: str = "2023.4") -> Path:
+        key = (program, trace, version)
+        if key not in done:
+            done[key] = record(program, tmp_path_factory.mktemp("rec"), version=version, trace=trace)
+        return done[key]
+    return get
+
+
+def analyze_json(path, capsys) -> tuple[int, dict | None, str]:
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out) if rc == 0 else None, err
+
+
+# ---------------------------------------------------------------------------------------------
+# what the recording traced
+
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
+def test_cuda_traced_but_unused_vs_not_traced(recorded, version, capsys):
+    _, r, _ = analyze_json(recorded(ANNOTATED, "cuda,nvtx,osrt", version), capsys)
+    assert r["requests"] == 2 and r["stages"]["parse"]["instances"] == 1
+    assert r["capture"]["cuda_traced"] is False and r["per_request"]["h2d_copies"] is None
+    assert any(w.startswith("CUDA was traced but the program made no CUDA calls") for w in r["warnings"])
+    assert not any("-t cuda" in w for w in r["warnings"])
+
+    _, r, _ = analyze_json(recorded(ANNOTATED, "nvtx,osrt", version), capsys)
+    assert r["requests"] == 2
+    assert any(w.startswith("CUDA was not traced (record with -t cuda") for w in r["warnings"])
+
+
+@pytest.mark.nsys("2023.4")
+def test_nvtx_traced_but_unused_vs_not_traced(recorded, capsys):
+    rc, _, err = analyze_json(recorded(NO_NVTX, "cuda,nvtx,osrt"), capsys)
+    assert rc == 1 and err.count("\n") == 1
+    assert "NVTX was traced but the program emitted no NVTX" in err and "-t nvtx" not in err
+    rc, _, err = analyze_json(recorded(NO_NVTX, "osrt"), capsys)
+    assert rc == 1 and err.count("\n") == 1 and "NVTX was not traced" in err and "-t nvtx" in err
+
+
+@pytest.mark.nsys("2023.4")
+def test_export_without_trace_settings_says_it_cannot_tell(recorded, tmp_path, capsys):
+    """An export stripped of META_DATA_CAPTURE and nsys's diagnostics does not say what was traced."""
+    f = tmp_path / "stripped.sqlite"
+    shutil.copyfile(recorded(ANNOTATED, "cuda,nvtx,osrt"), f)
+    with sqlite3.connect(f) as con:
+        con.execute("DROP TABLE META_DATA_CAPTURE")
+        con.execute("DELETE FROM StringIds WHERE value LIKE 'Profiling has%' OR value LIKE '%CUDA%'")
+    _, r, _ = analyze_json(f, capsys)
+    assert r["requests"] == 2
+    assert any("could not tell" in w for w in r["warnings"])
+    # the record manifest beside it says what `record` asked for
+    (tmp_path / "manifest.json").write_text(json.dumps({"export": "stripped.sqlite",
+                                                        "trace": {"trace": "cuda,nvtx,osrt"}}))
+    _, r, _ = analyze_json(f, capsys)
+    assert any(w.startswith("CUDA was traced but the program made no CUDA calls") for w in r["warnings"])
+
+
+# ---------------------------------------------------------------------------------------------
+# .nsys-rep reports
+
+@pytest.fixture
+def report(recorded, tmp_path):
+    """A real .nsys-rep (the annotated program, nsys 2023.4) alone in a fresh folder."""
+    d = tmp_path / "rep"
+    d.mkdir()
+    rep = d / "run.nsys-rep"
+    shutil.copyfile(recorded(ANNOTATED, "nvtx,osrt").parent / "cap.nsys-rep", rep)
+    return rep
+
+
+@pytest.mark.nsys("2023.4")
+def test_report_is_exported_beside_it_once(report, capsys):
+    rc, r, err = analyze_json(report, capsys)
+    export = report.with_name("run.sqlite")
+    assert rc == 0 and r["path"] == str(export) and r["requests"] == 2
+    assert err.count("\n") == 1 and err.startswith(f"clef-prof: exported {report} to {export}")
+    mtime = export.stat().st_mtime_ns
+    rc, r, err = analyze_json(report, capsys)                  # reused: no export, no line
+    assert rc == 0 and r["requests"] == 2 and err == "" and export.stat().st_mtime_ns == mtime
+    os.utime(export, (1, 1))                                     # older than the report: made again
+    assert analyze_json(report, capsys)[0] == 0
+    assert export.stat().st_mtime_ns > mtime
+
+
+def run_in_read_only(folder: Path, *args, env: dict) -> subprocess.CompletedProcess:
+    """`python -m clef_prof ARGS` with `folder` not writable: mode 555, or for root (whom modes do
+    not stop) a read-only bind mount in a private mount namespace."""
+    cmd = [sys.executable, "-m", "clef_prof", *map(str, args)]
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        finally:
+            folder.chmod(0o755)
+    d = shlex.quote(str(folder))
+    script = f"mount --bind {d} {d} && mount -o remount,bind,ro {d} {d} && exec {shlex.join(cmd)}"
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.nsys("2023.4")
+def test_report_in_a_read_only_folder_goes_to_the_cache(report, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    p = run_in_read_only(report.parent, "analyze", report, "-f", "json", env=env)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    export = Path(r["path"])
+    assert export.parent == tmp_path / "cache" / "clef-prof" and export.name.startswith("run-")
+    assert r["requests"] == 2 and f"to {export}" in p.stderr
+    assert os.listdir(report.parent) == ["run.nsys-rep"]
+    mtime = export.stat().st_mtime_ns
+    p = run_in_read_only(report.parent, "analyze", report, "-f", "json", env=env)
+    assert p.returncode == 0 and p.stderr == "" and json.loads(p.stdout)["path"] == str(export)
+    assert export.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.nsys("2023.4")
+def test_report_without_nsys_names_the_command(report, monkeypatch, capsys):
+    monkeypatch.setenv("CLEF_PROF_NSYS", str(report.parent / "no-nsys-here"))
+    rc = main(["analyze", str(report)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1
+    assert f"`nsys export --type sqlite -o {report.with_name('run.sqlite')} {report}`" in err
+    assert os.listdir(report.parent) == ["run.nsys-rep"]
+
+
+@pytest.mark.nsys("2023.4")
+def test_report_and_compare_take_reports(report, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    html = tmp_path / "r.html"
+    assert main(["report", str(report), "--html", str(html)]) == 0
+    assert "1 batches" in capsys.readouterr().err and html.stat().st_size > 1000
+    other = tmp_path / "other.nsys-rep"
+    shutil.copyfile(report, other)
+    arms = collect([], [f"a={report}", f"b={other}"])
+    assert [r.export for r in arms.captures["a"]] == [str(report.with_name("run.sqlite"))]
+    assert [r.export for r in arms.captures["b"]] == [str(tmp_path / "other.sqlite")]
+    assert "exported" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# folders and manifests
+
+def test_record_folder_and_manifest(tmp_path, capsys):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "capture.sqlite").symlink_to(SLICE_MAIN)
+    (d / "manifest.json").write_text(json.dumps({"export": "capture.sqlite"}))
+    for named in (d, d / "manifest.json"):
+        rc, r, _ = analyze_json(named, capsys)
+        assert rc == 0 and r["path"] == str(d / "capture.sqlite") and r["manifest"] == str(d / "manifest.json")
+        assert (r["requests"], r["batches"]) == (256, 48)
+
+
+def test_folder_without_manifest(tmp_path, capsys):
+    (tmp_path / "a.sqlite").symlink_to(SLICE_MAIN)
+    rc, r, _ = analyze_json(tmp_path, capsys)
+    assert rc == 0 and r["requests"] == 256
+    (tmp_path / "b.sqlite").symlink_to(SLICE_PR)
+    assert main(["analyze", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "2 candidate captures (a.sqlite, b.sqlite); name one" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["analyze", str(empty)]) == 1
+    assert "no manifest.json, .sqlite export or .nsys-rep report" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# several captures: warnings name their capture
+
+def test_warnings_on_stderr_name_their_capture(capsys):
+    cpu = SLICE_MAIN.parent / "cpu23-inline.sqlite"
+    assert main(["analyze", str(SLICE_MAIN), str(cpu), "-f", "csv", "--jobs", "1"]) == 0
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert lines and all(ln.startswith((f"warning: {SLICE_MAIN}: ", f"warning: {cpu}: ")) for ln in lines)
+    assert any(ln.startswith(f"warning: {SLICE_MAIN}: nsys 2023.4.4.54 ships CUPTI 12.4") for ln in lines)
+    assert f"warning: {cpu}: CUDA was not traced (record with -t cuda,nvtx): H2D, kernel and overlap figures " \
+           "are not shown" in lines
+    assert {row.split(",")[0] for row in out.splitlines()[1:]} == {str(SLICE_MAIN), str(cpu)}
+
+
+# ---------------------------------------------------------------------------------------------
+# help
+
+def help_of(*command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command, example", [
+    ("analyze", "clef-prof analyze traces/gpu-main-slice.sqlite"),
+    ("demo-server", "clef-prof demo-server --variant main --port 8000"),
+    ("load", "clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16")])
+def test_help_has_a_description_and_an_example(command, example, capsys):
+    text = help_of(command, capsys=capsys)
+    usage, description = text.split("\n\n")[:2]
+    assert usage.startswith(f"usage: clef-prof {command}") and len(description.split()) > 20
+    assert "examples:" in text and example in text
+
+
+def test_every_format_option_has_help(capsys):
+    import argparse
+
+    from clef_prof.cli.app import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    with_format = {name: next(a for a in p._actions if "--format" in a.option_strings)
+                   for name, p in sub.choices.items() if "--format" in p._option_string_actions}
+    assert {"analyze", "compare", "inject"} <= set(with_format)
+    assert all(len((a.help or "").split()) >= 5 for a in with_format.values()), with_format
+    out = " ".join(help_of("ab", capsys=capsys).split())
+    assert "--out OUT, -o OUT folder of the ab run: one capture folder per arm and round" in out

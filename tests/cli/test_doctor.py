@@ -1,0 +1,128 @@
+"""clef-prof doctor: the nsys and Python nvtx found, whether their ranges are recorded, what to do."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from recording import nsys_path, nvtx_python
+
+from clef_prof.cli import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_nvtx(tmp_path, version: str) -> Path:
+    """A folder that makes importlib.metadata report `nvtx==version` when on PYTHONPATH."""
+    d = tmp_path / f"nvtx-site-{version}"
+    info = d / f"nvtx-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvtx\nVersion: {version}\n")
+    return d
+
+
+def fake_nsys(tmp_path, version_line: str, code: int = 0) -> Path:
+    p = tmp_path / f"nsys-{abs(hash(version_line))}"
+    p.write_text(f"#!/bin/sh\necho '{version_line}'\nexit {code}\n")
+    p.chmod(0o755)
+    return p
+
+
+def run_doctor(*args, pythonpath=None, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CLEF_PROF_NSYS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([str(pythonpath)] if pythonpath else [])])
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "clef_prof", "doctor", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("nsys, nvtx, ok", [
+    ((2022, 4, 2), (0, 2, 11), True), ((2023, 4, 4), (0, 2, 11), True),
+    ((2022, 4, 2), (0, 2, 12), False), ((2023, 4, 4, 54), (0, 2, 17), False),
+    ((2024, 1, 1), (0, 2, 17), True), ((2025, 3, 2), (0, 2, 12), True),
+    (None, (0, 2, 17), None), ((2023, 4), None, None),
+])
+def test_rule(nsys, nvtx, ok):
+    assert doctor.records_python_nvtx(nsys, nvtx) is ok
+
+
+def test_version_parsing():
+    assert doctor.nsys_version("NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0") == (2023, 4, 4, 54)
+    assert doctor.nsys_version("nothing") is None
+    assert doctor.parse_version("0.2.11") == (0, 2, 11) and doctor.parse_version("0.2.13rc1") == (0, 2, 13)
+
+
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
+def test_real_nsys_with_old_nvtx_is_fine(tmp_path, version):
+    nsys = nsys_path(version)
+    p = run_doctor("--nsys", nsys, pythonpath=fake_nvtx(tmp_path, "0.2.11"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{version}." in p.stdout and "records Python nvtx ranges" in p.stdout and "nvtx 0.2.11" in p.stdout
+    assert "verdict:  ok" in p.stdout and p.stderr == ""
+
+
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2022.4", "2023.4")])
+def test_real_nsys_with_new_nvtx_is_a_problem(tmp_path, version):
+    nsys = nsys_path(version)
+    p = run_doctor("--nsys", nsys, pythonpath=fake_nvtx(tmp_path, "0.2.13"))
+    assert p.returncode == 1
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "will not record ranges from Python nvtx 0.2.13" in err[0], p.stderr
+    assert "pip install 'nvtx==0.2.11'" in p.stdout          # what to do
+    assert "clef_prof's own ranges" in p.stdout and "recorded regardless" in p.stdout
+
+
+def test_newer_nsys_records_new_nvtx(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2025.3.2.474-253236389321v0")
+    p = run_doctor("--nsys", nsys, "--json", pythonpath=fake_nvtx(tmp_path, "0.2.17"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(p.stdout)
+    assert r["ok"] and r["nvtx"] == "0.2.17" and r["nsys"][0]["records_python_nvtx"] is True
+
+
+def test_no_nvtx_installed_is_fine(tmp_path, monkeypatch):
+    """Without the nvtx package only clef_prof's own ranges exist, and every nsys records them."""
+    monkeypatch.setattr(doctor, "probe_python", lambda python=None: ("3.11.7", None, None))
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
+    r = doctor.check([str(nsys)], env={})
+    assert r.ok and r.nvtx is None and r.nsys[0].records_python_nvtx is None
+    assert "nvtx not installed" in doctor.render(r)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda t: t / "missing-nsys", "no nsys there"),
+    (lambda t: fake_nsys(t, "Segmentation fault", code=139), "`nsys --version` failed"),
+])
+def test_broken_nsys_one_line(tmp_path, make, needle):
+    p = run_doctor("--nsys", make(tmp_path))
+    assert p.returncode == 1
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in p.stderr
+
+
+def test_env_variable_is_used(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2024.6.1.90-246134209036v0")
+    p = run_doctor("--json", env_extra={"CLEF_PROF_NSYS": str(nsys)})
+    r = json.loads(p.stdout)
+    assert [(n["path"], n["source"]) for n in r["nsys"]] == [(str(nsys), "$CLEF_PROF_NSYS")]
+
+
+def test_no_nsys_anywhere(monkeypatch):
+    monkeypatch.setattr(doctor, "_project_nsys", lambda: [])
+    r = doctor.check(env={"PATH": ""})
+    assert not r.ok and "no nsys found" in r.problems[0]
+    assert any("scripts/install-nsys.sh" in a for a in r.advice)
+
+
+def test_other_python(tmp_path):
+    """--python looks for nvtx in the server's interpreter, not clef-prof's."""
+    venv = nvtx_python("0.2.11")
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
+    p = run_doctor("--nsys", nsys, "--python", venv, "--json")
+    r = json.loads(p.stdout)
+    assert r["nvtx"] == "0.2.11" and r["ok"], p.stdout
+    p = run_doctor("--python", tmp_path / "no-python")
+    assert p.returncode == 1 and "no such interpreter" in p.stderr

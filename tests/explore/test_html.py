@@ -1,0 +1,82 @@
+"""`clef-prof report CAPTURE --html OUT`: a self-contained page that headless Chromium renders."""
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from clef_prof.cli.app import main
+from conftest import chromium
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+PR = TRACES / "gpu-pr-slice.sqlite"
+CPU = TRACES / "cpu23-inline.sqlite"
+
+
+@pytest.fixture(scope="module")
+def pr_html(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("html") / "pr report.html"      # a space in the name, on purpose
+    assert main(["report", str(PR), "--html", str(out)]) == 0
+    return out
+
+
+def test_report_is_self_contained(pr_html):
+    text = pr_html.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert "<script" not in text and "<link" not in text and "@import" not in text
+    refs = re.findall(r'''(?:src|href)\s*=\s*["']([^"']*)''', text) + re.findall(r"url\(([^)]*)\)", text)
+    assert refs and all(r.startswith("data:") for r in refs), [r[:40] for r in refs if not r.startswith("data:")]
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
+    assert len(images) == 2                                # timeline, stage durations
+    for b64 in images:
+        assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+    for needle in ("Host time per stage", "CUDA work per stage", "Timeline", "436", "3.00",
+                   "78 H2D = 3.00 per request"):
+        assert needle in text
+
+
+def test_report_cpu_capture_and_errors(tmp_path, capsys):
+    out = tmp_path / "cpu.html"
+    assert main(["report", str(CPU), "--html", str(out)]) == 0
+    text = out.read_text()
+    assert "CUDA work per stage" not in text and text.count("data:image/png;base64,") == 2
+    assert main(["report", str(tmp_path / "missing.sqlite"), "--html", str(out)]) == 1
+    assert main(["report", str(PR), "--html", str(tmp_path / "no" / "dir.html")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith("clef-prof: error: ") and "no such file" in err[-2]
+    assert err[-1].startswith("clef-prof: error: ") and "does not exist" in err[-1]
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(PR)])                      # --html is required
+    assert exc.value.code == 2
+
+
+@pytest.mark.chromium
+def test_report_renders_in_headless_chromium(pr_html, tmp_path):
+    exe = chromium()
+    shot = tmp_path / "out.png"
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2000",
+             pr_html.resolve().as_uri()],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert shot.exists(), f"no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    assert shot.stat().st_size > 50_000
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1280)
+    rgb = (img[..., :3] * 255).astype(np.uint32).reshape(-1, 3)
+    colours = len(np.unique((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]))
+    assert colours > 200, f"only {colours} distinct colours: a blank or unstyled page?"
+    ink = (rgb < 200).any(axis=1).mean()
+    assert ink > 0.03, f"{ink:.1%} of the page is not near-white"
+    # the plots are on the page: the stage colours of the timeline appear (parse blue, transfer green)
+    for colour in ((0x4c, 0x72, 0xb0), (0x55, 0xa8, 0x68)):
+        near = (np.abs(rgb.astype(int) - np.array(colour)).sum(axis=1) < 30).mean()
+        assert near > 0.001, f"colour {colour} not rendered"
