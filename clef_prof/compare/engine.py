@@ -20,11 +20,11 @@ import numpy as np
 
 from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
+from ..analyze.metrics import NS_PER_MS
 from ..analyze.findings import compare_findings
 from ..analyze.stages import StageConfig
 
 SCHEMA = "clef-prof/compare/1"
-NS_PER_MS = 1e6
 CUDA_KEYS = ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")
 
 

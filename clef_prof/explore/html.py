@@ -78,7 +78,7 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     from ..config import VERSION as __version__
     from . import plots
     from .frames import Capture, open as open_capture
-    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline
+    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows, with_pct
 
     cap = cap if isinstance(cap, Capture) else open_capture(cap)
     r = cap.result
@@ -112,17 +112,8 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     parts.append(f"<h2>Per request</h2><div class=\"key\">{cards}</div>")
 
     # stage tables (the terminal report's columns)
-    blocks = list(r["stages"].items())
-    if r["pooler"]["instances"]:
-        blocks.append((f"{r['pooler']['name']} (batch)", r["pooler"]))
-
     def rows(cols):
-        out = []
-        for sname, block in blocks:
-            b = dict(block)
-            b["h2d_pinned_pct"] = None if not b.get("h2d_copies") else 100.0 * b["h2d_pinned"] / b["h2d_copies"]
-            out.append([sname, *(fmt(b.get(k), kind) for k, _, kind in cols)])
-        return out
+        return [[sname, *(fmt(with_pct(block).get(k), kind) for k, _, kind in cols)] for sname, block in stage_rows(r)]
 
     parts.append("<h2>Host time per stage</h2>")
     parts.append(_table(["stage", *(h for _, h, _ in HOST_COLUMNS)], rows(HOST_COLUMNS),
@@ -172,12 +163,12 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
 
         def cell(c, v):
             if c.endswith("_ns"):
-                return f"{v / 1e6:.3f}"
+                return fmt(v / 1e6, "ms")
             if c == "duration_ms":
-                return f"{v:.3f}"
+                return fmt(v, "ms")
             if c == "gpu_busy_fraction":
-                return f"{100 * v:.1f}%"
-            return f"{int(v):,}"
+                return _pct1(100 * v)
+            return fmt(v, "int")
 
         heads = [c[:-3] + " ms" if c.endswith("_ns") else ("ms" if c == "duration_ms" else
                                                            ("GPU busy" if c == "gpu_busy_fraction" else c))

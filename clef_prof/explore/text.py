@@ -58,7 +58,8 @@ def fmt(value, kind: str) -> str:
     return f"{value:.2f}"
 
 
-def _rows(result: dict) -> list[tuple[str, dict]]:
+def stage_rows(result: dict) -> list[tuple[str, dict]]:
+    """(name, figures) of each stage, then the batch range's ('NAME (batch)') when it has instances."""
     rows = [(name, block) for name, block in result["stages"].items()]
     pooler = result["pooler"]
     if pooler["instances"]:
@@ -66,7 +67,8 @@ def _rows(result: dict) -> list[tuple[str, dict]]:
     return rows
 
 
-def _with_pct(block: dict) -> dict:
+def with_pct(block: dict) -> dict:
+    """A stage block with `h2d_pinned_pct` (None without H2D copies)."""
     b = dict(block)
     h2d = b.get("h2d_copies")
     b["h2d_pinned_pct"] = None if not h2d else 100.0 * b["h2d_pinned"] / h2d
@@ -142,8 +144,8 @@ def render_terminal(result: dict, console: Console | None = None) -> None:
         table.add_column("stage")
         for _, header, _ in cols:
             table.add_column(header, justify="right")
-        for name, block in _rows(result):
-            b = _with_pct(block)
+        for name, block in stage_rows(result):
+            b = with_pct(block)
             table.add_row(Text(name), *(fmt(b.get(k), kind) for k, _, kind in cols))
         console.print(table)
     from ..analyze.findings import lines as finding_lines
@@ -162,8 +164,8 @@ def render_markdown(result: dict) -> str:
     out.append("")
     out.append("| stage | " + " | ".join(h.replace("\n", " ") for _, h, _ in cols) + " |")
     out.append("|---|" + "---:|" * len(cols))
-    for name, block in _rows(result):
-        b = _with_pct(block)
+    for name, block in stage_rows(result):
+        b = with_pct(block)
         out.append(f"| {md(name)} | " + " | ".join(fmt(b.get(k), kind) for k, _, kind in cols) + " |")
     from ..analyze.findings import markdown as findings_markdown
     out += findings_markdown(result)
