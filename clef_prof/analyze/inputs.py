@@ -13,34 +13,18 @@ and compare. Standard library only (the CLI imports it to build its parser).
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 
+from ..config import MANIFEST
 from ..errors import ClefError
+from .manifest import read as read_manifest
 
-MANIFEST = "manifest.json"
 REPORT_EXT = ".nsys-rep"
 
 
 class InputError(ClefError):
     """A path that names no capture: missing manifest or export, an ambiguous folder, a failed export."""
-
-
-def read_manifest(path: str) -> dict:
-    if os.path.exists(path):
-        from ..safeio import check_regular
-        check_regular(path, "manifest")
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such manifest") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a readable JSON manifest ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: a manifest must be a JSON object with an \"export\" key")
-    return data
 
 
 def from_manifest(path: str) -> tuple[str, dict]:

@@ -5,15 +5,31 @@ import json
 import os
 
 from ..config import MANIFEST as NAME, STATUS_OK
+from ..errors import ClefError
+
+
+class ManifestError(ClefError):
+    """A manifest that is missing, not a regular file, or not a JSON object."""
 
 
 def read(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: not a regular file")
-    with open(path) as fh:
-        data = json.load(fh)
+    """The record manifest at `path` (a JSON object); one line (ManifestError) otherwise."""
+    from ..safeio import check_regular
+
+    if os.path.exists(path):
+        try:
+            check_regular(path, "manifest")
+        except ClefError as exc:
+            raise ManifestError(str(exc)) from None
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such manifest") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: not a readable JSON manifest ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
+        raise ManifestError(f"{path}: a manifest must be a JSON object with an \"export\" key")
     return data
 
 
@@ -25,7 +41,7 @@ def find_for(export: str) -> str | None:
         return None
     try:
         m = read(path)
-    except (OSError, ValueError):
+    except ManifestError:
         return None
     named = m.get("export")
     if named and os.path.normpath(os.path.join(folder, named)) != os.path.normpath(os.path.abspath(export)):
