@@ -13,13 +13,13 @@ it is so in every arm the figures are exact and carry no interval.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
+from ..analyze.filecache import FileCache
 from ..analyze.metrics import NS_PER_MS
 from ..analyze.findings import compare_findings
 from ..analyze.stages import StageConfig
@@ -158,16 +158,7 @@ def load_capture(export: str, config: StageConfig) -> CaptureData:
     return CaptureData(export, a.result, batch_table(a))
 
 
-_CACHE: "OrderedDict[tuple, CaptureData]" = OrderedDict()
-_CACHE_SIZE = 16
-
-
-def _key(export: str, config: StageConfig) -> tuple | None:
-    try:
-        st = os.stat(export)
-    except OSError:
-        return None
-    return os.path.realpath(export), st.st_size, st.st_mtime_ns, config
+_CACHE = FileCache(16)
 
 
 def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[CaptureData]]:
@@ -179,9 +170,9 @@ def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[C
     done: dict[str, CaptureData] = {}
     todo = []
     for real, e in first.items():
-        k = _key(e, config)
-        if k is not None and k in _CACHE:
-            done[real] = _CACHE[k]
+        hit = _CACHE.get(_CACHE.key(e, config))
+        if hit is not None:
+            done[real] = hit
         else:
             todo.append((real, e))
     if len(todo) > 1 and jobs > 1:
@@ -197,11 +188,7 @@ def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[C
         for real, e in todo:
             done[real] = load_capture(e, config)
     for real, e in todo:
-        k = _key(e, config)
-        if k is not None:
-            _CACHE[k] = done[real]
-            while len(_CACHE) > _CACHE_SIZE:
-                _CACHE.popitem(last=False)
+        _CACHE.put(_CACHE.key(e, config), done[real])
     return {name: [done[os.path.realpath(r.export)] for r in refs] for name, refs in arms.captures.items()}
 
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from collections import OrderedDict
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from ..analyze.filecache import FileCache
 from ..analyze.result import Analysis, analyze
 from ..analyze.stages import StageConfig
 
@@ -44,9 +43,7 @@ _HOST_SIDE_SRC = {1, 3, 9, 11}     # directions whose source is host memory (H2D
 
 _RID_RE = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
 
-_CACHE: "OrderedDict[tuple, Capture]" = OrderedDict()
-_CACHE_SIZE = 8
-_LOCK = threading.Lock()
+_CACHE = FileCache(8)
 
 
 def _labels(codes: np.ndarray, table: dict[int, str]) -> pd.Categorical:
@@ -551,14 +548,6 @@ def arm_means(captures: dict[str, "Capture"]) -> dict:
             "metrics": metrics}
 
 
-def _key(path: str, config: StageConfig, requests: int | None) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return os.path.realpath(path), st.st_size, st.st_mtime_ns, config, requests
-
-
 def open(path, config: StageConfig | None = None, *, domain: str | None = None, batch: str | None = None,  # noqa: A001
          stages=None, spec: str | None = None, requests: int | None = None, cache: bool = True) -> Capture:
     """Analyze an nsys SQLite export once and return it as a `Capture`.
@@ -574,23 +563,15 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
     from ..annotate.spec import stage_config
 
     config = stage_config(spec, domain, batch, stages, base=config)
-    key = _key(path, config, requests)
-    if cache and key is not None:
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
+    key = _CACHE.key(path, config, requests) if cache else None
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
     cap = Capture(analyze(path, config, requests=requests, rows=True))
-    if cache and key is not None:
-        with _LOCK:
-            _CACHE[key] = cap
-            while len(_CACHE) > _CACHE_SIZE:
-                _CACHE.popitem(last=False)
+    _CACHE.put(key, cap)
     return cap
 
 
 def clear_cache() -> None:
     """Forget every capture `open` kept."""
-    with _LOCK:
-        _CACHE.clear()
+    _CACHE.clear()

@@ -341,14 +341,10 @@ def test_record_manifest_status_is_a_warning(tmp_path):
 
 def test_parallel_analysis_matches_serial():
     arms = collect([], [f"main={SLICE_MAIN}", f"pr={SLICE_PR}"])
-    saved = dict(comparison._CACHE)
-    try:
-        comparison._CACHE.clear()
-        par = comparison.load_all(arms, CFG, jobs=2)
-        comparison._CACHE.clear()
-        ser = comparison.load_all(arms, CFG, jobs=1)
-    finally:
-        comparison._CACHE.update(saved)
+    comparison._CACHE.clear()
+    par = comparison.load_all(arms, CFG, jobs=2)
+    comparison._CACHE.clear()
+    ser = comparison.load_all(arms, CFG, jobs=1)
     for arm in ("main", "pr"):
         assert par[arm][0].table.equals(ser[arm][0].table)
         assert par[arm][0].result["stages"] == ser[arm][0].result["stages"]

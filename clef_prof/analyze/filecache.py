@@ -1,0 +1,47 @@
+"""Results kept per input file, keyed on the file's real path, size and mtime (so an edited or
+replaced export is read anew) plus what else shaped the result; least recently used dropped."""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+
+class FileCache:
+    """An LRU of up to `size` results; thread-safe. `key(path, *extra)` is None for a path that
+    cannot be stat'ed, and such results are not kept."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(path: str, *extra) -> tuple | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (os.path.realpath(path), st.st_size, st.st_mtime_ns, *extra)
+
+    def get(self, key):
+        if key is None:
+            return None
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key, value) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
