@@ -59,7 +59,7 @@ def counts(variant: str, sizes=(16, 7, 1, 16)) -> dict:
 def serve_and_load(variant: str, seconds: float) -> dict:
     from clef_prof.record.demo_server import DemoServer
     from clef_prof.record.load import Load, LoadSettings
-    from clef_prof.record.session import http
+    from clef_prof.record.control import http
 
     srv = DemoServer(variant, port=0, quiet=True)
     # serve() installs signal handlers and blocks: run its pieces on threads instead

@@ -35,7 +35,7 @@ class Monitor:
             self._psutil = psutil
         except ImportError:
             self.notes.append("psutil is not installed: host RSS not measured (pip install psutil)")
-        from ..record.session import gpu_present
+        from ..record.plan import gpu_present
         if gpu_present():
             try:
                 import pynvml

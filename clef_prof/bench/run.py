@@ -30,7 +30,9 @@ from . import load as bl
 from ..record import procs
 from ..record.ab import parse_arms, schedule
 from ..errors import ClefError
-from ..record.session import Interrupted, gpu_present, http, port_in_use
+from ..record.control import http, port_in_use
+from ..record.plan import gpu_present
+from ..record.session import Interrupted
 
 
 class BenchError(ClefError):

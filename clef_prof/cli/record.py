@@ -8,7 +8,9 @@ import sys
 
 from ..errors import ClefError
 from ..nsys import ENV_IMPORTER_LIBS, TraceOptions
-from ..record.session import DEFAULT_NVTX_CAPTURE, PRESETS, WINDOWS, RecordConfig, record
+from ..record.plan import RecordConfig
+from ..record.presets import DEFAULT_NVTX_CAPTURE, PRESETS, WINDOWS
+from ..record.session import record
 from .load import add_load_options, settings_from
 
 

@@ -36,8 +36,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -47,86 +45,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
 
 from .. import cupti
 from . import manifest as mf
 from . import procs
 from ..errors import ClefError
-from .load import Load, LoadSettings
-from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, TraceOptions, export_command, import_command, importer_path,
-                   launch_command, profile_command, quote, session_state, start_command, stop_command)
-from ..redact import REMOVED, redact_args, redact_text
-
-WINDOWS = ("auto", "nsys", "profiler-api", "nvtx")
-DEFAULT_NVTX_CAPTURE = "window@clef-prof"
-VLLM_HINT = ("vLLM mounts /start_profile and /stop_profile only when profiling is configured: "
-             "`--profiler-config '{\"profiler\": \"cuda\"}'` (vLLM >= 0.13), VLLM_TORCH_CUDA_PROFILE=1 (0.12), "
-             "VLLM_TORCH_PROFILER_DIR=DIR (<= 0.11, the torch profiler: not under nsys)")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """How a kind of server is driven: health path, profiling endpoints and their bodies, the
-    default URL, and what the server command and nsys need (where the user chose nothing)."""
-
-    name: str
-    health: str = "/health"
-    start: str | None = "/start_profile"
-    stop: str | None = "/stop_profile"
-    start_body: str | None = None
-    stop_body: str | None = None
-    version: str | None = "/version"
-    url: str = "http://127.0.0.1:8000"
-    env: tuple[tuple[str, str], ...] = ()
-    cuda_graph_trace: str = "graph"
-    endpoints_sure: bool = False       # the endpoints exist (the preset mounts them): no probe
-
-
-PRESETS = {
-    "generic": Preset("generic"),
-    # vLLM (checked in 0.22.1 and 0.33.0): the endpoints exist only with --profiler-config naming
-    # a profiler (added when missing); 0.33 takes an optional body (max_iterations, ...); its
-    # profiling guide: spawn workers, --trace-fork-before-exec=true --cuda-graph-trace=node
-    "vllm": Preset("vllm", env=(("VLLM_WORKER_MULTIPROC_METHOD", "spawn"),), cuda_graph_trace="node",
-                   endpoints_sure=True),
-    # SGLang (checked in 0.5.23): port 30000, /server_info; the CUDA_PROFILER activity calls
-    # cudaProfilerStart on the base GPU
-    "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/server_info",
-                     url="http://127.0.0.1:30000"),
-    "none": Preset("none", start=None, stop=None),
-}
-VLLM_PROFILER_FLAG = "--profiler-config"
-VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
-
-
-def vllm_profiler_config(server: list[str]) -> tuple[str | None, bool]:
-    """(the value of --profiler-config in a vLLM command, whether the flag is there at all:
-    `--profiler-config JSON`, `--profiler-config=JSON` or the dotted `--profiler-config.KEY V`)."""
-    for i, a in enumerate(server):
-        if a == VLLM_PROFILER_FLAG:
-            return (server[i + 1] if i + 1 < len(server) else None), True
-        if a.startswith(VLLM_PROFILER_FLAG + "="):
-            return a.split("=", 1)[1], True
-        if a.startswith(VLLM_PROFILER_FLAG + "."):
-            return None, True
-    return None, False
-
-
-def max_iterations(start_body: str | None, server: list[str], preset: str) -> int | None:
-    """Engine steps after which vLLM's profiler stops by itself (the start body's
-    `max_iterations`, else the one in --profiler-config), or None."""
-    if preset != "vllm":
-        return None
-    for text in (start_body, vllm_profiler_config(server)[0]):
-        try:
-            n = json.loads(text).get("max_iterations") if text else None
-        except (ValueError, AttributeError):
-            n = None
-        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            return n
-    return None
-
+from .load import Load
+from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, import_command, importer_path, quote, session_state,
+                   start_command)
+from ..redact import redact_text
+from .control import http, port_in_use
+from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands
+from .presets import VLLM_HINT, max_iterations
 
 AGENT_EXIT_S = 10.0     # how long nsys' agent gets to exit by itself after nsys, before it is ended
 
@@ -141,225 +71,6 @@ class CaptureFailed(ClefError):
 
 class NsysCrashed(CaptureFailed):
     """nsys itself died while starting the server (its exception in the server's log)."""
-
-
-# --------------------------------------------------------------------------------------------
-# configuration
-
-@dataclass
-class RecordConfig:
-    out: str
-    server: list[str]
-    name: str = "capture"
-    nsys: str | None = None
-    window: str = "auto"
-    preset: str = "generic"
-    url: str | None = None                # None: the preset's
-    health_url: str | None = None
-    health_timeout: float = 120.0
-    start_path: str | None = None
-    stop_path: str | None = None
-    start_body: str | None = None
-    stop_body: str | None = None
-    call_endpoints: bool = True
-    nvtx_capture: str = DEFAULT_NVTX_CAPTURE
-    capture_range_end: str = "stop"
-    trace: TraceOptions = field(default_factory=TraceOptions)
-    warmup_s: float = 15.0
-    warmup_requests: int = 0
-    duration_s: float = 3.0
-    load: LoadSettings | None = field(default_factory=LoadSettings)
-    client_cmd: str | None = None
-    spec: str | None = None
-    env: dict = field(default_factory=dict)
-    stop_timeout: float = 15.0
-    retries: int = 1
-    finalize_timeout: float = 300.0
-    export: bool = True
-    importer_libs: str | None = None       # LD_LIBRARY_PATH for QdstrmImporter alone
-    arm: str | None = None
-    round: int | None = None
-    argv: list[str] | None = None
-    quiet: bool = False
-    keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
-
-    def __post_init__(self):
-        if self.url is None:
-            self.url = PRESETS[self.preset].url
-
-    @property
-    def preset_obj(self) -> Preset:
-        return PRESETS[self.preset]
-
-    def endpoint(self, which: str) -> tuple[str | None, str | None]:
-        p = self.preset_obj
-        path = self.start_path if which == "start" else self.stop_path
-        body = self.start_body if which == "start" else self.stop_body
-        path = path if path is not None else (p.start if which == "start" else p.stop)
-        body = body if body is not None else (p.start_body if which == "start" else p.stop_body)
-        if not self.call_endpoints or not path:
-            return None, None
-        return self.url.rstrip("/") + path, body
-
-    @property
-    def health(self) -> str:
-        return self.health_url or self.url.rstrip("/") + self.preset_obj.health
-
-
-def gpu_present() -> bool:
-    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
-        return True
-    try:
-        return bool(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return False
-
-
-@dataclass
-class Plan:
-    window: str
-    nsys: Nsys
-    server: list[str]
-    main: list[str]                       # nsys profile ... / nsys launch ...
-    start: list[str] | None = None        # nsys start (window nsys)
-    stop: list[str] | None = None         # nsys stop
-    export: list[str] | None = None
-    env: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    session: str = ""
-    token: str = ""
-    report: str = ""
-    sqlite: str = ""
-    probe: bool = False                   # --window auto: probe the endpoints once healthy
-
-    def lines(self) -> list[str]:
-        env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
-        out = [f"# window: {self.window}", env + quote(self.main)]
-        if self.start:
-            out += [quote(self.start) + "    # opens the window", quote(self.stop) + "    # closes it"]
-        if self.export:
-            out.append(quote(self.export))
-        return out
-
-
-def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
-    if not cfg.server:
-        raise ClefError("record: no server command: put it after `--`, e.g. "
-                        "clef-prof record --out runs/x -- clef-prof demo-server --variant pr")
-    if nsys is None:
-        nsys = Nsys.find(cfg.nsys)
-    window = cfg.window
-    notes: list[str] = []
-    preset = cfg.preset_obj
-    server = list(cfg.server)
-    if cfg.preset == "vllm" and not vllm_profiler_config(server)[1]:
-        server += [VLLM_PROFILER_FLAG, VLLM_PROFILER_CONFIG]
-        notes.append(f"--preset vllm: added {VLLM_PROFILER_FLAG} {shlex.quote(VLLM_PROFILER_CONFIG)} to the server "
-                     "command (vLLM mounts /start_profile and /stop_profile only with it)")
-    probe = False
-    if window == "auto":
-        has_endpoints = cfg.endpoint("start")[0] is not None
-        if not gpu_present() or not has_endpoints:
-            window = "nsys"
-            notes.append("--window auto: nsys (" + ("no NVIDIA GPU here" if has_endpoints else "no profiling endpoints")
-                         + ")")
-        elif preset.endpoints_sure:
-            window = "profiler-api"
-            notes.append(f"--window auto: profiler-api (an NVIDIA GPU is present; --preset {cfg.preset} mounts the "
-                         "endpoints)")
-        else:
-            window, probe = "nsys", True
-            notes.append("--window auto: nsys session control, probed once the server is healthy: with "
-                         "/start_profile the window is the profiler API's (cudaProfilerApi), without it nsys' own")
-    if window in ("profiler-api", "nvtx") and cfg.endpoint("start")[0] is None:
-        raise ClefError(f"record: --window {window} needs the server's /start_profile endpoint "
-                        "(not --preset none / --no-endpoints); use --window nsys")
-    token = secrets.token_hex(6)
-    session = f"clefprof-{os.getpid()}-{token[:6]}"
-    base = os.path.join(os.path.abspath(cfg.out), cfg.name)
-    env = {k: v for k, v in preset.env if k not in os.environ}
-    if env:
-        notes.append(f"--preset {cfg.preset}: " + " ".join(f"{k}={v}" for k, v in env.items()))
-    if cfg.spec:
-        env.update(spec_env(cfg.spec))
-    env.update(cfg.env)
-    if window == "nsys":
-        main = launch_command(nsys, cfg.trace, server, session=session, notes=notes)
-        start = start_command(nsys, cfg.trace, base, session=session)
-        stop = stop_command(nsys, session=session)
-    else:
-        rng = "cudaProfilerApi" if window == "profiler-api" else "nvtx"
-        if window == "nvtx":
-            env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
-        main = profile_command(nsys, cfg.trace, base, server, session=session, capture_range=rng,
-                               capture_range_end=cfg.capture_range_end, nvtx_capture=cfg.nvtx_capture, notes=notes)
-        start = stop = None
-    report, sqlite = base + ".nsys-rep", base + ".sqlite"
-    exp = export_command(nsys, report, sqlite) if cfg.export else None
-    return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
-
-
-def redact_commands(commands: dict) -> dict:
-    """The manifest's command lines with environment values, secret-named flags' values and
-    key-like tokens removed (clef_prof.analyze.scrub's rules)."""
-    out = {}
-    for key, v in commands.items():
-        if key == "env":
-            out[key] = {k: REMOVED for k in v}
-        elif isinstance(v, list):
-            out[key] = redact_args(v)
-        elif isinstance(v, str) and key != "cwd":
-            out[key] = redact_text(v)[0]
-        else:
-            out[key] = v
-    return out
-
-
-def spec_env(spec_path: str) -> dict:
-    if not os.path.isfile(spec_path):
-        raise ClefError(f"--spec {spec_path}: no such file")
-    from ..annotate.spec import load
-    load(spec_path)                       # a malformed spec fails here, with its own one line
-    try:
-        from ..annotate.envform import environment
-    except ImportError:
-        raise ClefError("--spec needs clef_prof.annotate.envform, which this installation lacks") from None
-    return environment(spec_path, base=os.environ)
-
-
-# --------------------------------------------------------------------------------------------
-# HTTP control (urllib)
-
-def http(method: str, url: str, body: str | None = None, timeout: float = 10.0) -> tuple[int | None, str]:
-    """(status, text); status None when nothing answered (text says why)."""
-    data = body.encode() if body is not None else (b"" if method == "POST" else None)
-    req = urllib.request.Request(url, data=data, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        try:
-            text = exc.read(4096).decode("utf-8", "replace")
-        except Exception:
-            text = ""
-        return exc.code, text
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return None, f"{type(reason).__name__}: {reason}" if not isinstance(reason, str) else reason
-
-
-def port_in_use(url: str) -> tuple[str, int] | None:
-    u = urllib.parse.urlsplit(url)
-    host, port = u.hostname, u.port or 80
-    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "[::1]"):
-        return None
-    try:
-        with socket.create_connection(("127.0.0.1" if host == "0.0.0.0" else host, port), timeout=0.5):
-            return host, port
-    except OSError:
-        return None
 
 
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
@@ -427,6 +138,11 @@ class Recording:
         self.window_started_seen = None
         self.capture_client = None
         self.nsys_output: list[str] = []
+        self.report: str | None = None
+        self.t_server: int | None = None
+        self.t_healthy: int | None = None
+        self.t_end: int | None = None
+        self.report_written_ns: int | None = None
 
     # -- logging --------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -987,18 +703,18 @@ class Recording:
             "status": self.status,
             "status_detail": self.detail,
             "export": mf.relative_to(exported, self.out),
-            "report": mf.relative_to(getattr(self, "report", None), self.out),
+            "report": mf.relative_to(self.report, self.out),
             "arm": cfg.arm,
             "round": cfg.round,
             "started_ns": self.t_begin,
-            "finished_ns": getattr(self, "t_end", time.time_ns()),
+            "finished_ns": self.t_end or time.time_ns(),
             "commands": commands if cfg.keep_env else redact_commands(commands),
             "nsys": {"path": pl.nsys.path, "version": pl.nsys.version, "version_text": pl.nsys.version_text,
                      "session": pl.session, "exit_code": self.exit_code, "messages": self.nsys_messages(),
                      "importer_libs": cfg.importer_libs},
             "server": {"preset": cfg.preset, "url": cfg.url, "health_url": cfg.health, "info": self.server_info,
                        "healthy_after_s": ((self.t_healthy - self.t_server) / 1e9)
-                       if hasattr(self, "t_healthy") else None},
+                       if self.t_healthy is not None else None},
             "spec": os.path.abspath(cfg.spec) if cfg.spec else None,
             "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.trace.python_sampling_hz,
                       "cuda_graph_trace": cfg.trace.cuda_graph_trace, "trace_fork_before_exec": cfg.trace.trace_fork,
@@ -1017,7 +733,7 @@ class Recording:
                        "max_iterations": max_iterations(cfg.endpoint("start")[1], pl.server, cfg.preset)
                        if pl.window == "profiler-api" else None,
                        "capture_range_seen": self.window_started_seen,
-                       "report_written_ns": getattr(self, "report_written_ns", None)},
+                       "report_written_ns": self.report_written_ns},
             "client": {"window": inner, "window_outer": outer, "capture": self.capture_client, "all": whole,
                        "cancelled_at_stop": self.load.cancelled} if self.load else
                       {"window": {"completions": None},

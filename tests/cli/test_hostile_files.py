@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from clef_prof.record.session import redact_commands
+from clef_prof.record.plan import redact_commands
 from conftest import sha256
 
 MAIN = "gpu-q1c16-main"

@@ -11,12 +11,15 @@ import pytest
 from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import Nsys
 from clef_prof.cli.record import config_from
-from clef_prof.record.session import Recording, max_iterations, plan
+from clef_prof.record.plan import plan
+from clef_prof.record.presets import max_iterations
+from clef_prof.record.session import Recording
 from clef_prof.cli import app as cli
 
 
 def build(argv: list[str], server: list[str], monkeypatch, gpu: bool = False):
-    monkeypatch.setattr("clef_prof.record.session.gpu_present", lambda: gpu)
+    for where in ("plan", "session"):
+        monkeypatch.setattr(f"clef_prof.record.{where}.gpu_present", lambda: gpu)
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     args = cli.build_parser().parse_args(["record", "--out", "/tmp/x", *argv, "--", *server])
     cfg = config_from(args, server)
@@ -46,7 +49,8 @@ def test_vllm_preset_keeps_the_users_profiler_config(monkeypatch, given):
 
 
 def test_vllm_preset_leaves_a_users_multiproc_method(monkeypatch):
-    monkeypatch.setattr("clef_prof.record.session.gpu_present", lambda: False)
+    for where in ("plan", "session"):
+        monkeypatch.setattr(f"clef_prof.record.{where}.gpu_present", lambda: False)
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     args = cli.build_parser().parse_args(["record", "--out", "/tmp/x", "--preset", "vllm", "--", "vllm", "serve", "M"])
     pl = plan(config_from(args, ["vllm", "serve", "M"]), Nsys.assumed())

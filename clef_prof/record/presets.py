@@ -1,0 +1,76 @@
+"""The servers clef-prof knows how to profile: their profiling endpoints, start/stop bodies and
+version URL (generic, vllm, sglang, none), and what vLLM's --profiler-config implies. Standard
+library only."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+WINDOWS = ("auto", "nsys", "profiler-api", "nvtx")
+DEFAULT_NVTX_CAPTURE = "window@clef-prof"
+VLLM_HINT = ("vLLM mounts /start_profile and /stop_profile only when profiling is configured: "
+             "`--profiler-config '{\"profiler\": \"cuda\"}'` (vLLM >= 0.13), VLLM_TORCH_CUDA_PROFILE=1 (0.12), "
+             "VLLM_TORCH_PROFILER_DIR=DIR (<= 0.11, the torch profiler: not under nsys)")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How a kind of server is driven: health path, profiling endpoints and their bodies, the
+    default URL, and what the server command and nsys need (where the user chose nothing)."""
+
+    name: str
+    health: str = "/health"
+    start: str | None = "/start_profile"
+    stop: str | None = "/stop_profile"
+    start_body: str | None = None
+    stop_body: str | None = None
+    version: str | None = "/version"
+    url: str = "http://127.0.0.1:8000"
+    env: tuple[tuple[str, str], ...] = ()
+    cuda_graph_trace: str = "graph"
+    endpoints_sure: bool = False       # the endpoints exist (the preset mounts them): no probe
+
+
+PRESETS = {
+    "generic": Preset("generic"),
+    # vLLM (checked in 0.22.1 and 0.33.0): the endpoints exist only with --profiler-config naming
+    # a profiler (added when missing); 0.33 takes an optional body (max_iterations, ...); its
+    # profiling guide: spawn workers, --trace-fork-before-exec=true --cuda-graph-trace=node
+    "vllm": Preset("vllm", env=(("VLLM_WORKER_MULTIPROC_METHOD", "spawn"),), cuda_graph_trace="node",
+                   endpoints_sure=True),
+    # SGLang (checked in 0.5.23): port 30000, /server_info; the CUDA_PROFILER activity calls
+    # cudaProfilerStart on the base GPU
+    "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/server_info",
+                     url="http://127.0.0.1:30000"),
+    "none": Preset("none", start=None, stop=None),
+}
+VLLM_PROFILER_FLAG = "--profiler-config"
+VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
+
+
+def vllm_profiler_config(server: list[str]) -> tuple[str | None, bool]:
+    """(the value of --profiler-config in a vLLM command, whether the flag is there at all:
+    `--profiler-config JSON`, `--profiler-config=JSON` or the dotted `--profiler-config.KEY V`)."""
+    for i, a in enumerate(server):
+        if a == VLLM_PROFILER_FLAG:
+            return (server[i + 1] if i + 1 < len(server) else None), True
+        if a.startswith(VLLM_PROFILER_FLAG + "="):
+            return a.split("=", 1)[1], True
+        if a.startswith(VLLM_PROFILER_FLAG + "."):
+            return None, True
+    return None, False
+
+
+def max_iterations(start_body: str | None, server: list[str], preset: str) -> int | None:
+    """Engine steps after which vLLM's profiler stops by itself (the start body's
+    `max_iterations`, else the one in --profiler-config), or None."""
+    if preset != "vllm":
+        return None
+    for text in (start_body, vllm_profiler_config(server)[0]):
+        try:
+            n = json.loads(text).get("max_iterations") if text else None
+        except (ValueError, AttributeError):
+            n = None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return None
