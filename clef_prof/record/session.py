@@ -394,10 +394,10 @@ _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_fun
 
 
 def nsys_crash(text: str) -> str | None:
-    """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F` and its errinfo
-    lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open ENOENT in
-    ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's semaphore
-    before nsys-launcher has created it."""
+    """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F`
+    and its errinfo lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open
+    ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
+    semaphore before nsys-launcher has created it."""
     m = _NSYS_THROW.search(text)
     if m is None:
         return None
