@@ -1162,28 +1162,27 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
             old[s] = signal.signal(s, _interrupt)
     try:
         history: list[str] = []
-        for attempt in range(1, max(0, cfg.retries) + 2):
+        lost = crashed = 0              # each kind of failure has --retries tries of its own
+        while True:
+            attempt = 1 + lost + crashed
             if attempt > 1:
                 pl = plan(cfg, nsys)          # a fresh session name and process marker
             try:
                 res = Capture(cfg, pl, attempt, history).run()
             except NsysCrashed as exc:
-                if attempt > cfg.retries:
+                if crashed >= cfg.retries:
                     raise
+                crashed += 1
                 msg = f"attempt {attempt}: {exc}; recorded again (--retries {cfg.retries})"
-                history.append(msg)
-                if not cfg.quiet:
-                    print(f"record: {msg}", file=sys.stderr, flush=True)
-                continue
-            if res["nvtx_rows"] == 0 and attempt <= cfg.retries:
+            else:
+                if res["nvtx_rows"] != 0 or lost >= cfg.retries:
+                    return res
+                lost += 1
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
-                history.append(msg)
-                if not cfg.quiet:
-                    print(f"record: {msg}", file=sys.stderr, flush=True)
-                continue
-            return res
-        return res
+            history.append(msg)
+            if not cfg.quiet:
+                print(f"record: {msg}", file=sys.stderr, flush=True)
     finally:
         _restore_signals(old)
 
