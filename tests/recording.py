@@ -78,21 +78,34 @@ def _profile_once(nsys, argv, stem, env, cwd, nsys_args, timeout, trace) -> Path
     processes carry a marker; its agent (which calls setsid, so a timeout's kill misses it) gets
     a while to exit, then is ended."""
     token = secrets.token_hex(8)
+    cmd = [nsys, "profile", "-t", trace, "--sample=none", "--cpuctxsw=none", *nsys_args, "-o", stem,
+           "--force-overwrite", "true", *argv]
     try:
-        p = subprocess.run([nsys, "profile", "-t", trace, "--sample=none", "--cpuctxsw=none", *nsys_args,
-                            "-o", stem, "--force-overwrite", "true", *argv], capture_output=True, text=True,
-                           timeout=timeout, env={**env, procs.ENV_MARK: token}, cwd=cwd)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**env, procs.ENV_MARK: token}, cwd=cwd) as p:
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                hung = "; ".join(f"{q.pid} {q.state} {_wchan(q.pid)} {q.cmdline[:100]}" for q in procs.marked(token))
+                raise AssertionError(f"nsys profile ran past {timeout} s; its processes: {hung}") from None
     finally:
         procs.wait_gone(lambda: not procs.marked(token), AGENT_EXIT_S)
         left = procs.terminate_marked(token)
         assert not left, f"could not end nsys' processes: {procs.describe(left)}"
     rep = stem.parent / f"{stem.name}.nsys-rep"
-    if not rep.exists() and p.returncode != 0 and nsys_crash(p.stdout + p.stderr):
+    if not rep.exists() and p.returncode != 0 and nsys_crash(out + err):
         return None
     # with --duration nsys ends the app and passes on its signal exit: the report is what counts
-    assert rep.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert rep.exists(), out[-2000:] + err[-2000:]
     sqlite = stem.parent / f"{stem.name}.sqlite"
     p = subprocess.run([nsys, "export", "--type", "sqlite", "-o", sqlite, "--force-overwrite", "true", rep],
                        capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0 and sqlite.exists(), p.stdout[-2000:] + p.stderr[-2000:]
     return sqlite
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() or "-"
+    except OSError:
+        return "?"

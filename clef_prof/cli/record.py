@@ -69,7 +69,7 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     s.add_argument("--finalize-timeout", type=float, default=300.0, help="seconds nsys gets to write the report")
     s.add_argument("--retries", type=int, default=1, help="record again, with a fresh server, when the export holds no "
                    "NVTX record at all (nsys occasionally loses a capture's data on an overloaded machine) or nsys "
-                   "crashed while starting the server (a start-up race of nsys under load); default 1")
+                   "crashed while starting the server (a start-up race of nsys under load); N tries for each; default 1")
     w = p.add_argument_group("timing")
     w.add_argument("--warmup", type=float, default=15.0, metavar="S", help="seconds of load before the window (default 15)")
     w.add_argument("--warmup-requests", type=int, default=0, metavar="N", help="also wait for N completed requests")

@@ -78,10 +78,10 @@ _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_fun
 
 
 def nsys_crash(text: str) -> str | None:
-    """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F` and its errinfo
-    lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open ENOENT in
-    ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's semaphore
-    before nsys-launcher has created it."""
+    """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F`
+    and its errinfo lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open
+    ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
+    semaphore before nsys-launcher has created it."""
     m = _NSYS_THROW.search(text)
     if m is None:
         return None
@@ -821,28 +821,27 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
             old[s] = signal.signal(s, _interrupt)
     try:
         history: list[str] = []
-        for attempt in range(1, max(0, cfg.retries) + 2):
+        lost = crashed = 0              # each kind of failure has --retries tries of its own
+        while True:
+            attempt = 1 + lost + crashed
             if attempt > 1:
                 pl = plan(cfg, nsys)          # a fresh session name and process marker
             try:
                 res = Recording(cfg, pl, attempt, history).run()
             except NsysCrashed as exc:
-                if attempt > cfg.retries:
+                if crashed >= cfg.retries:
                     raise
+                crashed += 1
                 msg = f"attempt {attempt}: {exc}; recorded again (--retries {cfg.retries})"
-                history.append(msg)
-                if not cfg.quiet:
-                    print(f"record: {msg}", file=sys.stderr, flush=True)
-                continue
-            if res["nvtx_rows"] == 0 and attempt <= cfg.retries:
+            else:
+                if res["nvtx_rows"] != 0 or lost >= cfg.retries:
+                    return res
+                lost += 1
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
-                history.append(msg)
-                if not cfg.quiet:
-                    print(f"record: {msg}", file=sys.stderr, flush=True)
-                continue
-            return res
-        return res
+            history.append(msg)
+            if not cfg.quiet:
+                print(f"record: {msg}", file=sys.stderr, flush=True)
     finally:
         _restore_signals(old)
 
