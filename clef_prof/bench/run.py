@@ -326,7 +326,7 @@ def run(args) -> dict:
         for s, h in old.items():
             signal.signal(s, h)
         if not ok and args.out:
-            _write(os.path.join(logs, "bench.json"), {"schema": "clef-prof/bench/1", "status": "failed",
+            write_json(os.path.join(logs, "bench.json"), {"schema": "clef-prof/bench/1", "status": "failed",
                                                       "servers": servers, "windows": windows, "notes": notes})
         elif ok and not args.out:
             shutil.rmtree(logs, ignore_errors=True)
@@ -377,10 +377,11 @@ def _result(args, names, commands, cases, servers, windows, answers, parity_bodi
     }
 
 
-def _write(path: str, obj) -> None:
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=2)
-        fh.write("\n")
+def write_json(path: str, obj) -> None:
+    """`obj` as indented JSON at `path`, through safeio's temporary file and rename."""
+    from ..safeio import write_text
+
+    write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..bench import load as bl
-from ..bench.run import _write, run
+from ..bench.run import run, write_json
 from .options import emit
 
 
@@ -92,7 +92,7 @@ def cmd_bench(args) -> int:
 
     result = run(args)
     if args.out:
-        _write(os.path.join(os.path.abspath(args.out), "bench.json"), result)
+        write_json(os.path.join(os.path.abspath(args.out), "bench.json"), result)
     if args.format == "json":
         emit(json.dumps(result, indent=2) + "\n", args.output)
     elif args.format == "markdown":
