@@ -110,12 +110,8 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     for code, name in enumerate(config.stages):
         stage_code[names.match(name) & ~is_batch] = code
 
-    def count_cut(mask, label_of):
-        for i in np.flatnonzero(mask):
-            cut[label_of(i)] = cut.get(label_of(i), 0) + 1
-
-    label = lambda i: config.batch if is_batch[i] else config.stages[stage_code[i]]  # noqa: E731
-    count_cut(cut_mask & ~reversed_, label)
+    open_ = cut_mask & ~reversed_
+    _count_cut(cut, np.where(is_batch, len(config.stages), stage_code)[open_], [*config.stages, config.batch])
 
     b = r.take(is_batch & ~cut_mask)
     size = batch_size_from_message(b.name)
@@ -153,7 +149,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
         k = np.minimum(np.searchsorted(threads, s.gtid), max(len(threads) - 1, 0))
         on_batch_thread = threads[k] == s.gtid
         edge |= (bidx < 0) & on_batch_thread & (s.end <= firsts[k])
-    count_cut(edge, lambda i: config.stages[codes[i]])
+    _count_cut(cut, codes[edge], config.stages)
     keep = ~edge
     instances = Table(code=codes[keep], stage=np.array(config.stages, dtype=object)[codes[keep]],
                       start=s.start[keep], end=s.end[keep], gtid=s.gtid[keep], batch=bidx[keep])
@@ -162,6 +158,15 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
                   cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
                   requests_source=source, requests_override=requests_override, duplicates=duplicates,
                   reversed=int(reversed_.sum()))
+
+
+def _count_cut(cut: dict[str, int], codes: np.ndarray, labels) -> None:
+    """Add the cut ranges of each label code to cut[labels[code]]; labels not yet in `cut`
+    go in the order of their first range (the order the warning names them in)."""
+    uniq, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    for j in np.argsort(first):
+        name = labels[uniq[j]]
+        cut[name] = cut.get(name, 0) + int(counts[j])
 
 
 def _dedupe(r, names: _Names):

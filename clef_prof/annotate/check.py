@@ -10,20 +10,22 @@ import re
 import sys
 
 from ..errors import SpecError
-from .envform import PKG_DIR
+from .envform import PKG_DIR, STARTUP_DIR
 from .importhook import ENV_LENIENT
 from .mainhook import ENV_MAIN, matches_main, python_launch
 from .startup import ENV_SPEC
 from .wrap import TargetError, prepare
 
+# argv: the start-up directory, the clef_prof package directory (the copy that runs the check,
+# loaded by _startup/_clef_prof_boot.py ahead of any other clef_prof), then _check_child's
 _CHECK_SNIPPET = (
-    "import importlib.util,sys\n"
-    "p=sys.argv[1]\n"
-    "if 'clef_prof' not in sys.modules:\n"
-    " s=importlib.util.spec_from_file_location('clef_prof',p+'/__init__.py',submodule_search_locations=[p])\n"
-    " m=importlib.util.module_from_spec(s);sys.modules['clef_prof']=m;s.loader.exec_module(m)\n"
+    "import sys\n"
+    "sys.path.insert(0,sys.argv[1])\n"
+    "import _clef_prof_boot\n"
+    "del sys.path[0]\n"
+    "_clef_prof_boot.load(sys.argv[2])\n"
     "from clef_prof.annotate.check import _check_child\n"
-    "_check_child(sys.argv[2:])\n")
+    "_check_child(sys.argv[3:])\n")
 
 
 def _check_child(argv: list[str]) -> None:
@@ -179,8 +181,8 @@ def check_targets(spec, python: str | None = None, path0: str | None = None, tim
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="clef-prof-check-") as tmp:
         out = os.path.join(tmp, "result.json")
-        argv = [python, "-c", _CHECK_SNIPPET, PKG_DIR, os.path.abspath(spec.path), out, path0 or "",
-                *(main or ("", ""))]
+        argv = [python, "-c", _CHECK_SNIPPET, STARTUP_DIR, PKG_DIR, os.path.abspath(spec.path), out,
+                path0 or "", *(main or ("", ""))]
         env = {k: v for k, v in os.environ.items() if k not in (ENV_SPEC, ENV_LENIENT, ENV_MAIN)}
 
         def progress() -> str:

@@ -39,12 +39,6 @@ def environment(spec_path: str, lenient: bool = False, base: dict | None = None,
     return env
 
 
-def env_assignments(spec_path: str, lenient: bool = False, base: dict | None = None,
-                    verbose: bool = False) -> list[str]:
-    """`NAME=value` words, for `env NAME=value ... server` (as `clef-prof record` builds)."""
-    return [f"{k}={v}" for k, v in environment(spec_path, lenient, base, verbose).items()]
-
-
 def format_env(env: dict[str, str], fmt: str = "sh") -> str:
     if fmt == "json":
         import json

@@ -50,7 +50,6 @@ from ..errors import ClefError
 MAX_BATCH = 16
 # the 9 metadata tensors of a request: int64 element counts (428 elements = 3424 bytes)
 META_SIZES = (64, 64, 64, 48, 48, 48, 32, 32, 28)
-META_BYTES = 8 * sum(META_SIZES)
 # pr packs them into 3 buffers of 3 tensors each
 PACKS = ((0, 1, 2), (3, 4, 5), (6, 7, 8))
 HEAD_KERNELS = 15         # kernel launches per request in head, plus one graph launch

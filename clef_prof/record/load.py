@@ -148,8 +148,6 @@ class Load:
         else:
             self.bodies = make_bodies(settings.words, settings.questions, seed=settings.seed)
         self.done: list[Completion] = []
-        self.started_ns: int | None = None
-        self.stopped_ns: int | None = None
         self.cancelled = 0
         self.unfinished: list[int] = []          # send times (wall ns) of the requests cancelled at stop
         self._sending: dict[int, int] = {}       # client -> send time of its request in flight
@@ -234,7 +232,6 @@ class Load:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self.started_ns = time.time_ns()
         self._ready.set()
         tasks = [asyncio.create_task(self._client(i)) for i in range(max(1, self.s.concurrency))]
         await self._stop.wait()
@@ -244,7 +241,6 @@ class Load:
         self.cancelled = len(pending)
         self.unfinished = sorted(self._sending.values())
         await asyncio.gather(*pending, return_exceptions=True)
-        self.stopped_ns = time.time_ns()
 
     async def _client(self, i: int) -> None:
         path = (self.base_path + self.s.path) or "/"

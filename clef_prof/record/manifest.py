@@ -82,18 +82,13 @@ def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
     from, can only be judged over the span in which NVTX ranges were collected: [first, last].
     A request sent after `first` is batched after it, so its batch range was collected unless
     it was lost. None when the export lacks these tables or has no NVTX range."""
-    import sqlite3
-    try:
-        db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
-        try:
-            t0 = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-            dur = db.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()
-            first, last = db.execute(f'SELECT min(start), max(COALESCE("end", start)) FROM NVTX_EVENTS '
-                                     f"WHERE start >= 0 AND eventType IN ({RANGE_TYPES})").fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error:
+    rows = _first_rows(sqlite_path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME",
+                       "SELECT duration FROM ANALYSIS_DETAILS",
+                       f'SELECT min(start), max(COALESCE("end", start)) FROM NVTX_EVENTS '
+                       f"WHERE start >= 0 AND eventType IN ({RANGE_TYPES})")
+    if rows is None:
         return None
+    t0, dur, (first, last) = rows
     if not t0 or not dur or t0[0] is None or dur[0] is None or first is None:
         return None
     duration = int(dur[0])
@@ -102,11 +97,18 @@ def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
 
 def count_rows(sqlite_path: str, table: str) -> int | None:
     """Rows of `table` in an export; None when the table is missing or the file unreadable."""
+    rows = _first_rows(sqlite_path, f'SELECT count(*) FROM "{table}"')
+    return None if rows is None else int(rows[0][0])
+
+
+def _first_rows(sqlite_path: str, *queries: str) -> list | None:
+    """The first row of each query on the export, opened read-only; None when a table is
+    missing or the file unreadable."""
     import sqlite3
     try:
         db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
         try:
-            return int(db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+            return [db.execute(q).fetchone() for q in queries]
         finally:
             db.close()
     except sqlite3.Error:

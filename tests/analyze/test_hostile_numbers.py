@@ -20,7 +20,8 @@ TRACES = Path(__file__).resolve().parents[2] / "traces"
 MAIN, PR25 = "gpu-main-slice", "gpu25-pr-slice"
 RUNTIME, MEMCPY, KERNEL = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_KERNEL"
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-STAGE_IDS = "(SELECT id FROM StringIds WHERE value IN ('parse','index','transfer','head','encode'))"
+STAGES = ("parse", "index", "transfer", "head", "encode")
+STAGE_IDS = f"(SELECT id FROM StringIds WHERE value IN {STAGES})"
 
 
 def run_cli(*args):
@@ -226,6 +227,21 @@ def test_reversed_and_endless_nvtx_ranges(damaged):
                       "(SELECT rowid FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' LIMIT 1 OFFSET 10)")
     r = strict_warns(f, "ranges cut at the capture edges were excluded")
     assert r["batches"] == 47
+
+
+def test_capture_started_and_stopped_inside_batches(damaged):
+    """The slice as nsys would record it started at 3 ms, inside the second batch's transfer (its
+    head and encode are recorded, its pooler range is not), and stopped at 22 ms, inside the
+    fifth batch's head (pooler and head left open, parse, index and transfer done). The cut
+    ranges are counted per name in the order they come in the capture: the open ones first,
+    then the stages of the cut batches."""
+    t0, t1 = 3_000_000, 22_000_000
+    f = damaged(MAIN, f"DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (start < {t0} OR start > {t1})",
+                f"UPDATE NVTX_EVENTS SET [end] = NULL WHERE eventType = 59 AND [end] > {t1}")
+    r = strict_warns(f, "7 ranges cut at the capture edges were excluded "
+                        "(pooler: 1, head: 2, encode: 1, parse: 1, index: 1, transfer: 1)")
+    assert r["batches"] == 2
+    assert {k: s["instances"] for k, s in r["stages"].items()} == {k: 2 for k in STAGES}
 
 
 def test_batches_without_any_stage(damaged):

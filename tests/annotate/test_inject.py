@@ -308,6 +308,71 @@ def test_env_form_reaches_every_process(tmp_path, start):
     assert all(facts["parent_wrapped"].values()), facts
 
 
+@pytest.fixture(scope="module")
+def pkg_copy(tmp_path_factory) -> Path:
+    """A second clef_prof: a copy of this tree's package, in a directory of its own."""
+    import shutil
+    dst = tmp_path_factory.mktemp("copy") / "clef_prof"
+    shutil.copytree(ROOT / "clef_prof", dst, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def test_env_form_loads_the_copy_named_by_clef_prof_pkg(pkg_copy):
+    """Another clef_prof on PYTHONPATH (this tree's): the hook loads the copy $CLEF_PROF_PKG names,
+    wraps with it, and leaves neither its loader module nor its directory behind."""
+    startup_dir = str(pkg_copy / "annotate" / "_startup")
+    env = clean_env(PYTHONPATH=os.pathsep.join([startup_dir, str(ROOT)]), CLEF_PROF_SPEC=str(POOLER_SPEC),
+                    CLEF_PROF_PKG=str(pkg_copy))
+    code = ("import json, sys, pooler_app.plain as p\n"
+            "w = p.Pooler.head\n"
+            "print(json.dumps({'pkg': sys.modules['clef_prof'].__file__, 'mark': list(w.__clef_prof__),\n"
+            "                  'wrapper': w.__code__.co_filename, 'boot': '_clef_prof_boot' in sys.modules,\n"
+            f"                  'startup_on_path': sys.path.count({startup_dir!r}),\n"
+            "                  'heavy': [m for m in ('numpy', 'pandas') if m in sys.modules]}))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=PROGRAMS, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    facts = json.loads(p.stdout)
+    assert facts["pkg"] == str(pkg_copy / "__init__.py")
+    assert facts["mark"] == ["stage", "head"]
+    assert Path(facts["wrapper"]).is_relative_to(pkg_copy)
+    assert facts["boot"] is False and facts["startup_on_path"] == 1 and facts["heavy"] == []
+
+
+def test_env_form_broken_copy_one_line(tmp_path):
+    """A clef_prof at $CLEF_PROF_PKG that raises on import: one line, exit 1; leniently, the
+    program runs without it (and no half-imported clef_prof is left in sys.modules)."""
+    broken = tmp_path / "clef_prof"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('broken copy')\n")
+    env = {**injected_env(), envform.ENV_PKG: str(broken)}
+    code = "import sys; print('ran', 'clef_prof' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert_one_line(p, 1, "clef-prof inject: error: cannot install", "RuntimeError: broken copy")
+    assert "ran" not in p.stdout
+    p = subprocess.run([sys.executable, "-c", code], env={**env, "CLEF_PROF_LENIENT": "1"},
+                       capture_output=True, text=True, timeout=60)
+    assert_one_line(p, 0, "clef-prof inject: warning: cannot install", "RuntimeError: broken copy")
+    assert p.stdout.split() == ["ran", "False"]
+
+
+def test_check_child_loads_the_copy_that_runs_it(tmp_path, pkg_copy):
+    """`inject --check` run by a copy of clef_prof, with this tree's on PYTHONPATH: the checking
+    interpreter imports the targets with the copy that started it (its PKG_DIR)."""
+    (tmp_path / "probe.py").write_text(
+        "import sys\n"
+        "open(__file__ + '.seen', 'w').write(sys.modules['clef_prof'].__file__)\n"
+        "def f():\n    return 1\n")
+    (tmp_path / "spec.toml").write_text('[stages]\nparse = "probe:f"\n')
+    code = (f"import sys\nsys.path.insert(0, {str(pkg_copy.parent)!r})\n"
+            "from clef_prof.cli import main\nsys.exit(main())\n")
+    p = subprocess.run([sys.executable, "-c", code, "inject", "--spec", "spec.toml", "--check"], cwd=tmp_path,
+                       env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "1 of 1 targets import and wrap" in p.stderr
+    assert (tmp_path / "probe.py.seen").read_text() == str(pkg_copy / "__init__.py")
+
+
 def test_env_form_chains_existing_sitecustomize(tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -359,7 +424,6 @@ def test_print_env_forms(tmp_path):
     # twice: the bootstrap directory is not added again
     again = envform.environment(str(POOLER_SPEC), base={"PYTHONPATH": d["PYTHONPATH"]})
     assert again["PYTHONPATH"] == d["PYTHONPATH"]
-    assert envform.env_assignments(str(POOLER_SPEC), base={})[0] == f"CLEF_PROF_SPEC={POOLER_SPEC}"
 
 
 def test_inject_command_runs_with_wrappers(tmp_path):

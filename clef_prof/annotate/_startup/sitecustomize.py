@@ -3,8 +3,9 @@ every Python process started with that environment imports this file at start-up
 
 1. It runs the `sitecustomize` it shadows (the next one on sys.path), if there is one.
 2. With $CLEF_PROF_SPEC set, it loads clef_prof (from $CLEF_PROF_PKG, the copy that printed
-   the environment, when given) and calls `clef_prof.annotate.startup.install_from_env()`, which
-   installs the spec's wrappers lazily, through an import hook.
+   the environment, when given: `_clef_prof_boot.load`, beside this file) and calls
+   `clef_prof.annotate.startup.install_from_env()`, which installs the spec's wrappers lazily,
+   through an import hook.
 
 It never raises: a failure prints one line on stderr (and, for an unusable spec without
 $CLEF_PROF_LENIENT=1, ends the process with exit code 1).
@@ -47,18 +48,14 @@ def _clef_prof_install():
     if not os.environ.get("CLEF_PROF_SPEC"):
         return
     pkg = os.environ.get("CLEF_PROF_PKG")
-    if pkg and "clef_prof" not in sys.modules:
-        import importlib.util
-        init = os.path.join(pkg, "__init__.py")
-        if os.path.isfile(init):
-            spec = importlib.util.spec_from_file_location("clef_prof", init, submodule_search_locations=[pkg])
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules["clef_prof"] = mod
-            try:
-                spec.loader.exec_module(mod)
-            except Exception:
-                del sys.modules["clef_prof"]
-                raise
+    if pkg:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        try:
+            import _clef_prof_boot
+        finally:
+            del sys.path[0]
+            sys.modules.pop("_clef_prof_boot", None)     # nothing left behind in the program
+        _clef_prof_boot.load(pkg)
     from clef_prof.annotate import startup
     startup.install_from_env()
 
