@@ -9,8 +9,15 @@ import signal
 import stat
 import tempfile
 import threading
+import urllib.parse
 
 from .errors import ClefError
+
+
+def readonly_uri(path, immutable: bool = False) -> str:
+    """An SQLite URI that opens `path` read-only (never a journal or lock file with `immutable`);
+    the path is percent-quoted, since '?', '#' and '%' in a folder name would otherwise end it."""
+    return "file:" + urllib.parse.quote(os.path.abspath(path)) + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
 
 
 def check_regular(path, what: str = "input") -> None:

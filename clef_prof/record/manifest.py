@@ -105,8 +105,10 @@ def _first_rows(sqlite_path: str, *queries: str) -> list | None:
     """The first row of each query on the export, opened read-only; None when a table is
     missing or the file unreadable."""
     import sqlite3
+
+    from ..safeio import readonly_uri
     try:
-        db = sqlite3.connect(f"file:{os.path.abspath(sqlite_path)}?mode=ro", uri=True)
+        db = sqlite3.connect(readonly_uri(sqlite_path), uri=True)
         try:
             return [db.execute(q).fetchone() for q in queries]
         finally:
