@@ -108,5 +108,14 @@ def truth():
     return lambda name: json.loads((DATA / f"{name}.truth.json").read_text())
 
 
+@pytest.fixture(scope="session")
+def slice_result():
+    """analyze's result on traces/gpu-main-slice.sqlite (256 requests, 48 batches), for tests that hold
+    a variant of it (`dataclasses.replace`) against something else, e.g. a record manifest."""
+    from clef_prof.analyze.result import analyze
+
+    return analyze(str(ROOT / "traces" / "gpu-main-slice.sqlite")).result
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,8 @@ def test_real_captures_hold_the_driver_version(name, nsys):
     path = TRACES / f"{name}.sqlite"
     assert env_value(path, "CudaDriverVersion") == ["13000"]
     r = analyze(str(path)).result
-    assert (r["capture"]["cuda_driver_version"], r["capture"]["nsys_version"]) == (13000, nsys)
-    old = [w for w in r["warnings"] if "older than the driver's CUDA 13.0" in w]
+    assert (r.capture.cuda_driver_version, r.capture.nsys_version) == (13000, nsys)
+    old = [w for w in r.warnings if "older than the driver's CUDA 13.0" in w]
     assert len(old) == (1 if nsys.startswith("2023") else 0)
     if old:
         assert "ships CUPTI 12.4" in old[0] and "CudaDriverVersion 13000" in old[0]
@@ -70,13 +71,13 @@ def test_newer_driver_warns_and_strict_exits_2(tmp_path):
     assert run_cli("analyze", cap, "-f", "json", "--strict").returncode == 0
 
 
-def test_nsys_messages_from_the_manifest_warn():
+def test_nsys_messages_from_the_manifest_warn(slice_result):
     lines = cupti.problem_lines("Generating report\nUnknown runtime API function index: 468\n"
                                 "Unknown runtime API function index: 468\n"
                                 "Importer error status: Importation succeeded with non-fatal errors.\nok\n")
     assert lines == ["Unknown runtime API function index: 468 (x2)",
                      "Importer error status: Importation succeeded with non-fatal errors."]
-    (w,) = check_manifest({"requests": None}, {"status": "ok", "nsys": {"messages": lines}})
+    (w,) = check_manifest(replace(slice_result, requests=None), {"status": "ok", "nsys": {"messages": lines}})
     assert "Unknown runtime API function index: 468 (x2)" in w and "records may be missing" in w
 
 

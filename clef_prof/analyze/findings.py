@@ -1,7 +1,7 @@
 """Findings: what is wrong in each stage and in the batch range, with the evidence and the fix.
 
-Every rule reads analyze's own figures (the JSON result; stage shares from the per-batch table)
-and nothing else, so `evaluate(result)` can run again on a stored result with other thresholds,
+Every rule reads analyze's own figures (the typed `Result`, whose stage shares come from the
+per-batch table) and nothing else, so `evaluate(result)` can run again on a result with other thresholds,
 and `compare` can hold a finding of one arm against the same figure of another. A rule fires only
 where its figure exists and crosses its threshold: CUDA rules never fire on a capture without CUDA
 trace. Thresholds (`clef_prof.config.THRESHOLDS`) are overridden by a `[findings]` table in the stage spec or by
@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import thresholds
+from .model import BatchShare, Finding, LostRecords, Result
 
 SEVERITIES = ("high", "medium", "low", "info")
 BATCH_SCOPE = "(batch)"
@@ -26,38 +27,26 @@ OUTSIDE_SCOPE = "(outside stages)"
 # figures the rules need that analyze's tables do not hold: stage shares, lost records
 
 
-def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> dict[str, float | None]:
+def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> BatchShare:
     """A stage's host time as % of its batch's host span, per batch: mean, p50, p99 (%)."""
     ok = batch_ns > 0
     if not ok.any():
-        return {"share_of_batch_pct_mean": None, "share_of_batch_pct_p50": None, "share_of_batch_pct_p99": None}
+        return BatchShare()
     pct = 100.0 * stage_ns[ok] / batch_ns[ok]
-    return {"share_of_batch_pct_mean": float(pct.mean()), "share_of_batch_pct_p50": float(np.percentile(pct, 50)),
-            "share_of_batch_pct_p99": float(np.percentile(pct, 99))}
+    return BatchShare(float(pct.mean()), float(np.percentile(pct, 50)), float(np.percentile(pct, 99)))
 
 
 def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside_slot: int,
-                 unpaired_memcpy: int, batches_after_cuda_end: int) -> dict[str, int]:
+                 unpaired_memcpy: int, batches_after_cuda_end: int) -> LostRecords:
     """Counts of lost CUDA records: launches and copies in batches or stages with no GPU record,
     memcpy records with no API call, batches dropped because CUDA records stop before NVTX."""
     from .cuda import COPY, LAUNCH
 
     staged = slot < outside_slot
-    return {"kernel_launches_without_gpu_record": int((staged & (kind == LAUNCH) & ~paired).sum()),
-            "memcpy_calls_without_gpu_record": int((staged & (kind == COPY) & ~paired).sum()),
-            "memcpy_records_without_call": int(unpaired_memcpy),
-            "batches_after_cuda_end": int(batches_after_cuda_end)}
-
-
-def annotate(result: dict, per_batch, overrides=(), lost: dict | None = None) -> None:
-    """Add stage shares (per stage block), lost-record counts and the findings to `result`."""
-    host = np.asarray(per_batch["host_ns"])
-    for name, block in result["stages"].items():
-        block.update(stage_shares(np.asarray(per_batch[f"{name}_ns"]), host))
-    result["lost_records"] = lost
-    th = thresholds(overrides)
-    result["findings_thresholds"] = th
-    result["findings"] = evaluate(result, th)
+    return LostRecords(kernel_launches_without_gpu_record=int((staged & (kind == LAUNCH) & ~paired).sum()),
+                       memcpy_calls_without_gpu_record=int((staged & (kind == COPY) & ~paired).sum()),
+                       memcpy_records_without_call=int(unpaired_memcpy),
+                       batches_after_cuda_end=int(batches_after_cuda_end))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,24 +67,24 @@ class Rule:
     title: str
     key: str
     unit: str
-    evidence: Callable[[dict, str, dict], dict | None]
+    evidence: Callable[[Result, str, dict], dict | None]
     severity: Callable[[dict, dict], str | None]
     text: Callable[[dict, str], tuple[str, str, str]]     # (summary, advice, expected)
 
 
-def _cuda(r: dict) -> bool:
-    return bool(r["capture"]["cuda_traced"]) and bool(r["requests"])
+def _cuda(r: Result) -> bool:
+    return bool(r.capture.cuda_traced) and bool(r.requests)
 
 
-def _ev_pageable(r, s, th):
-    b = r["stages"][s]
-    if not _cuda(r) or b["h2d_copies"] is None:
+def _ev_pageable(r: Result, s, th):
+    b = r.stages[s].cuda
+    if not _cuda(r) or b.h2d_copies is None:
         return None
-    req = r["requests"]
-    return {"pageable_copies_per_request": b["h2d_pageable"] / req, "pageable_copies": b["h2d_pageable"],
-            "h2d_copies": b["h2d_copies"], "requests": req,
-            "pageable_pct_of_h2d_copies": _per(100.0 * b["h2d_pageable"], b["h2d_copies"]),
-            "h2d_bytes_per_request": b["h2d_bytes"] / req}
+    req = r.requests
+    return {"pageable_copies_per_request": b.h2d_pageable / req, "pageable_copies": b.h2d_pageable,
+            "h2d_copies": b.h2d_copies, "requests": req,
+            "pageable_pct_of_h2d_copies": _per(100.0 * b.h2d_pageable, b.h2d_copies),
+            "h2d_bytes_per_request": b.h2d_bytes / req}
 
 
 def _sev_pageable(ev, th):
@@ -115,14 +104,14 @@ def _tx_pageable(ev, s):
             "copies that no longer hold the host until they are done")
 
 
-def _ev_pack(r, s, th):
-    b = r["stages"][s]
-    if not _cuda(r) or b["h2d_copies"] is None:
+def _ev_pack(r: Result, s, th):
+    b = r.stages[s].cuda
+    if not _cuda(r) or b.h2d_copies is None:
         return None
-    req = r["requests"]
-    batches = r["stages"][s]["instances"] or r["batches"]
-    return {"h2d_copies_per_request": b["h2d_copies"] / req, "h2d_copies": b["h2d_copies"], "requests": req,
-            "bytes_per_copy": _per(b["h2d_bytes"], b["h2d_copies"]), "h2d_bytes_per_request": b["h2d_bytes"] / req,
+    req = r.requests
+    batches = r.stages[s].instances or r.batches
+    return {"h2d_copies_per_request": b.h2d_copies / req, "h2d_copies": b.h2d_copies, "requests": req,
+            "bytes_per_copy": _per(b.h2d_bytes, b.h2d_copies), "h2d_bytes_per_request": b.h2d_bytes / req,
             "batches": batches, "copies_per_request_if_packed": _per(batches, req)}
 
 
@@ -143,15 +132,16 @@ def _tx_pack(ev, s):
             f"per request), {ev['h2d_bytes_per_request']:,.0f} B per request unchanged")
 
 
-def _ev_sync(r, s, th):
-    b = r["stages"][s]
-    if not _cuda(r) or b["sync_calls"] is None or not b["instances"]:
+def _ev_sync(r: Result, s, th):
+    st = r.stages[s]
+    b = st.cuda
+    if not _cuda(r) or b.sync_calls is None or not st.instances:
         return None
-    req = r["requests"]
-    n = b["sync_calls"] + (b.get("sync_memcpy_calls") or 0)
-    return {"syncs_per_request": n / req, "syncs_per_batch": n / b["instances"], "syncs": n, "requests": req,
-            "batches": b["instances"], "stream_or_event_syncs": b["sync_calls"] - (b.get("device_syncs") or 0),
-            "device_syncs": b.get("device_syncs"), "synchronous_memcpy_calls": b.get("sync_memcpy_calls")}
+    req = r.requests
+    n = b.sync_calls + (b.sync_memcpy_calls or 0)
+    return {"syncs_per_request": n / req, "syncs_per_batch": n / st.instances, "syncs": n, "requests": req,
+            "batches": st.instances, "stream_or_event_syncs": b.sync_calls - (b.device_syncs or 0),
+            "device_syncs": b.device_syncs, "synchronous_memcpy_calls": b.sync_memcpy_calls}
 
 
 def _sev_sync(ev, th):
@@ -172,13 +162,13 @@ def _tx_sync(ev, s):
             f"(one per batch); the host no longer idles while the GPU drains in {s}")
 
 
-def _ev_graph(r, s, th):
-    b = r["stages"][s]
-    if not _cuda(r) or b["kernel_launches"] is None:
+def _ev_graph(r: Result, s, th):
+    b = r.stages[s].cuda
+    if not _cuda(r) or b.kernel_launches is None:
         return None
-    req = r["requests"]
-    return {"kernel_launches_per_request": b["kernel_launches"] / req, "kernel_launches": b["kernel_launches"],
-            "graph_launches_per_request": b["graph_launches"] / req, "requests": req}
+    req = r.requests
+    return {"kernel_launches_per_request": b.kernel_launches / req, "kernel_launches": b.kernel_launches,
+            "graph_launches_per_request": b.graph_launches / req, "requests": req}
 
 
 def _sev_graph(ev, th):
@@ -196,23 +186,23 @@ def _tx_graph(ev, s):
             f"{k:.2f} → 1 graph launch per request (or per batch shape): the per-launch host cost is paid once at capture")
 
 
-def _dominant(r) -> tuple[str | None, float | None]:
-    shares = [(b.get("share_of_batch_pct_mean"), n) for n, b in r["stages"].items()
-              if b.get("share_of_batch_pct_mean") is not None]
+def _dominant(r: Result) -> tuple[str | None, float | None]:
+    shares = [(b.share.mean_pct, n) for n, b in r.stages.items() if b.share.mean_pct is not None]
     if not shares:
         return None, None
     v, n = max(shares)
     return n, v
 
 
-def _ev_overlap(r, s, th):
-    ov = r["overlap"]["gpu_busy_fraction_of_pooler_span"]
+def _ev_overlap(r: Result, s, th):
+    ov = r.overlap.gpu_busy_fraction_of_pooler_span
     if not _cuda(r) or ov is None:
         return None
     stage, share = _dominant(r)
-    return {"gpu_busy_pct_of_batch_span": 100.0 * ov, "gpu_busy_pct_p50_per_batch": 100.0 * r["overlap"]["gpu_busy_fraction_p50"],
-            "batches": r["batches"], "host_ms_per_request": r["per_request"]["pooler_host_ms"],
-            "gpu_busy_ms_per_request": r["per_request"]["gpu_busy_ms"], "dominant_stage": stage,
+    return {"gpu_busy_pct_of_batch_span": 100.0 * ov,
+            "gpu_busy_pct_p50_per_batch": 100.0 * r.overlap.gpu_busy_fraction_p50,
+            "batches": r.batches, "host_ms_per_request": r.per_request.pooler_host_ms,
+            "gpu_busy_ms_per_request": r.per_request.gpu_busy_ms, "dominant_stage": stage,
             "dominant_stage_share_pct_mean": share}
 
 
@@ -233,13 +223,12 @@ def _tx_overlap(ev, s):
             "rises")
 
 
-def _ev_share(r, s, th):
-    b = r["stages"][s]
-    if b.get("share_of_batch_pct_mean") is None:
+def _ev_share(r: Result, s, th):
+    b = r.stages[s]
+    if b.share.mean_pct is None:
         return None
-    return {"share_of_batch_pct_mean": b["share_of_batch_pct_mean"], "share_of_batch_pct_p50": b["share_of_batch_pct_p50"],
-            "share_of_batch_pct_p99": b["share_of_batch_pct_p99"], "batches": r["batches"],
-            "host_ms_per_request": b["host_ms_per_request"], "batch_host_ms_per_request": r["per_request"]["pooler_host_ms"]}
+    return {**b.share.to_json(), "batches": r.batches, "host_ms_per_request": b.host_ms_per_request,
+            "batch_host_ms_per_request": r.per_request.pooler_host_ms}
 
 
 def _sev_share(ev, th):
@@ -258,13 +247,13 @@ def _tx_share(ev, s):
 _WORK = ("kernel_launches", "graph_launches", "memcpy_calls", "memset_calls")
 
 
-def _ev_outside(r, s, th):
-    if not _cuda(r) or r["totals"]["kernel_launches"] is None:
+def _ev_outside(r: Result, s, th):
+    if not _cuda(r) or r.totals.kernel_launches is None:
         return None
-    o = r["outside_stages"]
-    total = sum(r["totals"][k] for k in _WORK)
-    inb = {k: o["in_batch"][k] for k in _WORK}
-    outb = {k: o["outside_batch"][k] for k in _WORK}
+    o = r.outside_stages
+    total = sum(getattr(r.totals, k) for k in _WORK)
+    inb = {k: getattr(o.in_batch, k) for k in _WORK}
+    outb = {k: getattr(o.outside_batch, k) for k in _WORK}
     n = sum(inb.values()) + sum(outb.values())
     return {"outside_work_calls": n, "capture_work_calls": total, "outside_pct_of_capture": _per(100.0 * n, total) or 0.0,
             "in_batch_no_stage": inb, "outside_batches": outb}
@@ -284,8 +273,8 @@ def _tx_outside(ev, s):
             "the per-stage figures then account for all of the batch's CUDA work")
 
 
-def _ev_batches(r, s, th):
-    return {"batches": r["batches"], "p99_min_batches": int(th["p99_min_batches"])} if r["batches"] else None
+def _ev_batches(r: Result, s, th):
+    return {"batches": r.batches, "p99_min_batches": int(th["p99_min_batches"])} if r.batches else None
 
 
 def _sev_batches(ev, th):
@@ -299,10 +288,10 @@ def _tx_batches(ev, s):
             "a p99 that is a percentile, not the slowest batch")
 
 
-def _ev_cut(r, s, th):
-    cut = r["excluded"]["cut_at_edges"]
-    tail = (r.get("lost_records") or {}).get("batches_after_cuda_end", 0)
-    return {"ranges_cut_at_edges": sum(cut.values()), "cut_by_range": dict(cut), "batches_kept": r["batches"],
+def _ev_cut(r: Result, s, th):
+    cut = r.excluded.cut_at_edges
+    tail = r.lost_records.batches_after_cuda_end if r.lost_records is not None else 0
+    return {"ranges_cut_at_edges": sum(cut.values()), "cut_by_range": dict(cut), "batches_kept": r.batches,
             "batches_after_cuda_end": tail}
 
 
@@ -319,11 +308,11 @@ def _tx_cut(ev, s):
             "every batch of the window in the figures")
 
 
-def _ev_lost(r, s, th):
-    lost = r.get("lost_records")
+def _ev_lost(r: Result, s, th):
+    lost = r.lost_records
     if not _cuda(r) or lost is None:
         return None
-    return {k: v for k, v in lost.items() if k != "batches_after_cuda_end"}
+    return {k: v for k, v in lost.to_json().items() if k != "batches_after_cuda_end"}
 
 
 def _sev_lost(ev, th):
@@ -363,25 +352,24 @@ RULE = {r.id: r for r in RULES}
 _SCOPE = {"batch": BATCH_SCOPE, "outside": OUTSIDE_SCOPE, "capture": CAPTURE_SCOPE}
 
 
-def _scopes(rule: Rule, result: dict) -> list[str]:
-    return list(result["stages"]) if rule.scope == "stage" else [_SCOPE[rule.scope]]
+def _scopes(rule: Rule, result: Result) -> list[str]:
+    return list(result.stages) if rule.scope == "stage" else [_SCOPE[rule.scope]]
 
 
-def evidence(result: dict, rule_id: str, stage: str, th: dict | None = None) -> dict | None:
+def evidence(result: Result, rule_id: str, stage: str, th: dict | None = None) -> dict | None:
     """The evidence of one rule for one stage (or scope) of a result, whether it fires or not."""
     rule = RULE[rule_id]
-    if rule.scope == "stage" and stage not in result["stages"]:
+    if rule.scope == "stage" and stage not in result.stages:
         return None
     return rule.evidence(result, stage, th or thresholds())
 
 
-def evaluate(result: dict, th: dict | None = None) -> list[dict]:
-    """Every finding of a result: [{id, stage, severity, title, summary, evidence, advice, expected}],
-    most severe first, then in rule and stage order."""
+def evaluate(result: Result, th: dict | None = None) -> list[Finding]:
+    """Every finding of a result, most severe first, then in rule and stage order."""
     th = th or thresholds()
     out = []
     # with no request count (every batch n=0, or no batch) only the capture's own rules can judge
-    rules = RULES if result.get("requests") else [r for r in RULES if r.scope == "capture"]
+    rules = RULES if result.requests else [r for r in RULES if r.scope == "capture"]
     for rule in rules:
         for scope in _scopes(rule, result):
             ev = rule.evidence(result, scope, th)
@@ -389,9 +377,9 @@ def evaluate(result: dict, th: dict | None = None) -> list[dict]:
             if sev is None:
                 continue
             summary, advice, expected = rule.text(ev, scope)
-            out.append({"id": rule.id, "stage": scope, "severity": sev, "title": rule.title, "summary": summary,
-                        "evidence": ev, "advice": advice, "expected": expected})
-    out.sort(key=lambda f: SEVERITIES.index(f["severity"]))
+            out.append(Finding(id=rule.id, stage=scope, severity=sev, title=rule.title, summary=summary,
+                               evidence=ev, advice=advice, expected=expected))
+    out.sort(key=lambda f: SEVERITIES.index(f.severity))
     return out
 
 
@@ -399,25 +387,23 @@ def evaluate(result: dict, th: dict | None = None) -> list[dict]:
 # presentation
 
 
-def lines(result: dict) -> list[str]:
+def lines(result: Result) -> list[str]:
     """One plain line per finding (terminal); [] when there are none."""
-    return [f"[{f['severity']}] {f['stage']} · {f['id']}: {f['summary']} → fix: {f['advice']} · expected: "
-            f"{f['expected']}" for f in result.get("findings", [])]
+    return [f"[{f.severity}] {f.stage} · {f.id}: {f.summary} → fix: {f.advice} · expected: {f.expected}"
+            for f in result.findings]
 
 
-def markdown(result: dict) -> list[str]:
+def markdown(result: Result) -> list[str]:
     """The Markdown "Findings" section, as lines."""
-    found = result.get("findings")
-    if found is None:
-        return []
+    found = result.findings
     out = ["", "#### Findings", ""]
     if not found:
         return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
     from .markup import md
 
     for f in found:
-        out.append(f"- **{f['severity']}** · {md(f['stage'], code=True)} · `{f['id']}`: {md(f['summary'])}  \n"
-                   f"  fix: {md(f['advice'])}  \n  expected: {md(f['expected'])}")
+        out.append(f"- **{f.severity}** · {md(f.stage, code=True)} · `{f.id}`: {md(f.summary)}  \n"
+                   f"  fix: {md(f.advice)}  \n  expected: {md(f.expected)}")
     return out
 
 
@@ -433,27 +419,27 @@ def _fmt(v) -> str:
     return f"{int(v):,}"
 
 
-def compare_findings(results: dict[str, list[dict]], baseline: str) -> list[dict]:
+def compare_findings(results: dict[str, list[Result]], baseline: str) -> list[dict]:
     """For every finding that fires in some capture of some arm: in each arm, how many captures it
     fires in and the mean of its key figure; per other arm, its status against the baseline
     (resolved, new, still there)."""
     keys: dict[tuple[str, str], None] = {}
     for rs in results.values():
         for r in rs:
-            for f in r.get("findings", []):
-                keys.setdefault((f["id"], f["stage"]), None)
+            for f in r.findings:
+                keys.setdefault((f.id, f.stage), None)
     out = []
     for rid, stage in keys:
         rule = RULE[rid]
         entry = {"id": rid, "stage": stage, "title": rule.title, "key": rule.key, "unit": rule.unit, "arms": {}}
         for arm, rs in results.items():
-            fired = [f for r in rs for f in r.get("findings", []) if (f["id"], f["stage"]) == (rid, stage)]
-            evs = [evidence(r, rid, stage, r.get("findings_thresholds")) for r in rs]
+            fired = [f for r in rs for f in r.findings if (f.id, f.stage) == (rid, stage)]
+            evs = [evidence(r, rid, stage, r.findings_thresholds) for r in rs]
             vals = [e[rule.key] for e in evs if e is not None and isinstance(e.get(rule.key), (int, float))]
             entry["arms"][arm] = {"fired_in": len(fired), "captures": len(rs),
                                   "value": float(np.mean(vals)) if vals else None,
-                                  "severity": fired[0]["severity"] if fired else None,
-                                  "evidence": fired[0]["evidence"] if fired else next((e for e in evs if e), None)}
+                                  "severity": fired[0].severity if fired else None,
+                                  "evidence": fired[0].evidence if fired else next((e for e in evs if e), None)}
         base = entry["arms"][baseline]["fired_in"] > 0
         entry["status"] = {}
         for arm in results:

@@ -6,6 +6,7 @@ import os
 
 from ..config import MANIFEST as NAME, STATUS_OK
 from ..errors import ClefError
+from .model import Result
 
 
 class ManifestError(ClefError):
@@ -56,7 +57,7 @@ def edge_tolerance(manifest: dict) -> int:
     return max(1, int(c)) if isinstance(c, (int, float)) and c else 16
 
 
-def check_manifest(result: dict, manifest: dict) -> list[str]:
+def check_manifest(result: Result, manifest: dict) -> list[str]:
     """Warnings from comparing an analyze result with the capture's record manifest.
 
     - the capture is not marked "ok" (the server died, the run was interrupted or failed);
@@ -80,11 +81,11 @@ def check_manifest(result: dict, manifest: dict) -> list[str]:
         out.append(f"the record manifest marks this capture {status!r}{': ' + why if why else ''}; "
                    "its figures cover a partial window")
     exp = manifest.get("export")
-    path = result.get("path")
+    path = result.path
     if exp and path and os.path.basename(str(exp)) != os.path.basename(str(path)):
         out.append(f"the record manifest describes {os.path.basename(str(exp))}, not {os.path.basename(str(path))}")
-    req = result.get("requests")
-    src = str(result.get("requests_source") or "")
+    req = result.requests
+    src = str(result.requests_source or "")
     if req is None or status != STATUS_OK or src == "--requests":
         return out          # nothing counted, a partial capture, or a count given by hand
     cap = (manifest.get("client") or {}).get("capture") or {}

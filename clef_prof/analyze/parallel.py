@@ -2,8 +2,9 @@
 
 `analyze_many` maps `analyze` over the captures in worker processes (ProcessPoolExecutor) or,
 with `dask=ADDRESS`, on a Dask cluster (the way nsys recipes distribute one report per task),
-and returns the JSON results (`Analysis.result`) in the order of `paths`. Each task reads one
-export and returns one small dict, so nothing but paths and results crosses processes.
+and returns the results (`Analysis.result`, a `model.Result`) in the order of `paths`. Each task
+reads one export and returns one small result of plain values, so nothing but paths and results
+crosses processes (results pickle).
 
 A capture that fails becomes a `ClefError` naming its path: raised (the first failing capture
 in input order) with `errors="raise"`, or left in its place in the list with `errors="return"`.
@@ -98,7 +99,7 @@ def _context():
 def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),
                  requests: int | None = None, jobs: int | None = None, *,
                  errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
-    """`analyze(path).result` for each path, in input order, `jobs` captures at a time.
+    """`analyze(path).result` (a `model.Result`) for each path, in input order, `jobs` captures at a time.
 
     jobs: worker processes (default: one per CPU, at most one per capture, and none, i.e. in
     this process, when the captures add up to less than 64 MB); 1 analyzes in this process. Each worker reads with cpu_count // jobs threads, so the machine is not
@@ -148,7 +149,7 @@ def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, 
         raise ClefError(f"cannot reach the Dask scheduler {address!r}: {type(exc).__name__}: {exc}") from None
     try:
         # map: one capture per task (pure=False: a capture file can change under the same path);
-        # reduce: gather the small JSON results back here, in input order
+        # reduce: gather the small results back here, in input order
         futures = client.map(_analyze_one, paths, config=config, requests=requests, pure=False)
         return client.gather(futures)
     finally:

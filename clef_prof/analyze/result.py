@@ -1,7 +1,8 @@
 """`analyze`: one capture in, per-request stage metrics and validation warnings out.
 
 Reading happens in `capture`/`nvtx`/`cuda`; this module wires the steps together and
-assembles the JSON contract documented in the README.
+assembles the typed result (`clef_prof.analyze.model.Result`, whose `to_json()` is the JSON
+contract documented in the README).
 
 CUDA tables are streamed: the API calls, then the GPU activity tables, are read in rowid
 windows on reader threads and reduced window by window (placed in stages, paired, counted,
@@ -12,13 +13,14 @@ export the first time one is used (`analyze(..., rows=True)` reads them at once)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import cuda as cu
 from .. import cupti
+from ..config import thresholds
 from . import ranks
 from .attribute import Placer, slots
 from .export import Export
@@ -29,11 +31,10 @@ from .nvtx import census
 from .overlap import BusyStream, Unordered
 from .stages import StageConfig, Stages, build
 from . import findings, validate
+from .model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages, Overlap,
+                    PerRequest, RankFigures, Result, StageFigures)
 
-SCHEMA = "clef-prof/analyze/1"
-CUDA_STAGE_KEYS = ("h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
-                   "kernel_launches", "graph_launches", "graph_kernels", "gpu_kernels", "graph_executions",
-                   "memcpy_calls", "memset_calls", "sync_calls", "device_syncs", "sync_memcpy_calls")
+CUDA_STAGE_KEYS = tuple(f.name for f in fields(CudaCounts))
 ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 
 
 class Analysis:
-    """Everything `analyze` found: the JSON-ready `result` and the frames behind it.
+    """Everything `analyze` found: the typed `result` (`model.Result`; `result.to_json()` is the JSON
+    contract) and the frames behind it.
 
     `result`, `stages` and `batch_table` are computed by `analyze` (NumPy columns; `per_batch` is
     that table as a pandas DataFrame, made when first used). The row-level tables, `rows(name)`,
@@ -53,7 +55,7 @@ class Analysis:
     names give them as pandas DataFrames.
     """
 
-    def __init__(self, path: str, config: StageConfig, result: dict, stages: Stages,
+    def __init__(self, path: str, config: StageConfig, result: Result, stages: Stages,
                  batch_table: Table | None = None, traced: bool = True):
         self.path = path
         self.config = config
@@ -66,11 +68,11 @@ class Analysis:
         self._frames: dict[str, Table] | None = None
 
     def __repr__(self) -> str:
-        return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.get('requests')!r})"
+        return f"Analysis(path={self.path!r}, config={self.config!r}, requests={self.result.requests!r})"
 
     @property
     def warnings(self) -> list[str]:
-        return self.result["warnings"]
+        return self.result.warnings
 
     @property
     def per_batch(self) -> "pd.DataFrame | None":
@@ -156,8 +158,8 @@ def _check_manifest(analysis: Analysis) -> None:
         warnings = mf.check_manifest(analysis.result, mf.read(found))
     except (OSError, ValueError) as exc:
         warnings = [f"the manifest beside the export cannot be read ({exc})"]
-    analysis.result["manifest"] = found
-    analysis.result["warnings"].extend(warnings)
+    analysis.result.manifest = found
+    analysis.result.warnings.extend(warnings)
 
 
 def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:
@@ -203,8 +205,11 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     step("metrics")
     warnings += validate.stage_layout(stages)
     table = per_batch_table(stages, tally.batch if traced else None, cov)
-    result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings)
-    findings.annotate(result, table, config.findings, lost)
+    result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings, table,
+                     lost)
+    th = thresholds(config.findings)
+    result.findings_thresholds = th
+    result.findings = findings.evaluate(result, th)
     out = Analysis(cap.path, config, result, stages, batch_table=table, traced=traced)
     out._frames = frames
     return out
@@ -470,7 +475,8 @@ def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
 
 
 def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced: bool, mode,
-            warnings: list[str]) -> dict:
+            warnings: list[str], table: Table, lost) -> Result:
+    """The typed result, findings not yet judged (they read it)."""
     cfg = stages.config
     req = stages.requests
     inst = stages.instances
@@ -479,86 +485,70 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
     graph_kernels_known = traced and mode in ("node", "unknown") and counts is not None and (
         mode == "node" or counts["graph_kernels"].sum() > 0)
 
-    def cuda_block(idx: list[int]) -> dict:
+    def cuda_counts(idx: list[int]) -> CudaCounts:
         if counts is None:
-            return {k: None for k in CUDA_STAGE_KEYS}
-        out = {k: int(counts[k][idx].sum()) for k in CUDA_STAGE_KEYS}
+            return CudaCounts()
+        out = CudaCounts(**{k: int(counts[k][idx].sum()) for k in CUDA_STAGE_KEYS})
         if not graph_kernels_known:
-            out["graph_kernels"] = None
+            out.graph_kernels = None
         if mode != "graph" or not cap.has(cu.GRAPH_TRACE):
-            out["graph_executions"] = None
+            out.graph_executions = None
         return out
 
-    def per_req(block: dict) -> dict:
-        return {f"{k}_per_request": safe_div(block[k], req) for k in
-                ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")}
-
+    host_ns = np.asarray(table["host_ns"])
     stage_out = {}
     for code, name in enumerate(cfg.stages):
         sub = inst[inst["code"] == code]
         total_ns = int((sub["end"] - sub["start"]).sum())
         loose = sub[sub["batch"] < 0]
         loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
-        block = {"instances": int(len(sub)), "host_ns_total": total_ns, "host_ms_total": total_ns / NS_PER_MS,
-                 "host_ms_per_request": safe_div(total_ns / NS_PER_MS, req),
-                 "outside_batch_instances": int(len(loose)),
-                 "outside_batch_host_ms_per_request": safe_div(loose_ms, req),
-                 **host_stats(per_batch_durations(inst, code)), **cuda_block([code])}
-        block.update(per_req(block))
-        stage_out[name] = block
+        cuda = cuda_counts([code])
+        stage_out[name] = StageFigures(
+            instances=int(len(sub)), host_ns_total=total_ns, host_ms_total=total_ns / NS_PER_MS,
+            host_ms_per_request=safe_div(total_ns / NS_PER_MS, req), **host_stats(per_batch_durations(inst, code)),
+            cuda=cuda, cuda_per_request=_per_request(cuda, req), outside_batch_instances=int(len(loose)),
+            outside_batch_host_ms_per_request=safe_div(loose_ms, req),
+            share=findings.stage_shares(np.asarray(table[f"{name}_ns"]), host_ns))
 
     b = stages.batches
     bdur = b["end"] - b["start"]
-    pooler = {"name": cfg.batch, "instances": int(len(b)), "host_ns_total": int(bdur.sum()),
-              "host_ms_total": float(bdur.sum() / NS_PER_MS),
-              "host_ms_per_request": safe_div(float(bdur.sum() / NS_PER_MS), req), **host_stats(bdur),
-              **cuda_block(list(range(n_st + 1)))}
-    pooler.update(per_req(pooler))
-    outside = cuda_block([n_st + 1])
-    outside_batch = cuda_block([n_st])
-    totals = cuda_block(list(range(n_st + 2)))
+    cuda = cuda_counts(list(range(n_st + 1)))
+    pooler = BatchFigures(
+        name=cfg.batch, instances=int(len(b)), host_ns_total=int(bdur.sum()),
+        host_ms_total=float(bdur.sum() / NS_PER_MS), host_ms_per_request=safe_div(float(bdur.sum() / NS_PER_MS), req),
+        **host_stats(bdur), cuda=cuda, cuda_per_request=_per_request(cuda, req))
 
     # overlap: GPU busy (any work of the same process) during each batch's host span
-    overlap = {"gpu_busy_fraction_of_pooler_span": None, "gpu_busy_fraction_p50": None,
-               "gpu_busy_ms_in_pooler_span_per_request": None, "gpu_busy_ms_per_request": None}
+    overlap = Overlap()
     if traced and len(b):
         frac = cov / np.maximum(bdur, 1)
-        overlap = {"gpu_busy_fraction_of_pooler_span": float(cov.sum() / max(bdur.sum(), 1)),
-                   "gpu_busy_fraction_p50": float(np.percentile(frac, 50)),
-                   "gpu_busy_ms_in_pooler_span_per_request": safe_div(float(cov.sum()) / NS_PER_MS, req),
-                   "gpu_busy_ms_per_request": safe_div(own_ns / NS_PER_MS, req)}
+        overlap = Overlap(gpu_busy_fraction_of_pooler_span=float(cov.sum() / max(bdur.sum(), 1)),
+                          gpu_busy_fraction_p50=float(np.percentile(frac, 50)),
+                          gpu_busy_ms_in_pooler_span_per_request=safe_div(float(cov.sum()) / NS_PER_MS, req),
+                          gpu_busy_ms_per_request=safe_div(own_ns / NS_PER_MS, req))
 
-    per_request = {
-        "h2d_copies": safe_div(pooler["h2d_copies"], req), "h2d_bytes": safe_div(pooler["h2d_bytes"], req),
-        "d2h_copies": safe_div(pooler["d2h_copies"], req),
-        "kernel_launches": safe_div(pooler["kernel_launches"], req),
-        "graph_launches": safe_div(pooler["graph_launches"], req),
-        "pooler_host_ms": safe_div(pooler["host_ms_total"], req) if len(b) else safe_div(
-            sum(s["host_ms_total"] for s in stage_out.values()), req),
-        "gpu_busy_ms": overlap["gpu_busy_ms_per_request"],
-    }
-    return {
-        "schema": SCHEMA,
-        "path": cap.path,
-        "requests": req,
-        "requests_source": stages.requests_source if req is not None else None,
-        "batches": int(len(b)),
-        "config": {"domain": cfg.domain, "batch": cfg.batch, "stages": list(cfg.stages)},
-        "capture": _capture_facts(cap, stages, traced, mode),
-        "stages": stage_out,
-        "pooler": pooler,
-        "outside_stages": {"in_batch": outside_batch, "outside_batch": outside},
-        "totals": totals,
-        "per_request": per_request,
-        "overlap": overlap,
-        "excluded": {"cut_at_edges": dict(stages.cut), "outside_batch_instances": stages.outside_batch},
-        "ranks": _ranks(stages, cov if traced else None),
-        "warnings": warnings,
-        "slots": names,
-    }
+    per_request = PerRequest(
+        **asdict(pooler.cuda_per_request),
+        pooler_host_ms=safe_div(pooler.host_ms_total, req) if len(b) else safe_div(
+            sum(s.host_ms_total for s in stage_out.values()), req),
+        gpu_busy_ms=overlap.gpu_busy_ms_per_request)
+    return Result(
+        path=cap.path, requests=req, requests_source=stages.requests_source if req is not None else None,
+        batches=int(len(b)), config=cfg, capture=_capture_facts(cap, stages, traced, mode), stages=stage_out,
+        pooler=pooler,
+        outside_stages=OutsideStages(in_batch=cuda_counts([n_st]), outside_batch=cuda_counts([n_st + 1])),
+        totals=cuda_counts(list(range(n_st + 2))), per_request=per_request, overlap=overlap,
+        excluded=Excluded(cut_at_edges=dict(stages.cut), outside_batch_instances=stages.outside_batch),
+        ranks=_ranks(stages, cov if traced else None), warnings=warnings, slots=names, lost_records=lost)
 
 
-def _ranks(stages: Stages, cov) -> list[dict]:
+def _per_request(c: CudaCounts, req: int | None) -> CudaPerRequest:
+    return CudaPerRequest(h2d_copies=safe_div(c.h2d_copies, req), h2d_bytes=safe_div(c.h2d_bytes, req),
+                          d2h_copies=safe_div(c.d2h_copies, req), kernel_launches=safe_div(c.kernel_launches, req),
+                          graph_launches=safe_div(c.graph_launches, req))
+
+
+def _ranks(stages: Stages, cov) -> list[RankFigures]:
     """Per process holding batches: its first rank (replicas share one), whether its batches are the
     ones counted, and its own batches, requests, host ms per request and GPU overlap."""
     cols = ("start", "end", "gtid", "size", "gpu_busy_ns", "counted")
@@ -575,26 +565,21 @@ def _ranks(stages: Stages, cov) -> list[dict]:
         g = b[pks == pk]
         dur = int((g["end"] - g["start"]).sum())
         req = int(g["size"].sum())
-        out.append({"pid": int(pk) & 0xFFFFFF, "first_rank_pid": int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
-                    "counted": bool(g["counted"][0]), "batches": int(len(g)), "requests": req,
-                    "host_ms_per_request": safe_div(dur / NS_PER_MS, req),
-                    "gpu_busy_fraction_of_pooler_span": float(g["gpu_busy_ns"].sum()) / max(dur, 1)
-                    if cov is not None else None})
+        out.append(RankFigures(pid=int(pk) & 0xFFFFFF, first_rank_pid=int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
+                               counted=bool(g["counted"][0]), batches=int(len(g)), requests=req,
+                               host_ms_per_request=safe_div(dur / NS_PER_MS, req),
+                               gpu_busy_fraction_of_pooler_span=float(g["gpu_busy_ns"].sum()) / max(dur, 1)
+                               if cov is not None else None))
     return out
 
 
-def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> dict:
+def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> CaptureFacts:
     inst, b = stages.instances, stages.batches
     starts = np.concatenate([inst["start"], b["start"]])
     ends = np.concatenate([inst["end"], b["end"]])
     gtids = np.unique(np.concatenate([inst["gtid"], b["gtid"]]))
-    return {
-        "nsys_version": cap.nsys_version,
-        "cuda_driver_version": cap.cuda_driver_version,
-        "schema_version": cap.schema_version,
-        "duration_s": None if cap.duration_ns is None else cap.duration_ns / 1e9,
-        "stage_window_s": [float(starts.min() / 1e9), float(ends.max() / 1e9)] if len(starts) else None,
-        "cuda_traced": traced,
-        "graph_trace_mode": mode,
-        "threads": validate.thread_facts(cap, stages, gtids),
-    }
+    return CaptureFacts(
+        nsys_version=cap.nsys_version, cuda_driver_version=cap.cuda_driver_version,
+        schema_version=cap.schema_version, duration_s=None if cap.duration_ns is None else cap.duration_ns / 1e9,
+        stage_window_s=(float(starts.min() / 1e9), float(ends.max() / 1e9)) if len(starts) else None,
+        cuda_traced=traced, graph_trace_mode=mode, threads=validate.thread_facts(cap, stages, gtids))

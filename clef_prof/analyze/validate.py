@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .export import NAME_CHARS, Export
+from .model import ThreadFacts
 from .nvtx import NvtxCensus, names_seen
 from ..redact import exe_name
 from .stages import Stages
@@ -148,7 +149,7 @@ def stage_layout(stages: Stages) -> list[str]:
             f"{' (' + spread + ')' if spread else ''}; CUDA work is attributed per thread"]
 
 
-def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
+def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[ThreadFacts]:
     """pid, tid, process (its executable's base name) and thread names, and instances of each thread
     holding stage ranges (all of them, and those outside every batch range)."""
     if len(gtids) == 0:
@@ -176,8 +177,8 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[dict]:
     for g in gtids:         # once per thread holding stage ranges
         g = int(g)
         mine = inst[inst["gtid"] == g]
-        out.append({"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "process": pnames.get((g >> 24) << 24),
-                    "thread": tnames.get(g), "batches": int((b["gtid"] == g).sum()),
-                    "stage_instances": per_stage(mine["code"]),
-                    "outside_batch_instances": per_stage(mine["code"][mine["batch"] < 0])})
+        out.append(ThreadFacts(pid=(g >> 24) & 0xFFFFFF, tid=g & 0xFFFFFF, process=pnames.get((g >> 24) << 24),
+                               thread=tnames.get(g), batches=int((b["gtid"] == g).sum()),
+                               stage_instances=per_stage(mine["code"]),
+                               outside_batch_instances=per_stage(mine["code"][mine["batch"] < 0])))
     return out

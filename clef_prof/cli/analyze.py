@@ -24,7 +24,8 @@ def cmd_analyze(args) -> int:
     text = None
     if args.format == "json":
         import json
-        text = json.dumps(results[0] if len(results) == 1 else results, indent=2) + "\n"
+        docs = [r.to_json() for r in results]
+        text = json.dumps(docs[0] if len(docs) == 1 else docs, indent=2) + "\n"
     elif args.format == "markdown":
         from ..explore import text as report
         text = "\n".join(report.render_markdown(r) for r in results)
@@ -36,14 +37,14 @@ def cmd_analyze(args) -> int:
         emit(text, args.output, [*args.captures, *([args.spec] if args.spec else [])])
         if args.format == "csv" or args.output:
             for r in results:
-                for w in r["warnings"]:
-                    print(f"warning: {r['path']}: {w}", file=sys.stderr)
+                for w in r.warnings:
+                    print(f"warning: {r.path}: {w}", file=sys.stderr)
     else:
         from ..explore import text as report
         for r in results:
             report.render_terminal(r)
-    if args.strict and any(r["warnings"] for r in results):
-        n = sum(len(r["warnings"]) for r in results)
+    if args.strict and any(r.warnings for r in results):
+        n = sum(len(r.warnings) for r in results)
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)
         return EXIT_STRICT
     return 0

@@ -41,6 +41,6 @@ def run(args) -> int:
     cap = open_capture(path, stage_config(args), requests=args.requests)
     write_html(cap, args.html, inputs, first_batch=args.first_batch, n_batches=args.batches)
     size = os.path.getsize(args.html)
-    print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result['batches']} batches, "
+    print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result.batches} batches, "
           f"{len(cap.warnings)} warning(s)", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
 from ..analyze.filecache import FileCache
 from ..analyze.metrics import NS_PER_MS
+from ..analyze.model import Result
 from ..analyze.findings import compare_findings
 from ..analyze.stages import StageConfig
 
@@ -81,10 +82,10 @@ def known_names(stages: tuple[str, ...]) -> dict[str, str]:
 
 @dataclass
 class CaptureData:
-    """What compare keeps of one analyzed capture: analyze's JSON and the per-batch table."""
+    """What compare keeps of one analyzed capture: analyze's result and the per-batch table."""
 
     export: str
-    result: dict = field(repr=False)
+    result: Result = field(repr=False)
     table: Table = field(repr=False)   # one row per batch: size, host_ns, stage:<s>:ns, ...
 
 
@@ -102,7 +103,7 @@ def batch_table(a) -> Table:
     cols = {"size": pb["size"], "host_ns": pb["host_ns"]}
     for s in stages:
         cols[f"stage:{s}:ns"] = pb[f"{s}_ns"]
-    if a.result["capture"]["cuda_traced"]:
+    if a.result.capture.cuda_traced:
         for k in CUDA_KEYS:
             cols[k] = pb[k]
         cols["gpu_busy_ns"] = pb["gpu_busy_ns"]
@@ -206,11 +207,11 @@ def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tup
 
     for name, ref, d in flat:
         r = d.result
-        if r["batches"] == 0 or r["requests_source"] is None or (d.table["size"] < 0).any():
-            raise CompareError(f"cannot compare: {who(name, ref)} has no {r['config']['batch']!r} batch ranges with "
+        if r.batches == 0 or r.requests_source is None or (d.table["size"] < 0).any():
+            raise CompareError(f"cannot compare: {who(name, ref)} has no {r.config.batch!r} batch ranges with "
                                "a size (n=K): per-request figures need batch sizes (run `clef-prof analyze` on it)")
 
-    present = [(name, ref, frozenset(s for s in stages if d.result["stages"][s]["instances"] > 0))
+    present = [(name, ref, frozenset(s for s in stages if d.result.stages[s].instances > 0))
                for name, ref, d in flat]
     base_name, base_ref, base_set = present[0]
     for name, ref, have in present[1:]:
@@ -224,14 +225,14 @@ def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tup
             raise CompareError(f"cannot compare: different stage names ({'; '.join(parts)}); compare captures "
                                "annotated alike, or pass --stages with the names they share")
 
-    traced = [(name, ref, d.result["capture"]["cuda_traced"]) for name, ref, d in flat]
+    traced = [(name, ref, d.result.capture.cuda_traced) for name, ref, d in flat]
     if len({t for _, _, t in traced}) > 1:
         on = next((n, r) for n, r, t in traced if t)
         off = next((n, r) for n, r, t in traced if not t)
         raise CompareError(f"cannot compare: CUDA was traced in {who(*on)} but not in {who(*off)}: no CUDA metrics in "
                            "common, and CUDA tracing adds host time to every API call, so host times differ too; "
                            "record both with the same `nsys -t` options")
-    modes = [(name, ref, d.result["capture"]["graph_trace_mode"]) for name, ref, d in flat]
+    modes = [(name, ref, d.result.capture.graph_trace_mode) for name, ref, d in flat]
     if traced[0][2] and len({m for _, _, m in modes}) > 1:
         a = modes[0]
         b = next(m for m in modes if m[2] != a[2])
@@ -251,7 +252,7 @@ def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tup
 
 def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
     """analyze's warnings, and the record manifest's check where the capture has a manifest."""
-    out = list(d.result["warnings"])
+    out = list(d.result.warnings)
     try:
         from ..analyze import manifest as mf
     except ImportError:         # record's manifest module absent: analyze's warnings only
@@ -311,11 +312,11 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     arms_out = {}
     for n in names:
         rs = [d.result for d in data[n]]
-        arms_out[n] = {"captures": len(rs), "batches": int(sum(r["batches"] for r in rs)),
-                       "requests": int(sum(r["requests"] for r in rs)),
+        arms_out[n] = {"captures": len(rs), "batches": int(sum(r.batches for r in rs)),
+                       "requests": int(sum(r.requests for r in rs)),
                        "exports": [d.export for d in data[n]],
                        "sources": [ref.source for ref in arms.captures[n]],
-                       "nsys_versions": sorted({r["capture"]["nsys_version"] or "?" for r in rs})}
+                       "nsys_versions": sorted({r.capture.nsys_version or "?" for r in rs})}
 
     out_metrics = []
     for m in metrics:
@@ -372,7 +373,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     if missing:
         notes.append(f"no range in any capture for stage(s) {', '.join(missing)}: not compared")
     for n in names:
-        outside = sum(d.result["excluded"]["outside_batch_instances"] for d in data[n])
+        outside = sum(d.result.excluded.outside_batch_instances for d in data[n])
         if outside:
             notes.append(f"{n}: {outside} stage instances lie outside batch ranges; compare's per-batch figures "
                          "leave them out (analyze's stage totals include them)")

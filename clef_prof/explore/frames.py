@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.filecache import FileCache
+from ..analyze.model import Overlap, PerRequest, Result
 from ..analyze.result import Analysis, analyze
 from ..analyze.stages import StageConfig
 
@@ -72,7 +73,8 @@ class Capture:
 
     Attributes:
         path: the export. analysis: the `clef_prof.analyze.result.Analysis` behind it.
-        result: analyze's JSON contract (README, "Analyze"). config: the `StageConfig` used.
+        result: analyze's typed `clef_prof.analyze.model.Result` (`result.to_json()` is the JSON
+        contract, README "Analyze"). config: the `StageConfig` used.
 
     Frames (each built on first access): `stages`, `batches`, `requests`, `transfers`,
     `launches`, `kernels`, `api_calls`, `gpu_busy`, `threads`; and `summary()`.
@@ -82,7 +84,7 @@ class Capture:
         self.analysis = analysis
         self.path: str = analysis.path
         self.config: StageConfig = analysis.config
-        self.result: dict = analysis.result
+        self.result: Result = analysis.result
 
     # --- facts ----------------------------------------------------------------------------
     @property
@@ -96,37 +98,38 @@ class Capture:
     @property
     def slots(self) -> list[str]:
         """Categories of every `stage` column: stages, '<batch> (no stage)', 'outside'."""
-        return list(self.result.get("slots") or [*self.config.stages, f"{self.config.batch} (no stage)", "outside"])
+        return list(self.result.slots or [*self.config.stages, f"{self.config.batch} (no stage)", "outside"])
 
     @property
     def n_requests(self) -> int | None:
-        return self.result["requests"]
+        return self.result.requests
 
     @property
     def cuda_traced(self) -> bool:
-        return bool(self.result["capture"]["cuda_traced"])
+        return bool(self.result.capture.cuda_traced)
 
     @property
     def warnings(self) -> list[str]:
-        return list(self.result["warnings"])
+        return list(self.result.warnings)
 
     @property
-    def per_request(self) -> dict:
-        """analyze's `per_request` block (copies, bytes, launches, host ms, GPU busy ms per request)."""
-        return dict(self.result["per_request"])
+    def per_request(self) -> PerRequest:
+        """analyze's per-request figures (copies, bytes, launches, host ms, GPU busy ms per request)."""
+        return self.result.per_request
 
     @property
-    def overlap(self) -> dict:
-        return dict(self.result["overlap"])
+    def overlap(self) -> Overlap:
+        """analyze's GPU overlap figures (GPU busy during the batch host span)."""
+        return self.result.overlap
 
     def __repr__(self) -> str:
-        cap = self.result["capture"]
+        cap = self.result.capture
         return (f"<Capture {self.name}: {self.n_requests if self.n_requests is not None else '?'} requests, "
-                f"{self.result['batches']} batches, nsys {cap['nsys_version'] or '?'}, "
+                f"{self.result.batches} batches, nsys {cap.nsys_version or '?'}, "
                 f"CUDA {'traced' if self.cuda_traced else 'not traced'}, {len(self.warnings)} warning(s)>")
 
     def _repr_html_(self) -> str:
-        head = f"<p><b>{self.name}</b>: {self.n_requests} requests, {self.result['batches']} batches</p>"
+        head = f"<p><b>{self.name}</b>: {self.n_requests} requests, {self.result.batches} batches</p>"
         return head + self.summary().to_html(float_format=lambda v: f"{v:.4g}", na_rep="—")
 
     # --- helpers --------------------------------------------------------------------------
@@ -151,12 +154,12 @@ class Capture:
                 for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES"):
                     if gpid is not None:
                         pnames[int(_pid(np.array([gpid]))[0])] = exe_name(name) if name else ""
-        for t in self.result["capture"].get("threads", []):
-            g = (t["pid"] << 24) | t["tid"]
-            if t.get("thread"):
-                tnames.setdefault(g, t["thread"])
-            if t.get("process"):
-                pnames.setdefault(t["pid"], t["process"])
+        for t in self.result.capture.threads:
+            g = (t.pid << 24) | t.tid
+            if t.thread:
+                tnames.setdefault(g, t.thread)
+            if t.process:
+                pnames.setdefault(t.pid, t.process)
         # nsys' serialized ids carry a hardware/VM id in the top bits: key threads by (pid, tid)
         tnames = {int(g) & 0xFFFFFFFFFFFF: v for g, v in tnames.items()}
         return tnames, pnames
@@ -187,9 +190,9 @@ class Capture:
     @cached_property
     def threads(self) -> pd.DataFrame:
         """Threads that hold stage ranges: pid, tid, process, thread, batches, stage_instances."""
-        rows = [{"pid": t["pid"], "tid": t["tid"], "process": t["process"] or "", "thread": t["thread"] or "",
-                 "batches": t["batches"], "stage_instances": sum(t["stage_instances"].values())}
-                for t in self.result["capture"].get("threads", [])]
+        rows = [{"pid": t.pid, "tid": t.tid, "process": t.process or "", "thread": t.thread or "",
+                 "batches": t.batches, "stage_instances": sum(t.stage_instances.values())}
+                for t in self.result.capture.threads]
         return pd.DataFrame(rows, columns=["pid", "tid", "process", "thread", "batches", "stage_instances"])
 
     @cached_property
@@ -486,10 +489,10 @@ class Capture:
         memcpy_calls, memset_calls, sync_calls (per capture) and the `*_per_request` figures.
         `null` figures are NaN.
         """
-        rows = dict(self.result["stages"])
-        pooler = {k: v for k, v in self.result["pooler"].items() if k != "name"}
-        if self.result["pooler"]["instances"]:
-            rows[f"{self.config.batch} (batch)"] = pooler
+        rows = {name: s.to_json() for name, s in self.result.stages.items()}
+        pooler = self.result.pooler
+        if pooler.instances:
+            rows[f"{self.config.batch} (batch)"] = {k: v for k, v in pooler.to_json().items() if k != "name"}
         df = pd.DataFrame.from_dict(rows, orient="index")
         if not self.cuda_traced:
             df = df[[c for c in df.columns if c in ("instances", "host_ns_total") or c.startswith("host_ms")]]
@@ -520,17 +523,9 @@ def arm_means(captures: dict[str, "Capture"]) -> dict:
                  ("per_request.graph_launches", "/request"), ("per_request.gpu_busy_ms", "ms/request")]
         keys += [(f"stages.{s}.h2d_copies_per_request", "/request") for s in stages]
 
-    def get(result: dict, dotted: str):
-        node = result
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return None
-            node = node[part]
-        return node
-
     metrics = []
     for key, unit in keys:
-        arms = {n: {"mean": get(captures[n].result, key)} for n in names}
+        arms = {n: {"mean": captures[n].result.figure(key)} for n in names}
         base = arms[names[0]]["mean"]
         entry = {"metric": key, "unit": unit, "arms": arms, "ci": None, "change": None, "change_pct": None}
         for n in names[1:]:
@@ -543,7 +538,7 @@ def arm_means(captures: dict[str, "Capture"]) -> dict:
             entry["change_pct"] = arms[names[1]].get("change_pct")
         metrics.append(entry)
     return {"schema": "clef-prof/arm-means/1", "baseline": names[0], "source": "analyze results, no intervals",
-            "arms": {n: {"path": c.path, "requests": c.n_requests, "batches": c.result["batches"]}
+            "arms": {n: {"path": c.path, "requests": c.n_requests, "batches": c.result.batches}
                      for n, c in captures.items()},
             "metrics": metrics}
 

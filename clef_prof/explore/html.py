@@ -63,12 +63,12 @@ def _img(fig, alt: str, caption: str, dpi: int = 100) -> str:
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
-def _findings(r: dict) -> str:
+def _findings(r) -> str:
     """The findings as a list, for beside the timeline."""
-    found = r.get("findings", [])
-    items = "".join(f'<li><b class="sev-{_e(f["severity"])}">{_e(f["severity"])}</b> · <code>{_e(f["stage"])}</code> · '
-                    f'<code>{_e(f["id"])}</code>: {_e(f["summary"])}<br><i>fix:</i> {_e(f["advice"])}<br>'
-                    f'<i>expected:</i> {_e(f["expected"])}</li>' for f in found)
+    found = r.findings
+    items = "".join(f'<li><b class="sev-{_e(f.severity)}">{_e(f.severity)}</b> · <code>{_e(f.stage)}</code> · '
+                    f'<code>{_e(f.id)}</code>: {_e(f.summary)}<br><i>fix:</i> {_e(f.advice)}<br>'
+                    f'<i>expected:</i> {_e(f.expected)}</li>' for f in found)
     return (f'<div class="findings"><b>Findings ({len(found)})</b>'
             f'{"<ul>" + items + "</ul>" if found else "<p>no rule fired</p>"}</div>')
 
@@ -78,7 +78,7 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     from ..config import VERSION as __version__
     from . import plots
     from .frames import Capture, open as open_capture
-    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows, with_pct
+    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
 
     cap = cap if isinstance(cap, Capture) else open_capture(cap)
     r = cap.result
@@ -89,43 +89,43 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
              f"<h1>clef-prof report: <code>{_e(name)}</code></h1>",
              f"<p class=\"path mono\">{_e(cap.path)}</p>"]
     parts.append("<ul class=\"headline\">" + "".join(f"<li>{_e(line.strip())}</li>" for line in headline(r)) + "</ul>")
-    for w in r["warnings"]:
+    for w in r.warnings:
         parts.append(f'<div class="warn"><b>warning:</b> {_e(w)}</div>')
 
     # key figures per request
-    pr, ov = r["per_request"], r["overlap"]
-    src = r.get("requests_source") or ""
-    keys = [("requests", r["requests"], "int",
+    pr, ov = r.per_request, r.overlap
+    src = r.requests_source or ""
+    keys = [("requests", r.requests, "int",
              src if src in ("", "--requests") else f"rows scheduled in batch ranges ({src}), not requests finished"),
-            ("batches", r["batches"], "int", "batch ranges"),
-            ("host ms / request", pr["pooler_host_ms"], "ms", f"{r['config']['batch']} span / requests")]
-    if r["capture"]["cuda_traced"]:
-        keys += [("H2D copies / request", pr["h2d_copies"], "f2", f"{fmt(pr['h2d_bytes'], 'f0')} B / request"),
-                 ("kernel launches / request", pr["kernel_launches"], "f2",
-                  f"{fmt(pr['graph_launches'], 'f2')} graph launches / request"),
-                 ("D2H copies / request", pr["d2h_copies"], "f2", "device to host"),
-                 ("GPU busy in batch span", None if ov["gpu_busy_fraction_of_pooler_span"] is None else
-                  100 * ov["gpu_busy_fraction_of_pooler_span"], "pct1",
-                  f"{fmt(ov['gpu_busy_ms_per_request'], 'ms')} GPU ms / request")]
+            ("batches", r.batches, "int", "batch ranges"),
+            ("host ms / request", pr.pooler_host_ms, "ms", f"{r.config.batch} span / requests")]
+    if r.capture.cuda_traced:
+        keys += [("H2D copies / request", pr.h2d_copies, "f2", f"{fmt(pr.h2d_bytes, 'f0')} B / request"),
+                 ("kernel launches / request", pr.kernel_launches, "f2",
+                  f"{fmt(pr.graph_launches, 'f2')} graph launches / request"),
+                 ("D2H copies / request", pr.d2h_copies, "f2", "device to host"),
+                 ("GPU busy in batch span", None if ov.gpu_busy_fraction_of_pooler_span is None else
+                  100 * ov.gpu_busy_fraction_of_pooler_span, "pct1",
+                  f"{fmt(ov.gpu_busy_ms_per_request, 'ms')} GPU ms / request")]
     cards = "".join(f"<div><span>{_e(k)}</span><b>{_e(fmt(v, kind) if kind != 'pct1' else _pct1(v))}</b>"
                     f"<span>{_e(sub)}</span></div>" for k, v, kind, sub in keys)
     parts.append(f"<h2>Per request</h2><div class=\"key\">{cards}</div>")
 
     # stage tables (the terminal report's columns)
     def rows(cols):
-        return [[sname, *(fmt(with_pct(block).get(k), kind) for k, _, kind in cols)] for sname, block in stage_rows(r)]
+        return [[sname, *(fmt(get(figures), kind) for get, _, kind in cols)] for sname, figures in stage_rows(r)]
 
     parts.append("<h2>Host time per stage</h2>")
     parts.append(_table(["stage", *(h for _, h, _ in HOST_COLUMNS)], rows(HOST_COLUMNS),
-                        total_last=bool(r["pooler"]["instances"])))
-    if r["capture"]["cuda_traced"]:
+                        total_last=bool(r.pooler.instances)))
+    if r.capture.cuda_traced:
         parts.append("<h2>CUDA work per stage</h2><p>placed by the launching API call; /req = per request</p>")
         parts.append(_table(["stage", *(h for _, h, _ in CUDA_COLUMNS)], rows(CUDA_COLUMNS),
-                            total_last=bool(r["pooler"]["instances"])))
+                            total_last=bool(r.pooler.instances)))
 
     # plots
-    if r["batches"]:
-        n_b = min(n_batches, r["batches"])
+    if r.batches:
+        n_b = min(n_batches, r.batches)
         try:
             tl = plots.timeline(cap, first_batch, n_b)
         except ClefError as exc:
@@ -133,7 +133,7 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
         else:
             cap_text = (f"{len(tl.batches)} consecutive batches (#{tl.batches[0]}–#{tl.batches[-1]}), "
                         f"{tl.requests} requests. Host lanes: the batch range and each stage. ")
-            if r["capture"]["cuda_traced"]:
+            if r.capture.cuda_traced:
                 cap_text += (f"GPU lanes: one tick per copy record ({tl.h2d_marks} H2D = "
                              f"{tl.h2d_per_request:.2f} per request; red pageable, green pinned), kernels, "
                              "graphs, and the union of GPU work; grey is work launched outside these batches. ")
@@ -178,9 +178,9 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
                             num_from=0))
         parts.append("</details>")
 
-    cfg = r["capture"]
-    parts.append(f"<footer>clef-prof {_e(__version__)} · nsys {_e(cfg['nsys_version'] or '?')}, schema "
-                 f"{_e(cfg['schema_version'] or '?')} · generated "
+    cfg = r.capture
+    parts.append(f"<footer>clef-prof {_e(__version__)} · nsys {_e(cfg.nsys_version or '?')}, schema "
+                 f"{_e(cfg.schema_version or '?')} · generated "
                  f"{_e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}</footer></body></html>")
     return "\n".join(parts) + "\n"
 

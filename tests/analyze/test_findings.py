@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from clef_prof.analyze import findings as fd
+from clef_prof.analyze.model import Finding, LostRecords
 from clef_prof.analyze.result import analyze
 from clef_prof.config import StageConfig
 from clef_prof.errors import SpecError
@@ -27,8 +28,8 @@ def results(capture):
     return {n: analyze(str(capture(n))).result for n in names}
 
 
-def fired(result) -> dict[tuple[str, str], dict]:
-    return {(f["id"], f["stage"]): f for f in result["findings"]}
+def fired(result) -> dict[tuple[str, str], Finding]:
+    return {(f.id, f.stage): f for f in result.findings}
 
 
 def sql(path, query):
@@ -57,25 +58,25 @@ def test_main_pageable_pack_and_sync_in_transfer(results, capture, truth):
     assert req == truth("gpu-q1c16-main")["ground_truth"]["requests"] == 1520
 
     page = f[("pageable-h2d", "transfer")]
-    assert page["severity"] == "high"
-    assert page["evidence"]["pageable_copies"] == page["evidence"]["h2d_copies"] == 13680
-    assert page["evidence"]["pageable_copies_per_request"] == 9.0
-    assert page["evidence"]["pageable_pct_of_h2d_copies"] == 100.0
-    assert set(page) >= {"id", "stage", "severity", "evidence", "advice", "expected"}
+    assert page.severity == "high"
+    assert page.evidence["pageable_copies"] == page.evidence["h2d_copies"] == 13680
+    assert page.evidence["pageable_copies_per_request"] == 9.0
+    assert page.evidence["pageable_pct_of_h2d_copies"] == 100.0
+    assert page.advice and page.expected and page.summary.startswith("9.00 pageable H2D copies per request")
 
-    pack = f[("small-h2d-copies", "transfer")]["evidence"]
+    pack = f[("small-h2d-copies", "transfer")].evidence
     assert pack["h2d_copies_per_request"] == 9.0 and pack["bytes_per_copy"] == 5_204_480 / 13680
     assert pack["copies_per_request_if_packed"] == pytest.approx(282 / 1520)      # one copy per batch
 
     # one cudaStreamSynchronize per H2D copy (traces README): 9 per request in transfer, counted in SQL
     syncs = sql(path, in_stage("cudaStreamSynchronize", "transfer"))[0][0]
     assert syncs == 13680
-    ev = f[("sync-in-stage", "transfer")]["evidence"]
+    ev = f[("sync-in-stage", "transfer")].evidence
     assert ev["syncs"] == syncs and ev["stream_or_event_syncs"] == syncs and ev["device_syncs"] == 0
     assert ev["syncs_per_request"] == syncs / req == 9.0
     # head's one .cpu() readback per batch is within the tolerated one sync per batch
     assert sql(path, in_stage("cudaStreamSynchronize", "head"))[0][0] == 282
-    assert ("sync-in-stage", "head") not in f and r["stages"]["head"]["sync_calls"] == 282
+    assert ("sync-in-stage", "head") not in f and r.stages["head"].cuda.sync_calls == 282
 
 
 def test_pr_has_no_pageable_or_sync_finding(results):
@@ -83,7 +84,7 @@ def test_pr_has_no_pageable_or_sync_finding(results):
         f = fired(results[name])
         assert not [k for k in f if k[0] in ("pageable-h2d", "sync-in-stage")], name
         # 3 pinned copies per request of 1141 B: still several small copies
-        assert f[("small-h2d-copies", "transfer")]["evidence"]["h2d_copies_per_request"] == 3.0
+        assert f[("small-h2d-copies", "transfer")].evidence["h2d_copies_per_request"] == 3.0
 
 
 def test_stage_share_equals_sql(results, capture):
@@ -93,30 +94,31 @@ def test_stage_share_equals_sql(results, capture):
          "WHERE s.value = '{}' AND p.text LIKE 'pooler n=%'")
     for stage in ("transfer", "head"):
         mean = sql(capture("gpu-q1c16-main"), q.format(stage))[0][0]
-        assert r["stages"][stage]["share_of_batch_pct_mean"] == pytest.approx(mean, rel=1e-9)
-    b = r["stages"]["head"]
-    assert b["share_of_batch_pct_p50"] <= b["share_of_batch_pct_p99"] <= 100
-    dom = fired(r)[("dominant-stage", "head")]["evidence"]
-    assert dom["share_of_batch_pct_mean"] == b["share_of_batch_pct_mean"] > 50
-    host = fired(r)[("host-bound", fd.BATCH_SCOPE)]["evidence"]
+        assert r.stages[stage].share.mean_pct == pytest.approx(mean, rel=1e-9)
+    b = r.stages["head"]
+    assert b.share.p50_pct <= b.share.p99_pct <= 100
+    dom = fired(r)[("dominant-stage", "head")].evidence
+    assert dom["share_of_batch_pct_mean"] == b.share.mean_pct > 50
+    host = fired(r)[("host-bound", fd.BATCH_SCOPE)].evidence
     assert host["dominant_stage"] == "head"
-    assert host["gpu_busy_pct_of_batch_span"] == 100 * r["overlap"]["gpu_busy_fraction_of_pooler_span"] < 50
+    assert host["gpu_busy_pct_of_batch_span"] == 100 * r.overlap.gpu_busy_fraction_of_pooler_span < 50
 
 
 def test_quiet_where_evidence_is_absent(results):
     for name, r in results.items():
-        ids = {f["id"] for f in r["findings"]}
+        ids = {f.id for f in r.findings}
         # every capture launches its 15 head kernels beside one graph launch per request
         assert "no-cuda-graph" not in ids
         # the full captures: 276-282 batches, no range cut, no lost record, no CUDA work outside stages
         assert not ids & {"lost-records", "cut-window", "cuda-outside-stages"}, name
         if name.startswith("gpu"):
-            assert r["lost_records"] == {"kernel_launches_without_gpu_record": 0, "memcpy_calls_without_gpu_record": 0,
-                                         "memcpy_records_without_call": 0, "batches_after_cuda_end": 0}
+            assert r.lost_records == LostRecords(kernel_launches_without_gpu_record=0,
+                                                 memcpy_calls_without_gpu_record=0, memcpy_records_without_call=0,
+                                                 batches_after_cuda_end=0)
             assert "few-batches" not in ids
     cpu = results["cpu23-inline"]
-    assert not {f["id"] for f in cpu["findings"]} & CUDA_RULES
-    assert cpu["lost_records"] is None
+    assert not {f.id for f in cpu.findings} & CUDA_RULES
+    assert cpu.lost_records is None
     assert ("few-batches", fd.CAPTURE_SCOPE) in fired(cpu)          # 41 batches
 
 
@@ -124,7 +126,7 @@ def test_thresholds_from_spec_and_flags(results, capture):
     r = results["gpu-q1c16-main"]
     # the same figures under other thresholds: host-bound quiet at 3%, pack quiet at 10 copies
     th = fd.thresholds({"overlap_max_pct": 3, "pack_min_copies_per_request": 10})
-    ids = {(f["id"], f["stage"]) for f in fd.evaluate(r, th)}
+    ids = {(f.id, f.stage) for f in fd.evaluate(r, th)}
     assert ("host-bound", fd.BATCH_SCOPE) not in ids and ("small-h2d-copies", "transfer") not in ids
     assert ("pageable-h2d", "transfer") in ids
 
@@ -133,7 +135,7 @@ def test_thresholds_from_spec_and_flags(results, capture):
     assert from_dict(spec.to_dict()).findings == spec.findings
     a = analyze(str(capture("gpu-q1c16-main")), spec.config).result
     assert ("sync-in-stage", "transfer") not in fired(a)              # 48.5 syncs per batch <= 50
-    assert a["findings_thresholds"]["sync_max_per_batch"] == 50.0
+    assert a.findings_thresholds["sync_max_per_batch"] == 50.0
     for bad in ({"no_such": 1}, {"overlap_max_pct": "x"}, {"overlap_max_pct": -1}, {"overlap_max_pct": True}):
         with pytest.raises(SpecError):
             from_dict({**SPEC, "findings": bad})

@@ -64,30 +64,30 @@ def test_bert_requests_and_batches_match_the_server_and_sql(bert, truth):
     path, r = bert
     t = truth(BERT)
     sizes = [int(name.split("n=")[1].split()[0]) for (name,) in sql(path, RANGES + "SELECT name FROM r WHERE name LIKE 'pooler n=%'")]
-    assert r["batches"] == len(sizes) == t["server_counts"]["batches"] == 149
-    assert r["requests"] == sum(sizes) == t["server_counts"]["requests"] == 1264
+    assert r.batches == len(sizes) == t["server_counts"]["batches"] == 149
+    assert r.requests == sum(sizes) == t["server_counts"]["requests"] == 1264
     # the client's bounds for the span the server was recorded in hold the count: no false alarm
     manifest = {"status": "ok", "client": {"capture": t["client"]}, "server_counts": t["server_counts"],
                 "window": {"mode": "profiler-api"}, "load": {"concurrency": 16}}
     assert check_manifest(r, manifest) == []
-    assert t["client"]["requests_inside"] <= r["requests"] <= t["client"]["requests_overlapping"]
+    assert t["client"]["requests_inside"] <= r.requests <= t["client"]["requests_overlapping"]
 
 
 def test_bert_stages_cuda_work_by_sql(bert):
     path, r = bert
-    st = r["stages"]
-    assert r["capture"]["nsys_version"].startswith("2025.3") and r["capture"]["cuda_driver_version"] == 13000
+    st = r.stages
+    assert r.capture.nsys_version.startswith("2025.3") and r.capture.cuda_driver_version == 13000
     # BatchEncoding.to: input_ids, token_type_ids, attention_mask, one pageable H2D copy each per batch
-    assert st["transfer"]["h2d_copies"] == copies_in(path, "transfer", 1) == 3 * 149
-    assert st["transfer"]["h2d_pageable"] == 3 * 149
+    assert st["transfer"].cuda.h2d_copies == copies_in(path, "transfer", 1) == 3 * 149
+    assert st["transfer"].cuda.h2d_pageable == 3 * 149
     # half through the runtime (cudaLaunchKernel), half straight through the driver (cuLaunchKernelEx,
     # cuBLASLt's way): two calls, two kernels, each kernel row paired to its own call
     runtime, driver = calls_in(path, "head", "cudaLaunchKernel%"), calls_in(path, "head", "cuLaunchKernel%")
     assert (runtime, driver) == (4321, 4321)
-    assert st["head"]["kernel_launches"] == runtime + driver == st["head"]["gpu_kernels"] == 8642
-    assert st["head"]["h2d_copies"] == 0 and st["parse"]["kernel_launches"] == 0
+    assert st["head"].cuda.kernel_launches == runtime + driver == st["head"].cuda.gpu_kernels == 8642
+    assert st["head"].cuda.h2d_copies == 0 and st["parse"].cuda.kernel_launches == 0
     # each pageable copy waits for its stream: 3 synchronizing calls per batch in transfer
-    assert st["transfer"]["sync_calls"] == calls_in(path, "transfer", "cudaStreamSynchronize%") == 447
+    assert st["transfer"].cuda.sync_calls == calls_in(path, "transfer", "cudaStreamSynchronize%") == 447
 
 
 def test_bert_encode_outside_the_batch_is_a_stage(bert):
@@ -98,9 +98,9 @@ def test_bert_encode_outside_the_batch_is_a_stage(bert):
         SELECT count(*), sum(e."end" - e.start) FROM r e WHERE e.name = 'encode' AND NOT EXISTS (
             SELECT 1 FROM r b WHERE b.tid = e.tid AND b.name LIKE 'pooler n=%' AND b.start <= e.start
             AND e."end" <= b."end")""")[0]
-    enc = r["stages"]["encode"]
-    assert enc["instances"] == enc["outside_batch_instances"] == rows[0] == 1254
-    assert enc["host_ms_per_request"] == pytest.approx(rows[1] / 1e6 / 1264, rel=1e-9)
+    enc = r.stages["encode"]
+    assert enc.instances == enc.outside_batch_instances == rows[0] == 1254
+    assert enc.host_ms_per_request == pytest.approx(rows[1] / 1e6 / 1264, rel=1e-9)
     batch_tids = {t for (t,) in sql(path, RANGES + "SELECT DISTINCT tid FROM r WHERE name LIKE 'pooler n=%'")}
     enc_tids = {t for (t,) in sql(path, RANGES + "SELECT DISTINCT tid FROM r WHERE name = 'encode'")}
     assert enc_tids.isdisjoint(batch_tids)
@@ -108,9 +108,9 @@ def test_bert_encode_outside_the_batch_is_a_stage(bert):
 
 def test_bert_findings(bert):
     path, r = bert
-    found = {(f["id"], f["stage"]): f for f in r["findings"]}
+    found = {(f.id, f.stage): f for f in r.findings}
     sync = found[("sync-in-stage", "transfer")]
-    assert sync["evidence"]["syncs_per_request"] == pytest.approx(447 / 1264)
+    assert sync.evidence["syncs_per_request"] == pytest.approx(447 / 1264)
     assert ("host-bound", "(batch)") in found
     assert not [k for k in found if k[0] == "pageable-h2d"]     # 0.35 copies per request: under the threshold
 
@@ -123,11 +123,11 @@ def test_sync_in_transfer_counted_per_request(capture, truth):
     exp = truth(SYNC)["expected_per_request_in_transfer"]
     n = sum(int(name.split("n=")[1].split()[0])
             for (name,) in sql(path, RANGES + "SELECT name FROM r WHERE name LIKE 'pooler n=%'"))
-    assert r["requests"] == n == 653
-    tr = r["stages"]["transfer"]
-    assert tr["sync_calls"] == calls_in(path, "transfer", "cudaStreamSynchronize%") == exp["stream_syncs"] * n
-    assert tr["d2h_copies"] == copies_in(path, "transfer", 2) == exp["d2h_copies"] * n
-    assert tr["h2d_copies"] == copies_in(path, "transfer", 1) == exp["h2d_copies"] * n
-    sync = next(f for f in r["findings"] if f["id"] == "sync-in-stage" and f["stage"] == "transfer")
-    assert sync["severity"] == "high" and sync["evidence"]["syncs_per_request"] == pytest.approx(1.0)
-    assert not [f for f in r["findings"] if f["id"] == "sync-in-stage" and f["stage"] != "transfer"]
+    assert r.requests == n == 653
+    tr = r.stages["transfer"]
+    assert tr.cuda.sync_calls == calls_in(path, "transfer", "cudaStreamSynchronize%") == exp["stream_syncs"] * n
+    assert tr.cuda.d2h_copies == copies_in(path, "transfer", 2) == exp["d2h_copies"] * n
+    assert tr.cuda.h2d_copies == copies_in(path, "transfer", 1) == exp["h2d_copies"] * n
+    sync = next(f for f in r.findings if f.id == "sync-in-stage" and f.stage == "transfer")
+    assert sync.severity == "high" and sync.evidence["syncs_per_request"] == pytest.approx(1.0)
+    assert not [f for f in r.findings if f.id == "sync-in-stage" and f.stage != "transfer"]

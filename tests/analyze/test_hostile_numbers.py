@@ -175,14 +175,14 @@ def clean():
 
 def test_clean_slices_raise_no_warning(clean):
     # the one warning of the 2023.4 capture: its nsys's CUPTI 12.4 is older than the CUDA 13.0 driver
-    assert [w for w in clean[MAIN]["warnings"] if "ships CUPTI 12.4" not in w] == []
-    assert len(clean[MAIN]["warnings"]) == 1
-    assert [w for w in clean[PR25]["warnings"] if "cut at the capture edges" not in w] == []
+    assert [w for w in clean[MAIN].warnings if "ships CUPTI 12.4" not in w] == []
+    assert len(clean[MAIN].warnings) == 1
+    assert [w for w in clean[PR25].warnings if "cut at the capture edges" not in w] == []
 
 
 def test_half_the_kernels_lost_where_every_launch_is_in_a_stage(damaged, clean):
     """Every launch lies in `head` (the last slot holding calls): the check once skipped it."""
-    assert clean[MAIN]["outside_stages"]["in_batch"]["kernel_launches"] == 0
+    assert clean[MAIN].outside_stages.in_batch.kernel_launches == 0
     f = damaged(MAIN, f"DELETE FROM {KERNEL} WHERE rowid % 2 = 0")
     strict_warns(f, "kernel launches in the pooler have no GPU record")
 
@@ -200,9 +200,9 @@ def test_duplicated_gpu_rows(damaged, table):
 def test_duplicated_nvtx_rows_counted_once(damaged, clean):
     f = damaged(MAIN, "INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS WHERE eventType IN (59, 60)")
     r = strict_warns(f, "NVTX ranges repeat another exactly")
-    assert r["batches"] == clean[MAIN]["batches"] == 48
-    assert r["requests"] == clean[MAIN]["requests"]
-    assert r["stages"]["transfer"]["host_ns_total"] == clean[MAIN]["stages"]["transfer"]["host_ns_total"]
+    assert r["batches"] == clean[MAIN].batches == 48
+    assert r["requests"] == clean[MAIN].requests
+    assert r["stages"]["transfer"]["host_ns_total"] == clean[MAIN].stages["transfer"].host_ns_total
     assert r["per_request"]["h2d_copies"] == 9.0
 
 
@@ -210,7 +210,7 @@ def test_duplicated_nvtx_rows_counted_once(damaged, clean):
 def test_reversed_gpu_intervals(damaged, clean, table):
     f = damaged(PR25, f"UPDATE {table} SET [end] = start - 1000 WHERE rowid % 4 = 0")
     r = strict_warns(f, "GPU activity records end before they start")
-    assert r["overlap"]["gpu_busy_ms_per_request"] < clean[PR25]["overlap"]["gpu_busy_ms_per_request"]
+    assert r["overlap"]["gpu_busy_ms_per_request"] < clean[PR25].overlap.gpu_busy_ms_per_request
 
 
 def test_reversed_api_calls(damaged):

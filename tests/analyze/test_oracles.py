@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from clef_prof.analyze.model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages,
+                                     Overlap, PerRequest, Result, StageFigures)
 from clef_prof.analyze.result import analyze
 from clef_prof.compare.arm import Arms, CaptureRef
 from clef_prof.compare.engine import CaptureData, compare
@@ -99,12 +101,12 @@ def brute_overlap(path):
 def check_overlap(path):
     r = analyze(str(path)).result
     busy, span, fractions, own_ns = brute_overlap(path)
-    assert r["batches"] == len(fractions) > 40
-    o = r["overlap"]
-    assert o["gpu_busy_fraction_of_pooler_span"] == pytest.approx(busy / span, rel=1e-12)
-    assert o["gpu_busy_fraction_p50"] == pytest.approx(float(np.percentile(fractions, 50)), rel=1e-12)
-    assert o["gpu_busy_ms_in_pooler_span_per_request"] == pytest.approx(busy / 1e6 / r["requests"], rel=1e-12)
-    assert o["gpu_busy_ms_per_request"] == pytest.approx(own_ns / 1e6 / r["requests"], rel=1e-12)
+    assert r.batches == len(fractions) > 40
+    o = r.overlap
+    assert o.gpu_busy_fraction_of_pooler_span == pytest.approx(busy / span, rel=1e-12)
+    assert o.gpu_busy_fraction_p50 == pytest.approx(float(np.percentile(fractions, 50)), rel=1e-12)
+    assert o.gpu_busy_ms_in_pooler_span_per_request == pytest.approx(busy / 1e6 / r.requests, rel=1e-12)
+    assert o.gpu_busy_ms_per_request == pytest.approx(own_ns / 1e6 / r.requests, rel=1e-12)
     return r
 
 
@@ -204,12 +206,12 @@ def test_host_time_per_stage_against_sql(name):
     path = TRACES / f"{name}.sqlite"
     r = analyze(str(path)).result
     want = sql_host_time(path)
-    assert r["excluded"]["outside_batch_instances"] == 0
+    assert r.excluded.outside_batch_instances == 0
     for s in STAGES:
-        st = r["stages"][s]
-        assert (st["instances"], st["host_ns_total"]) == want[s], s
-        assert st["host_ms_per_request"] == pytest.approx(want[s][1] / 1e6 / r["requests"], rel=1e-12)
-    assert (r["pooler"]["instances"], r["pooler"]["host_ns_total"]) == want["pooler"]
+        st = r.stages[s]
+        assert (st.instances, st.host_ns_total) == want[s], s
+        assert st.host_ms_per_request == pytest.approx(want[s][1] / 1e6 / r.requests, rel=1e-12)
+    assert (r.pooler.instances, r.pooler.host_ns_total) == want["pooler"]
 
 
 @pytest.mark.parametrize("name", ["gpu-q1c16-main", "gpu25-q1c16-pr", "cpu23-inline"])
@@ -218,7 +220,7 @@ def test_host_time_per_stage_against_sql_whole_captures(capture, name):
     r = analyze(str(path)).result
     want = sql_host_time(path)
     for s in STAGES:
-        assert (r["stages"][s]["instances"], r["stages"][s]["host_ns_total"]) == want[s], s
+        assert (r.stages[s].instances, r.stages[s].host_ns_total) == want[s], s
 
 
 def test_ties_at_range_boundaries(tmp_path):
@@ -259,15 +261,15 @@ def test_ties_at_range_boundaries(tmp_path):
     con.close()
     assert ties == 48 and at_edge >= 4 * 48
     r = analyze(str(f)).result
-    assert r["batches"] == 48 and [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == []
-    assert all(r["stages"][s]["instances"] == 48 for s in STAGES)
-    assert r["stages"]["transfer"]["h2d_copies"] == h2d == 9 * 256
-    assert r["stages"]["head"]["kernel_launches"] == 15 * 256
-    assert r["stages"]["head"]["graph_launches"] == 256
+    assert r.batches == 48 and [w for w in r.warnings if "ships CUPTI 12.4" not in w] == []
+    assert all(r.stages[s].instances == 48 for s in STAGES)
+    assert r.stages["transfer"].cuda.h2d_copies == h2d == 9 * 256
+    assert r.stages["head"].cuda.kernel_launches == 15 * 256
+    assert r.stages["head"].cuda.graph_launches == 256
     want = sql_host_time(f)
     for s in (*STAGES, "pooler"):
-        block = r["pooler"] if s == "pooler" else r["stages"][s]
-        assert (block["instances"], block["host_ns_total"]) == want[s], s
+        block = r.pooler if s == "pooler" else r.stages[s]
+        assert (block.instances, block.host_ns_total) == want[s], s
 
 
 # --- compare's interval: coverage on simulated arms --------------------------------------------
@@ -278,11 +280,27 @@ def simulated(rng, n, per_request_ms, noise_ms) -> CaptureData:
     ns = size * per_request_ms * 1e6 + rng.normal(0, noise_ms * 1e6, n) * np.sqrt(size)
     ns = np.maximum(ns, 0).round().astype(np.int64)
     table = pd.DataFrame({"size": size, "host_ns": ns, "stage:head:ns": ns})
-    result = {"batches": n, "requests": int(size.sum()), "requests_source": "message n=K", "warnings": [],
-              "config": {"batch": "pooler"}, "stages": {"head": {"instances": n}},
-              "capture": {"cuda_traced": False, "graph_trace_mode": None, "nsys_version": "sim"},
-              "excluded": {"outside_batch_instances": 0}}
-    return CaptureData(f"sim-{rng.integers(1 << 30)}", result, table)
+    export = f"sim-{rng.integers(1 << 30)}"
+    req = int(size.sum())
+
+    def host(**kw):
+        total = int(ns.sum())
+        return dict(instances=n, host_ns_total=total, host_ms_total=total / 1e6, host_ms_per_request=total / 1e6 / req,
+                    host_ms_mean=float(ns.mean() / 1e6), host_ms_p50=float(np.percentile(ns, 50) / 1e6),
+                    host_ms_p99=float(np.percentile(ns, 99) / 1e6), cuda=CudaCounts(),
+                    cuda_per_request=CudaPerRequest(), **kw)
+
+    result = Result(path=export, requests=req, requests_source="message n=K", batches=n,
+                    config=StageConfig(stages=("head",)),
+                    capture=CaptureFacts(nsys_version="sim", cuda_driver_version=None, schema_version=None,
+                                         duration_s=None, stage_window_s=None, cuda_traced=False,
+                                         graph_trace_mode=None, threads=[]),
+                    stages={"head": StageFigures(**host())}, pooler=BatchFigures(**host(name="pooler")),
+                    outside_stages=OutsideStages(CudaCounts(), CudaCounts()), totals=CudaCounts(),
+                    per_request=PerRequest(pooler_host_ms=float(ns.sum() / 1e6 / req)), overlap=Overlap(),
+                    excluded=Excluded(cut_at_edges={}, outside_batch_instances=0), ranks=[], warnings=[],
+                    slots=["head", "pooler (no stage)", "outside"])
+    return CaptureData(export, result, table)
 
 
 def run_compare(base: CaptureData, pr: CaptureData, seed: int) -> dict:

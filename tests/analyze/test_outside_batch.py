@@ -74,27 +74,27 @@ def test_stages_outside_the_batch_are_counted_and_placed(cap):
     r = analyze(str(cap)).result
     (batches, requests), = sql(cap, "SELECT count(*), sum(CAST(substr(name, 10) AS INTEGER)) FROM r "
                                     "WHERE name LIKE 'pooler n=%'")
-    assert (r["batches"], r["requests"]) == (batches, requests) == (7, 25)
+    assert (r.batches, r.requests) == (batches, requests) == (7, 25)
     loose = sql(cap, "SELECT g >> 24 & 16777215, g & 16777215, count(*), sum(\"end\" - start) FROM r e "
                      "WHERE name = 'encode' AND NOT EXISTS (SELECT 1 FROM r b WHERE b.name LIKE 'pooler%' "
                      "AND b.g = e.g AND b.start <= e.start AND e.\"end\" <= b.\"end\") GROUP BY g ORDER BY g")
     # one thread per process holds them, and that thread also holds a batch (warm-up, worker's own)
     assert sorted(n for *_, n, _ in loose) == [4, 6] and len({p for p, *_ in loose}) == 2
-    enc = r["stages"]["encode"]
-    assert enc["instances"] == enc["outside_batch_instances"] == 10
+    enc = r.stages["encode"]
+    assert enc.instances == enc.outside_batch_instances == 10
     total_ns = sum(ns for *_, ns in loose)
-    assert enc["host_ns_total"] == total_ns
-    assert enc["host_ms_per_request"] == pytest.approx(total_ns / 1e6 / requests)
-    assert enc["outside_batch_host_ms_per_request"] == pytest.approx(total_ns / 1e6 / requests)
-    assert r["excluded"]["cut_at_edges"] == {} and not any("cut at the capture" in w for w in r["warnings"])
+    assert enc.host_ns_total == total_ns
+    assert enc.host_ms_per_request == pytest.approx(total_ns / 1e6 / requests)
+    assert enc.outside_batch_host_ms_per_request == pytest.approx(total_ns / 1e6 / requests)
+    assert r.excluded.cut_at_edges == {} and not any("cut at the capture" in w for w in r.warnings)
     (parse,), = sql(cap, "SELECT count(*) FROM r WHERE name = 'parse'")
-    assert r["stages"]["parse"]["instances"] == parse == 7 and r["stages"]["parse"]["outside_batch_instances"] == 0
+    assert r.stages["parse"].instances == parse == 7 and r.stages["parse"].outside_batch_instances == 0
     # which process and thread: the JSON threads carry them
-    where = {(t["pid"], t["tid"]): t for t in r["capture"]["threads"]}
+    where = {(t.pid, t.tid): t for t in r.capture.threads}
     for pid, tid, n, _ in loose:
         t = where[(pid, tid)]
-        assert t["outside_batch_instances"] == {"encode": n} and t["batches"] >= 1
-    assert r["excluded"]["outside_batch_instances"] == 10
+        assert t.outside_batch_instances == {"encode": n} and t.batches >= 1
+    assert r.excluded.outside_batch_instances == 10
 
 
 def test_outside_batch_is_said_in_the_table(cap):

@@ -48,17 +48,17 @@ def brute_force(path) -> tuple[int, int, list[float]]:
 def test_overlap_equals_brute_force(main_slice):
     r = analyze(str(main_slice)).result
     busy, span, fractions = brute_force(main_slice)
-    assert r["batches"] == len(fractions) > 40
-    assert r["overlap"]["gpu_busy_fraction_of_pooler_span"] == pytest.approx(busy / span, rel=1e-12)
-    assert r["overlap"]["gpu_busy_fraction_p50"] == pytest.approx(float(np.percentile(fractions, 50)), rel=1e-12)
+    assert r.batches == len(fractions) > 40
+    assert r.overlap.gpu_busy_fraction_of_pooler_span == pytest.approx(busy / span, rel=1e-12)
+    assert r.overlap.gpu_busy_fraction_p50 == pytest.approx(float(np.percentile(fractions, 50)), rel=1e-12)
     assert 0 < busy / span < 1
 
 
 def test_slice_keeps_per_request_counts(main_slice):
     r = analyze(str(main_slice)).result
-    assert r["per_request"]["h2d_copies"] == 9.0
-    assert r["per_request"]["kernel_launches"] == 15.0
-    assert r["warnings"] == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
+    assert r.per_request.h2d_copies == 9.0
+    assert r.per_request.kernel_launches == 15.0
+    assert r.warnings == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
 
 
 def test_union_and_covered_on_crafted_intervals():

@@ -73,13 +73,13 @@ def test_tensor_parallel_ranks_count_once(out, ids):
     assert len(rows) == 2 and rows[0][1:] == rows[1][1:] == (6, 17, "314252"), rows
     r = analyze(str(cap)).result
     first = rows[0][0]
-    assert (r["batches"], r["requests"]) == (6, 17)
-    assert r["stages"]["head"]["instances"] == 6
-    by_pid = {x["pid"]: x for x in r["ranks"]}
+    assert (r.batches, r.requests) == (6, 17)
+    assert r.stages["head"].instances == 6
+    by_pid = {x.pid: x for x in r.ranks}
     assert set(by_pid) == {pid for pid, *_ in rows}
-    assert all(x["first_rank_pid"] == first and (x["batches"], x["requests"]) == (6, 17) for x in by_pid.values())
-    assert by_pid[first]["counted"] and not by_pid[rows[1][0]]["counted"]
-    assert by_pid[first]["gpu_busy_fraction_of_pooler_span"] is None       # CPU capture: no CUDA
+    assert all(x.first_rank_pid == first and (x.batches, x.requests) == (6, 17) for x in by_pid.values())
+    assert by_pid[first].counted and not by_pid[rows[1][0]].counted
+    assert by_pid[first].gpu_busy_fraction_of_pooler_span is None       # CPU capture: no CUDA
     from clef_prof.explore.text import render_markdown
     assert f"pid {rows[1][0]} runs the same batches as pid {first}" in render_markdown(r)
 
@@ -89,5 +89,5 @@ def test_data_parallel_ranks_stay_apart(out):
     rows = per_process(cap)
     assert sorted(row[1:] for row in rows) == [(3, 5, "122"), (3, 12, "345")], rows
     r = analyze(str(cap)).result
-    assert (r["batches"], r["requests"]) == (6, 17) == (sum(x[1] for x in rows), sum(x[2] for x in rows))
-    assert all(x["counted"] and x["first_rank_pid"] == x["pid"] for x in r["ranks"]) and len(r["ranks"]) == 2
+    assert (r.batches, r.requests) == (6, 17) == (sum(x[1] for x in rows), sum(x[2] for x in rows))
+    assert all(x.counted and x.first_rank_pid == x.pid for x in r.ranks) and len(r.ranks) == 2

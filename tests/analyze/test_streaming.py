@@ -2,6 +2,7 @@
 table order, its lazy row frames equal the ones read at once, and analyze_many keeps order."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sqlite3
 
@@ -9,6 +10,7 @@ import pandas as pd
 import pytest
 
 from clef_prof.analyze import result as analysis, export as capture_mod
+from clef_prof.analyze.model import Result
 from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
 from clef_prof.analyze.parallel import analyze_many
@@ -16,8 +18,8 @@ from clef_prof.analyze.parallel import analyze_many
 GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
 
 
-def _without_path(r: dict) -> dict:
-    return {k: v for k, v in r.items() if k != "path"}
+def _without_path(r: Result) -> Result:
+    return dataclasses.replace(r, path="")
 
 
 @pytest.mark.parametrize("name", GPU)
@@ -43,8 +45,8 @@ def test_lazy_row_frames_equal_rows_read_at_once(capture, name):
         pd.testing.assert_frame_equal(getattr(lazy, frame), getattr(eager, frame), check_exact=True)
     assert lazy.rows_loaded
     t = lazy.transfers
-    assert int(t.loc[t["copyKind"] == 1, "copies"].sum()) == lazy.result["totals"]["h2d_copies"]
-    assert len(lazy.kernels) == lazy.result["totals"]["gpu_kernels"]
+    assert int(t.loc[t["copyKind"] == 1, "copies"].sum()) == lazy.result.totals.h2d_copies
+    assert len(lazy.kernels) == lazy.result.totals.gpu_kernels
 
 
 def test_gpu_table_out_of_time_order_falls_back(capture, tmp_path, monkeypatch):
@@ -81,4 +83,4 @@ def test_analyze_many_keeps_input_order_and_names_failures(capture):
     with pytest.raises(CaptureError, match="/nonexistent/x.sqlite"):
         analyze_many(paths, jobs=2)
     assert analyze_many([]) == []
-    assert [r["requests"] for r in analyze_many(paths[:2], jobs=1)] == [1517, 400]
+    assert [r.requests for r in analyze_many(paths[:2], jobs=1)] == [1517, 400]

@@ -13,14 +13,14 @@ from clicheck import run_cli
 
 def test_wrong_names_lists_names_seen(capture):
     r = analyze(str(capture("cpu23-inline")), StageConfig(stages=("tokenize", "embed"), batch="step")).result
-    assert r["batches"] == 0 and r["requests"] is None
-    (w,) = [w for w in r["warnings"] if w.startswith("no range named")]
+    assert r.batches == 0 and r.requests is None
+    (w,) = [w for w in r.warnings if w.startswith("no range named")]
     assert "clef:parse (41)" in w and "clef:head (41)" in w
 
 
 def test_wrong_domain(capture):
     r = analyze(str(capture("gpu-q1c16-main")), StageConfig(domain="other")).result
-    assert any("no range named" in w and "clef:transfer (282)" in w for w in r["warnings"])
+    assert any("no range named" in w and "clef:transfer (282)" in w for w in r.warnings)
 
 
 def test_strict_exits_2_and_json_carries_warnings(capture):
@@ -48,16 +48,16 @@ def test_lost_cuda_tail(capture, tmp_path):
                            "AND [end] > (SELECT max([end]) FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]
     r = analyze(str(f)).result
     assert late > 20
-    assert r["batches"] == 276 - late
-    (w,) = [w for w in r["warnings"] if "CUDA records stop" in w]
+    assert r.batches == 276 - late
+    (w,) = [w for w in r.warnings if "CUDA records stop" in w]
     assert f"{late} batches" in w
-    assert r["per_request"]["h2d_copies"] == 3.0  # figures over the batches that kept their CUDA records
+    assert r.per_request.h2d_copies == 3.0  # figures over the batches that kept their CUDA records
 
 
 def test_requests_override(capture):
     r = analyze(str(capture("gpu-q1c16-main")), requests=1000).result
-    assert r["requests"] == 1000 and r["requests_source"] == "--requests"
-    assert r["per_request"]["h2d_copies"] == 13.68
+    assert r.requests == 1000 and r.requests_source == "--requests"
+    assert r.per_request.h2d_copies == 13.68
 
 
 def _with_manifest(capture, tmp_path, **manifest):
@@ -75,14 +75,14 @@ def test_manifest_agrees_with_client_completions(capture, truth, tmp_path):
     r = _with_manifest(capture, tmp_path, client={"window": {"completions": done},
                                                   "capture": {"requests_inside": done, "requests_overlapping": done + 16}},
                        server_counts={"requests": 1520}, window={"mode": "profiler-api"})
-    assert r["manifest"].endswith("manifest.json")
-    assert r["warnings"] == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
+    assert r.manifest.endswith("manifest.json")
+    assert r.warnings == cupti.check("2023.4.4.54", 13000)     # nsys 2023.4 on a CUDA 13 driver, nothing else
 
 
 def test_manifest_disagreement_and_dead_server_warn(capture, tmp_path):
     # the client's bounds for the recorded span say at least 1600 requests: 1520 means lost batches
     r = _with_manifest(capture, tmp_path, client={"capture": {"requests_inside": 1600, "requests_overlapping": 1616,
                                                               "recorded_s": 1.49}})
-    assert any("batch ranges count 1520 requests" in w and "were lost" in w for w in r["warnings"])
+    assert any("batch ranges count 1520 requests" in w and "were lost" in w for w in r.warnings)
     r = _with_manifest(capture, tmp_path, status="server died")
-    assert any("'server died'" in w for w in r["warnings"])
+    assert any("'server died'" in w for w in r.warnings)

@@ -29,8 +29,8 @@ def test_no_nvtx_at_all(out):
     cap = record("import time\nt = time.time()\nwhile time.time() - t < 1.0:\n    sum(range(1000))\n",
                  out / "none", nsys_args=("--python-sampling=true", "--python-sampling-frequency=100"))
     r = analyze(str(cap)).result
-    assert r["batches"] == 0
-    assert any(w.startswith("no NVTX at all") for w in r["warnings"]), r["warnings"]
+    assert r.batches == 0
+    assert any(w.startswith("no NVTX at all") for w in r.warnings), r.warnings
 
 
 def test_domains_but_no_ranges_with_new_nvtx(out):
@@ -38,7 +38,7 @@ def test_domains_but_no_ranges_with_new_nvtx(out):
     py = nvtx_python("0.2.16")
     cap = record(POOLER + "for n in (1, 2, 3):\n    pooler(n)\n", out / "new-nvtx", python=py)
     r = analyze(str(cap)).result
-    (w,) = [w for w in r["warnings"] if "no range was recorded" in w]
+    (w,) = [w for w in r.warnings if "no range was recorded" in w]
     assert "'clef'" in w and "0.2.12" in w and "nvtx==0.2.11" in w
 
 
@@ -50,11 +50,11 @@ ts = [threading.Thread(target=lambda: [pooler(n) for n in (1, 2, 3, 4)], name=f"
 [t.join() for t in ts]
 """
     r = analyze(str(record(prog, out / "threads", python=py))).result
-    assert (r["batches"], r["requests"]) == (8, 20)
-    assert {t["batches"] for t in r["capture"]["threads"]} == {4}
-    assert len(r["capture"]["threads"]) == 2
-    assert any("2 threads in 1 processes" in w for w in r["warnings"])
-    assert r["stages"]["head"]["instances"] == 8
+    assert (r.batches, r.requests) == (8, 20)
+    assert {t.batches for t in r.capture.threads} == {4}
+    assert len(r.capture.threads) == 2
+    assert any("2 threads in 1 processes" in w for w in r.warnings)
+    assert r.stages["head"].instances == 8
 
 
 def test_ranges_cut_by_the_capture_window(out):
@@ -72,17 +72,17 @@ while time.time() - t0 < 3.0:
     cap = record(prog, out / "cut", python=py, nsys_args=("--delay=1", "--duration=1"))
     a = analyze(str(cap))
     r = a.result
-    assert 10 <= r["batches"] <= 22
+    assert 10 <= r.batches <= 22
     # every batch kept is whole: all five stages in it
     inst = a.stages.instances
     per = np.unique(inst["batch"][inst["batch"] >= 0], return_counts=True)[1]
-    assert (per == 5).all() and len(per) == r["batches"]
+    assert (per == 5).all() and len(per) == r.batches
     # nsys drops a range open when the window starts: the stages of that batch that start later
     # are stages outside every batch range, before the first one (not cut)
     loose = inst[inst["batch"] < 0]
     assert len(loose) <= 4 and (loose["end"] <= a.stages.batches["start"].min()).all()
-    assert r["excluded"]["outside_batch_instances"] == len(loose)
-    assert r["requests"] == 2 * r["batches"]
-    cut = r["excluded"]["cut_at_edges"]
+    assert r.excluded.outside_batch_instances == len(loose)
+    assert r.requests == 2 * r.batches
+    cut = r.excluded.cut_at_edges
     assert sum(cut.values()) >= 1, r
-    assert any("cut at the capture edges" in w for w in r["warnings"])
+    assert any("cut at the capture edges" in w for w in r.warnings)

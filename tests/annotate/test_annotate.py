@@ -150,12 +150,12 @@ def test_ranges_recorded_exactly(recorded):
 def test_analyzer_reads_the_capture(recorded):
     version, db = recorded
     r = analyze(str(db)).result
-    assert (r["batches"], r["requests"]) == (4, 14), (version, r["warnings"])
-    assert r["requests_source"].startswith("message")
-    assert {s: v["instances"] for s, v in r["stages"].items()} == {s: 4 for s in STAGES}
-    (t,) = r["capture"]["threads"]
-    assert t["batches"] == 4 and t["stage_instances"] == {s: 4 for s in STAGES}
-    assert not any("no range" in w or "thread" in w for w in r["warnings"]), r["warnings"]
+    assert (r.batches, r.requests) == (4, 14), (version, r.warnings)
+    assert r.requests_source.startswith("message")
+    assert {s: v.instances for s, v in r.stages.items()} == {s: 4 for s in STAGES}
+    (t,) = r.capture.threads
+    assert t.batches == 4 and t.stage_instances == {s: 4 for s in STAGES}
+    assert not any("no range" in w or "thread" in w for w in r.warnings), r.warnings
 
 
 NVTX_PKG_PROGRAM = """
@@ -195,8 +195,8 @@ def test_ranges_survive_nvtx_0_2_16(nvtx_version, version, pkg_ranges, tmp_path)
     assert [(r[0], r[2], r[3]) for r in ev if r[2]] == [(59, "pooler n=1", 1), (59, "pooler n=2", 2)]
     assert [r[1] for r in ev if r[1] and not r[1].startswith("nvtx-")] == list(STAGES) * 2
     r = analyze(str(db)).result
-    assert (r["batches"], r["requests"]) == (2, 3)
-    assert {s: v["instances"] for s, v in r["stages"].items()} == {s: 2 for s in STAGES}
+    assert (r.batches, r.requests) == (2, 3)
+    assert {s: v.instances for s, v in r.stages.items()} == {s: 2 for s in STAGES}
 
 
 # ---- without a profiler (subprocesses: the client's state is fixed once per process) ----

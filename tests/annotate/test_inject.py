@@ -525,17 +525,17 @@ def captures(tmp_path_factory):
 def test_nsys_records_stages_in_the_worker(captures, version, mode):
     r, facts = captures[version, mode]
     sizes = facts["sizes"]
-    assert r["batches"] == BATCHES == len(sizes)
-    assert r["requests"] == sum(sizes) and r["requests_source"] == "message n=K"
+    assert r.batches == BATCHES == len(sizes)
+    assert r.requests == sum(sizes) and r.requests_source == "message n=K"
     for s in STAGES:
-        assert r["stages"][s]["instances"] == BATCHES, (s, r["stages"][s])
-    threads = r["capture"]["threads"]
+        assert r.stages[s].instances == BATCHES, (s, r.stages[s])
+    threads = r.capture.threads
     assert len(threads) == 1, threads               # every range on one thread ...
     t = threads[0]
-    assert t["pid"] == facts["worker_pid"] != facts["parent_pid"]   # ... of the spawned worker
-    assert t["batches"] == BATCHES
-    assert t["stage_instances"] == {s: BATCHES for s in STAGES}
-    assert r["excluded"]["outside_batch_instances"] == 0 and not r["excluded"]["cut_at_edges"]
+    assert t.pid == facts["worker_pid"] != facts["parent_pid"]   # ... of the spawned worker
+    assert t.batches == BATCHES
+    assert t.stage_instances == {s: BATCHES for s in STAGES}
+    assert r.excluded.outside_batch_instances == 0 and not r.excluded.cut_at_edges
     assert facts["worker_wrapped"] == {k: mode == "injected" for k in facts["worker_wrapped"]}
 
 
@@ -556,7 +556,7 @@ def test_nsys_2023_4_accepts_emitted_json(tmp_path):
     r = analyze(str(sqlite), StageConfig("clef", "pooler_app.plain.Pooler.run",
                                          ("pooler_app.plain.parse_schema", "pooler_app.plain.Pooler.head")),
                 requests=10).result
-    assert r["batches"] == 4
-    assert r["stages"]["pooler_app.plain.parse_schema"]["instances"] == 4
-    assert r["stages"]["pooler_app.plain.Pooler.head"]["instances"] == 4
-    assert r["capture"]["threads"][0]["pid"] == json.loads(facts.read_text())["worker_pid"]
+    assert r.batches == 4
+    assert r.stages["pooler_app.plain.parse_schema"].instances == 4
+    assert r.stages["pooler_app.plain.Pooler.head"].instances == 4
+    assert r.capture.threads[0].pid == json.loads(facts.read_text())["worker_pid"]

@@ -65,22 +65,22 @@ def test_analyze_of_a_tiling_is_k_times_the_source(capture, tiled):
     src = analyze(str(capture("gpu-q1c16-main"))).result
     r = analyze(str(tiled)).result
     req, batches, h2d, h2d_bytes, launches, graphs, d2h = (TILES * v for v in MAIN)
-    assert (r["requests"], r["batches"]) == (req, batches)
-    assert r["totals"]["h2d_copies"] == r["stages"]["transfer"]["h2d_copies"] == h2d
-    assert r["totals"]["h2d_bytes"] == h2d_bytes
-    assert r["stages"]["head"]["kernel_launches"] == launches
-    assert r["stages"]["head"]["graph_launches"] == graphs
-    assert r["totals"]["d2h_copies"] == d2h
-    assert r["warnings"] == cupti.check("2023.4.4.54", 13000) and r["excluded"]["cut_at_edges"] == {}
+    assert (r.requests, r.batches) == (req, batches)
+    assert r.totals.h2d_copies == r.stages["transfer"].cuda.h2d_copies == h2d
+    assert r.totals.h2d_bytes == h2d_bytes
+    assert r.stages["head"].cuda.kernel_launches == launches
+    assert r.stages["head"].cuda.graph_launches == graphs
+    assert r.totals.d2h_copies == d2h
+    assert r.warnings == cupti.check("2023.4.4.54", 13000) and r.excluded.cut_at_edges == {}
     for key in ("gpu_kernels", "memcpy_calls", "sync_calls", "memset_calls"):
-        assert r["totals"][key] == TILES * src["totals"][key], key
-    for stage, block in src["stages"].items():
-        assert r["stages"][stage]["instances"] == TILES * block["instances"]
-        assert r["stages"][stage]["host_ns_total"] == TILES * block["host_ns_total"]
-    assert r["per_request"] == pytest.approx(src["per_request"], rel=1e-12)
-    assert r["overlap"]["gpu_busy_fraction_of_pooler_span"] == pytest.approx(
-        src["overlap"]["gpu_busy_fraction_of_pooler_span"], rel=1e-12)
-    assert r["capture"]["threads"][0]["batches"] == batches
+        assert getattr(r.totals, key) == TILES * getattr(src.totals, key), key
+    for stage, block in src.stages.items():
+        assert r.stages[stage].instances == TILES * block.instances
+        assert r.stages[stage].host_ns_total == TILES * block.host_ns_total
+    assert r.per_request.to_json() == pytest.approx(src.per_request.to_json(), rel=1e-12)
+    assert r.overlap.gpu_busy_fraction_of_pooler_span == pytest.approx(
+        src.overlap.gpu_busy_fraction_of_pooler_span, rel=1e-12)
+    assert r.capture.threads[0].batches == batches
 
 
 @pytest.mark.nsys("2023.4")

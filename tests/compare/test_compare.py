@@ -90,18 +90,18 @@ def test_host_times_carry_intervals(main_vs_pr, cap):
         assert m["beyond_noise"] is True
         # one capture per arm: the arm's figure is analyze's figure
         assert m["arms"]["main"]["mean"] == pytest.approx(
-            res["gpu-q1c16-main"]["stages"][stage]["host_ms_per_request"], rel=1e-12)
+            res["gpu-q1c16-main"].stages[stage].host_ms_per_request, rel=1e-12)
         assert m["arms"]["pr"]["mean"] == pytest.approx(
-            res["gpu-q1c16-pr"]["stages"][stage]["host_ms_per_request"], rel=1e-12)
+            res["gpu-q1c16-pr"].stages[stage].host_ms_per_request, rel=1e-12)
         assert m["arms"]["main"]["instances"] == 282 and m["arms"]["pr"]["instances"] == 276
         assert m["arms"]["main"]["captures"] == 1
-        assert m["arms"]["main"]["p50"] == pytest.approx(res["gpu-q1c16-main"]["stages"][stage]["host_ms_p50"])
-        assert m["arms"]["main"]["p99"] == pytest.approx(res["gpu-q1c16-main"]["stages"][stage]["host_ms_p99"])
+        assert m["arms"]["main"]["p50"] == pytest.approx(res["gpu-q1c16-main"].stages[stage].host_ms_p50)
+        assert m["arms"]["main"]["p99"] == pytest.approx(res["gpu-q1c16-main"].stages[stage].host_ms_p99)
     over = metric(main_vs_pr, "overlap.gpu_busy_fraction_of_pooler_span")
     assert over["arms"]["main"]["mean"] == pytest.approx(
-        res["gpu-q1c16-main"]["overlap"]["gpu_busy_fraction_of_pooler_span"], rel=1e-12)
+        res["gpu-q1c16-main"].overlap.gpu_busy_fraction_of_pooler_span, rel=1e-12)
     assert metric(main_vs_pr, "per_request.gpu_busy_ms")["arms"]["pr"]["mean"] == pytest.approx(
-        res["gpu-q1c16-pr"]["per_request"]["gpu_busy_ms"], rel=1e-12)
+        res["gpu-q1c16-pr"].per_request.gpu_busy_ms, rel=1e-12)
 
 
 def test_json_contract(main_vs_pr):
@@ -269,7 +269,7 @@ def test_refuse_graph_trace_mode_mismatch(cap):
     data = comparison.load_all(arms, CFG)
     node = copy.copy(data["pr"][0])
     node.result = copy.deepcopy(node.result)
-    node.result["capture"]["graph_trace_mode"] = "node"
+    node.result.capture.graph_trace_mode = "node"
     with pytest.raises(CompareError, match="different CUDA graph-trace modes \\(graph in main .*node in pr"):
         comparison.check_comparable(arms, {"main": data["main"], "pr": [node]}, CFG.stages)
 
@@ -347,7 +347,7 @@ def test_parallel_analysis_matches_serial():
     ser = comparison.load_all(arms, CFG, jobs=1)
     for arm in ("main", "pr"):
         assert par[arm][0].table.equals(ser[arm][0].table)
-        assert par[arm][0].result["stages"] == ser[arm][0].result["stages"]
+        assert par[arm][0].result.stages == ser[arm][0].result.stages
 
 
 def test_markdown_on_slices():

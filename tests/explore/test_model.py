@@ -33,7 +33,7 @@ def test_open_caches_and_reopens(pr):
     assert clef_prof.open(PR) is pr
     assert clef_prof.open(str(PR)) is pr
     fresh = clef_prof.open(PR, cache=False)
-    assert fresh is not pr and fresh.result["requests"] == pr.result["requests"]
+    assert fresh is not pr and fresh.result.requests == pr.result.requests
     other = clef_prof.open(PR, stages="parse,transfer")
     assert other is not pr and other.stage_names == ("parse", "transfer")
     assert "436 requests" in repr(pr)
@@ -59,10 +59,10 @@ def test_stages_frame(pr):
                                 "pid", "process", "tid", "thread"]
     assert isinstance(st["stage"].dtype, pd.CategoricalDtype)
     assert list(st["stage"].cat.categories) == list(pr.stage_names)
-    for name, block in pr.result["stages"].items():
+    for name, block in pr.result.stages.items():
         sub = st[st["stage"] == name]
-        assert len(sub) == block["instances"]
-        assert int(sub["duration_ns"].sum()) == block["host_ns_total"]
+        assert len(sub) == block.instances
+        assert int(sub["duration_ns"].sum()) == block.host_ns_total
     assert (st["duration_ns"] == st["end_ns"] - st["start_ns"]).all()
     assert set(st["pid"]) == {721} and set(st["tid"]) == {721}
     assert set(st["process"]) == {"python3"} and set(st["thread"]) == {"python3"}
@@ -70,12 +70,12 @@ def test_stages_frame(pr):
 
 def test_batches_and_requests(pr):
     b, r = pr.batches, pr.requests
-    assert len(b) == pr.result["batches"] == 80
+    assert len(b) == pr.result.batches == 80
     assert (b["batch"].to_numpy() == np.arange(len(b))).all()
     assert int(b["size"].sum()) == pr.n_requests == len(r) == 436
     assert b["message"].str.startswith("pooler n=").all()
     assert (b["message"] == "pooler n=" + b["size"].astype(str)).all()
-    assert int(b["h2d_copies"].sum()) == pr.result["pooler"]["h2d_copies"]
+    assert int(b["h2d_copies"].sum()) == pr.result.pooler.cuda.h2d_copies
     for s in pr.stage_names:
         assert int(b[f"{s}_ns"].sum()) == int(pr.stages.loc[pr.stages["stage"] == s, "duration_ns"].sum())
     assert ((b["gpu_busy_fraction"] >= 0) & (b["gpu_busy_fraction"] <= 1)).all()
@@ -125,13 +125,13 @@ def test_transfers_main_pageable_9_per_request(main):
 def test_launches_and_kernels(pr):
     la = pr.launches
     head = la[la["stage"] == "head"]
-    assert (head["kind"] == "kernel").sum() == pr.result["stages"]["head"]["kernel_launches"]
-    assert (head["kind"] == "graph").sum() == pr.result["stages"]["head"]["graph_launches"]
+    assert (head["kind"] == "kernel").sum() == pr.result.stages["head"].cuda.kernel_launches
+    assert (head["kind"] == "graph").sum() == pr.result.stages["head"].cuda.graph_launches
     k = la[la["kind"] == "kernel"]
     assert (k["gpu_kernels"] == 1).all() and (k["gpu_start_ns"] >= k["start_ns"]).all()
     g = la[la["kind"] == "graph"]                  # graph-mode trace in nsys 2023.4: no GPU record
     assert (g["gpu_kernels"] == 0).all() and g["gpu_start_ns"].isna().all()
-    assert len(pr.kernels) == pr.result["totals"]["gpu_kernels"]
+    assert len(pr.kernels) == pr.result.totals.gpu_kernels
     assert set(pr.gpu_busy["kind"].astype(str)) == {"kernel", "memcpy"}
     assert len(pr.api_calls) == len(pr.analysis.calls)
 
@@ -139,7 +139,7 @@ def test_launches_and_kernels(pr):
 def test_graph_trace_rows_in_gpu_busy():
     cap = clef_prof.open(GPU25)
     g = cap.gpu_busy[cap.gpu_busy["kind"] == "graph"]
-    assert len(g) == cap.result["totals"]["graph_executions"] > 0
+    assert len(g) == cap.result.totals.graph_executions > 0
 
 
 def test_summary_matches_result(pr):
@@ -147,7 +147,7 @@ def test_summary_matches_result(pr):
     assert list(s.index) == [*pr.stage_names, "pooler (batch)"]
     assert s.loc["transfer", "h2d_copies_per_request"] == 3.0
     assert s.loc["head", "kernel_launches_per_request"] == 15.0
-    assert s.loc["pooler (batch)", "host_ms_per_request"] == pytest.approx(pr.per_request["pooler_host_ms"])
+    assert s.loc["pooler (batch)", "host_ms_per_request"] == pytest.approx(pr.per_request.pooler_host_ms)
     assert s["graph_kernels"].isna().all()          # null in the contract -> NaN
 
 

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -224,21 +225,21 @@ def _m(**kw):
     return m
 
 
-def test_check_manifest():
-    ok = {"path": "/x/capture.sqlite", "requests": 1020, "requests_source": "message n=K"}
+def test_check_manifest(slice_result):
+    ok = replace(slice_result, path="/x/capture.sqlite", requests=1020, requests_source="message n=K")
     assert check_manifest(ok, _m()) == []
     # the client's bounds hold exactly: one request below or above is a warning
-    assert check_manifest(dict(ok, requests=1000), _m()) == []
-    assert check_manifest(dict(ok, requests=1030), _m()) == []
-    (lost,) = check_manifest(dict(ok, requests=999), _m())
+    assert check_manifest(replace(ok, requests=1000), _m()) == []
+    assert check_manifest(replace(ok, requests=1030), _m()) == []
+    (lost,) = check_manifest(replace(ok, requests=999), _m())
     assert "count 999 requests" in lost and "1000 requests sent and answered" in lost and "were lost" in lost
-    (extra,) = check_manifest(dict(ok, requests=1031), _m())
+    (extra,) = check_manifest(replace(ok, requests=1031), _m())
     assert "1030 in flight" in extra and "did not send" in extra
     died = check_manifest(ok, _m(status="server died", status_detail="the server exited inside the window"))
     assert len(died) == 1 and "server died" in died[0]
-    assert check_manifest(dict(ok, requests_source="--requests", requests=5), _m()) == []
+    assert check_manifest(replace(ok, requests_source="--requests", requests=5), _m()) == []
     assert check_manifest(ok, _m(client={"window": {"completions": None}})) == []
-    assert any("describes" in w for w in check_manifest(dict(ok, path="/x/other.sqlite"), _m()))
+    assert any("describes" in w for w in check_manifest(replace(ok, path="/x/other.sqlite"), _m()))
     # the server's own count: a cudaProfilerApi window is the capture, up to the edges
     srv = _m(server_counts={"requests": 1000}, window={"mode": "profiler-api"})
     assert check_manifest(ok, srv) == []

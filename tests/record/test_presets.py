@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -114,14 +115,14 @@ def _manifest(steps, inside=30, overlapping=40):
                        "capture": {"requests_inside": inside, "requests_overlapping": overlapping, "recorded_s": 0.05}}}
 
 
-def test_completions_check_understands_max_iterations():
+def test_completions_check_understands_max_iterations(slice_result):
     """A window that max_iterations ended early is judged on the span the export recorded (record
     bounds the client's requests by it), not on the wall-clock window up to /stop_profile, whose
     400 completions would be a false alarm."""
-    result = {"requests": 32, "requests_source": "message n=K"}
+    result = replace(slice_result, requests=32, requests_source="message n=K")
     assert check_manifest(result, _manifest(8)) == []
     assert check_manifest(result, _manifest(None)) == []
-    lost = check_manifest({**result, "requests": 12}, _manifest(8))
+    lost = check_manifest(replace(result, requests=12), _manifest(8))
     assert len(lost) == 1 and "batch ranges were lost" in lost[0]
-    extra = check_manifest({**result, "requests": 900}, _manifest(8))
+    extra = check_manifest(replace(result, requests=900), _manifest(8))
     assert len(extra) == 1 and "requests this client did not send" in extra[0]
