@@ -1,4 +1,4 @@
-"""The analyze path stays light: what a fresh `clef-prof analyze` / `--help` / `doctor` imports
+"""The analyze path stays light: what a fresh `clef-prof analyze` / `report` / `--help` / `doctor` imports
 (the guard on start-up cost; speed itself is measured by bench/bench_small.py, not here)."""
 from __future__ import annotations
 
@@ -42,3 +42,11 @@ def test_analyze_of_a_small_export_imports_no_pandas_matplotlib_arrow(capture, t
 def test_help_and_doctor_import_no_numpy(argv):
     rc, mods = imported(*argv)
     assert rc in (0, 1) and not mods & {"numpy", *HEAVY}, sorted(mods & {"numpy", *HEAVY})
+
+
+def test_report_imports_no_pandas_matplotlib_arrow(capture, tmp_path):
+    """The HTML report streams like analyze (one pass, then its timeline's window) and draws SVG."""
+    out = tmp_path / "r.html"
+    rc, mods = imported("report", str(capture("gpu-q1c16-main")), "--html", str(out))
+    assert rc == 0 and out.read_text().count("<svg") == 3
+    assert "numpy" in mods and not mods & (set(HEAVY) - {"rich"}), sorted(mods & set(HEAVY))

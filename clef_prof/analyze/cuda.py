@@ -151,11 +151,13 @@ def _calls_sql(wanted: list[int], where: str = "") -> str:
 CALL_COLUMNS = ["start", "end", "gtid", "corr", "nameId"]
 
 
-def call_queries(cap: Export, wanted: list[int]) -> list[Query]:
-    """The API calls of interest, in rowid windows (tag: ("calls", window number))."""
+def call_queries(cap: Export, wanted: list[int], where: str = "") -> list[Query]:
+    """The API calls of interest, in rowid windows (tag: ("calls", window number)); `where`
+    filters further (an SQL condition on RUNTIME's columns)."""
     if not cap.has(RUNTIME):
         return []
-    return [Query(("calls", i), _calls_sql(wanted, w), CALL_COLUMNS) for i, w in enumerate(cap.rowid_windows(RUNTIME))]
+    return [Query(("calls", i), _calls_sql(wanted, f"{w} AND ({where})" if where else w), CALL_COLUMNS)
+            for i, w in enumerate(cap.rowid_windows(RUNTIME))]
 
 
 def last_api_end(cap: Export) -> int | None:
@@ -178,15 +180,17 @@ def _gpu_spec(cap: Export, table: str, extra: list[tuple[str, str, int]], device
     return cols, spec, f"SELECT {', '.join(exprs)} FROM {table}"
 
 
-def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool = False) -> list[Query]:
+def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool = False,
+                where: str = "") -> list[Query]:
     """One GPU table in rowid windows (`parts` of them, or windows of the default size), with
-    the device column only when asked (tag: (table, window, windows))."""
+    the device column only when asked (tag: (table, window, windows)); `where` filters further
+    (an SQL condition on the table's columns)."""
     cols, spec, sql = _gpu_spec(cap, table, GPU_TABLES[table], device=device)
     if not cols:
         return []
     windows = cap.rowid_windows(table, parts=parts)
-    return [Query((table, i, len(windows)), f"{sql} WHERE {w}", [n for n, _, _ in spec])
-            for i, w in enumerate(windows)]
+    return [Query((table, i, len(windows)), f"{sql} WHERE {w}{f' AND ({where})' if where else ''}",
+                  [n for n, _, _ in spec]) for i, w in enumerate(windows)]
 
 
 def has_pid(cap: Export, table: str) -> bool:

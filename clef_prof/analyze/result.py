@@ -99,6 +99,17 @@ class Analysis:
         """One row-level table (`calls`, `transfers`, `kernels`, `gpu_busy`) as NumPy columns."""
         return self.load_rows()._frames[name]
 
+    def window(self, t0: int, t1: int, pks=None) -> dict[str, Table]:
+        """The row-level tables of the rows that overlap [t0, t1] ns, of the processes `pks`
+        (`gtid >> 24` keys; None: all), filtered in SQL (`window.window_rows`): a few batches'
+        rows without reading every row of the capture."""
+        if not self._traced:
+            return _no_frames()
+        from .window import window_rows
+
+        with Export.open(self.path) as cap:
+            return window_rows(cap, self.stages, t0, t1, pks)
+
     def _frame(self, name: str) -> "pd.DataFrame":
         if name not in self._pd:
             self._pd[name] = self.rows(name).frame()

@@ -1,4 +1,4 @@
-"""`clef-prof report`: one self-contained HTML page (clef_prof.explore.html)."""
+"""`clef-prof report`: one self-contained HTML page (clef_prof.explore.html, pictures in SVG)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ def add_parser(sub) -> None:
     from .options import add_stage_options
 
     p = sub.add_parser("report", help="a self-contained HTML report of one capture: tables, timeline, distributions",
-                       description="Write one HTML file (plots embedded, no external resources) for a capture.")
+                       description="Write one HTML file (SVG pictures inline, no external resources) for a capture.")
     p.add_argument("capture", metavar="CAPTURE", help="nsys SQLite export, .nsys-rep report, record manifest or folder")
     p.add_argument("--html", required=True, metavar="OUT.html", help="the HTML file to write")
     p.add_argument("--batches", type=int, default=4, metavar="N", help="batches in the timeline (default 4)")
@@ -25,20 +25,17 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from .options import stage_config
     from ..analyze.inputs import resolve
-    from ..explore.frames import open as open_capture
+    from ..analyze.result import analyze
 
     if args.batches < 1:
         raise ClefError(f"--batches {args.batches}: at least 1")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ClefError("the HTML report draws its plots with matplotlib: pip install 'matplotlib>=3.10'") from None
     from ..safeio import check_output
 
     path = resolve(args.capture)[0]
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]
     check_output(args.html, inputs)
-    cap = open_capture(path, stage_config(args), requests=args.requests)
+    # one pass without row-level tables; the timeline reads its window's rows (issue 13)
+    cap = analyze(path, stage_config(args), requests=args.requests)
     write_html(cap, args.html, inputs, first_batch=args.first_batch, n_batches=args.batches)
     size = os.path.getsize(args.html)
     print(f"wrote {args.html}: {size / 1024:.0f} KiB, {cap.result.batches} batches, "

@@ -1,16 +1,21 @@
 """`clef-prof report CAPTURE --html OUT.html`: one self-contained HTML page per capture.
 
 The page holds analyze's headline, its per-request and per-stage tables, the capture's threads,
-a timeline of consecutive batches and the per-stage duration distributions. Plots are embedded
-as base64 PNG and the style sheet is inline: the file references nothing outside itself (no
-scripts, fonts, style sheets or images to fetch), so it can be mailed, attached to CI or opened
-offline.
+a timeline of consecutive batches and the per-stage duration distributions. The pictures are
+inline SVG (`clef_prof.explore.svg`) and the style sheet is inline: the file references nothing
+outside itself (no scripts, fonts, style sheets or images to fetch), so it can be mailed,
+attached to CI or opened offline. It is made from one `analyze` pass without row-level tables,
+plus the rows of the timeline's time window: neither pandas nor matplotlib is imported.
 """
 from __future__ import annotations
 
 import html
+import os
 from datetime import datetime, timezone
 
+import numpy as np
+
+from ..analyze.metrics import BATCH_KEYS
 from ..errors import ClefError
 
 _CSS = """
@@ -28,7 +33,7 @@ tr.total td{font-weight:600;background:#fafafa}
 .key{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}
 .key div{border:1px solid #d0d0d0;border-radius:6px;padding:6px 12px;min-width:150px}
 .key b{display:block;font-size:20px}.key span{color:#555;font-size:12px}
-figure{margin:8px 0}figure img{max-width:100%;height:auto;border:1px solid #e4e4e4}
+figure{margin:8px 0}figure svg{display:block;width:100%;height:auto;border:1px solid #e4e4e4}
 figcaption{color:#555;font-size:12px;margin-top:4px}
 footer{color:#777;font-size:12px;margin:32px 0 8px}
 .side{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.side>figure{flex:1 1 1000px;min-width:0}
@@ -56,11 +61,9 @@ def _pct1(v) -> str:
     return "—" if v is None else f"{v:.1f}%"
 
 
-def _img(fig, alt: str, caption: str, dpi: int = 100) -> str:
-    from .plots import png_base64
-
-    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{png_base64(fig, dpi)}">'
-            f"<figcaption>{_e(caption)}</figcaption></figure>")
+def _figure(svgs: list[str], caption: str) -> str:
+    """Inline SVG pictures (each with its own title and description) and their caption."""
+    return f"<figure>{''.join(svgs)}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
 def _findings(r) -> str:
@@ -73,16 +76,31 @@ def _findings(r) -> str:
             f'{"<ul>" + items + "</ul>" if found else "<p>no rule fired</p>"}</div>')
 
 
+def _batch_columns(analysis) -> dict[str, np.ndarray]:
+    """The batches table's columns (as `Capture.batches` names them), from analyze's per-batch table."""
+    bt = analysis.batch_table
+    dur = bt["end"] - bt["start"]
+    out = {"batch": np.arange(len(bt)), "size": bt["size"], "duration_ms": dur / 1e6,
+           **{c: bt[c] for c in bt.columns if c.endswith("_ns") or c in BATCH_KEYS}}
+    if "gpu_busy_ns" in bt:
+        out["gpu_busy_fraction"] = bt["gpu_busy_ns"] / np.maximum(dur, 1)
+    return out
+
+
 def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
-    """The report of one capture (a `Capture` or a path) as one HTML string."""
+    """The report of one capture as one HTML string: `cap` is an `Analysis`, a `Capture` of the
+    data model (its analysis is used) or a path (analyzed here, without row-level tables)."""
     from ..config import VERSION as __version__
-    from . import plots
-    from .frames import Capture, open as open_capture
+    from . import svg
     from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
 
-    cap = cap if isinstance(cap, Capture) else open_capture(cap)
+    if isinstance(cap, (str, os.PathLike)):
+        from ..analyze.result import analyze
+
+        cap = analyze(os.fspath(cap))
+    cap = getattr(cap, "analysis", cap)
     r = cap.result
-    name = title or cap.name
+    name = title or os.path.basename(cap.path)
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<title>clef-prof report: {_e(name)}</title><style>{_CSS}</style></head><body>",
@@ -127,7 +145,7 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     if r.batches:
         n_b = min(n_batches, r.batches)
         try:
-            tl = plots.timeline(cap, first_batch, n_b)
+            tl = svg.timeline(cap, first_batch, n_b)
         except ClefError as exc:
             parts.append(f'<div class="warn">timeline: {_e(exc)}</div>')
         else:
@@ -141,25 +159,27 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
                     cap_text += (f"Below: batch #{tl.zoom['batch']} (n={tl.zoom['size']}), stage "
                                  f"{tl.zoom['stage']}, every H2D copy numbered.")
             parts.append("<h2>Timeline and findings</h2><div class=\"side\">"
-                         + _img(tl.figure, "timeline of consecutive batches", cap_text) + _findings(r) + "</div>")
-        fig = plots.stage_durations(cap)
-        parts.append("<h2>Host time per stage, distribution</h2>" + _img(
-            fig, "per-stage host time per batch", "one point per batch (each stage's instances in a batch summed); "
-            "boxes: quartiles and median; log scale"))
+                         + _figure([tl.svg, *([tl.zoom_svg] if tl.zoom_svg else [])], cap_text) + _findings(r)
+                         + "</div>")
+        parts.append("<h2>Host time per stage, distribution</h2>" + _figure(
+            [svg.stage_durations(cap)], "one point per batch (each stage's instances in a batch summed); "
+            "boxes: quartiles and median, whiskers to the furthest batch within 1.5 IQR; log scale"))
 
     if not any(p.startswith("<h2>Timeline and findings") for p in parts):
         parts.append("<h2>Findings</h2>" + _findings(r))
 
     # threads and batches
-    th = cap.threads
-    if len(th):
+    th = [[t.pid, t.tid, t.process or "", t.thread or "", t.batches, sum(t.stage_instances.values())]
+          for t in r.capture.threads]
+    if th:
         parts.append("<h2>Threads with stage ranges</h2>")
-        parts.append(_table(list(th.columns), th.values.tolist(), num_from=99))
-    b = cap.batches
-    if len(b):
-        cols = [c for c in ["batch", "size", "duration_ms", *(f"{s}_ns" for s in cap.stage_names), "h2d_copies",
+        parts.append(_table(["pid", "tid", "process", "thread", "batches", "stage_instances"], th, num_from=99))
+    b = _batch_columns(cap)
+    n_rows = len(b["batch"])
+    if n_rows:
+        cols = [c for c in ["batch", "size", "duration_ms", *(f"{s}_ns" for s in cap.config.stages), "h2d_copies",
                             "kernel_launches", "graph_launches", "gpu_busy_fraction"] if c in b]
-        shown = b[cols].head(50)
+        shown = range(min(n_rows, 50))
 
         def cell(c, v):
             if c.endswith("_ns"):
@@ -173,9 +193,8 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
         heads = [c[:-3] + " ms" if c.endswith("_ns") else ("ms" if c == "duration_ms" else
                                                            ("GPU busy" if c == "gpu_busy_fraction" else c))
                  for c in cols]
-        parts.append(f"<h2>Batches</h2><details><summary>first {len(shown)} of {len(b)} batches</summary>")
-        parts.append(_table(heads, [[cell(c, v) for c, v in zip(cols, row)] for row in shown.itertuples(index=False)],
-                            num_from=0))
+        parts.append(f"<h2>Batches</h2><details><summary>first {len(shown)} of {n_rows} batches</summary>")
+        parts.append(_table(heads, [[cell(c, b[c][i]) for c in cols] for i in shown], num_from=0))
         parts.append("</details>")
 
     cfg = r.capture

@@ -22,25 +22,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ..errors import ClefError
+from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR, LANE_BATCH, LANE_BUSY,  # noqa: F401
+                    LANE_D2H, LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
+                    STAGE_COLORS)
 
 __all__ = ["Timeline", "timeline", "stage_durations", "compare_bars", "png_bytes", "png_base64"]
-
-LANE_BATCH = "batch"
-LANE_H2D = "H2D copies"
-LANE_D2H = "D2H copies"
-LANE_KERNELS = "kernels"
-LANE_GRAPHS = "graphs"
-LANE_BUSY = "GPU busy"
-GPU_LANES = (LANE_H2D, LANE_D2H, LANE_KERNELS, LANE_GRAPHS, LANE_BUSY)
-
-STAGE_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
-                "#ccb974", "#64b5cd")
-MEMORY_COLORS = {"pageable": "#d62728", "pinned": "#2ca02c"}
-OTHER_COLOR = "#b0b0b0"
-KERNEL_COLOR = "#1f3a93"
-GRAPH_COLOR = "#9c27b0"
-D2H_COLOR = "#6a3d9a"
-BUSY_COLOR = "#555555"
 
 
 def _capture(cap):
@@ -261,7 +247,7 @@ def timeline(cap, first: int = 0, n: int = 4, *, thread=None, zoom: bool = True,
         for lane, dname, fixed in ((LANE_H2D, "H2D", None), (LANE_D2H, "D2H", D2H_COLOR)):
             m = d == dname
             sub, mm, ow = tr[m], mem[m], own_tr[m]
-            ticks(sub, lane, (lambda i, mm=mm: MEMORY_COLORS.get(mm[i], "#ff7f0e")) if fixed is None
+            ticks(sub, lane, (lambda i, mm=mm: MEMORY_COLORS.get(mm[i], OTHER_MEMORY_COLOR)) if fixed is None
                   else (lambda i, c=fixed: c), ow)
 
         k = _in_window(cap.kernels, w0, w1, pids)
@@ -389,7 +375,7 @@ def _zoom(cap, zax, sel: pd.DataFrame, tr: pd.DataFrame, own_tr: np.ndarray, t0:
         zax.broken_barh(list(zip(xs, zx(calls["end_ns"].to_numpy()) - xs)), (1 - 0.3, 0.6), facecolors="#999999")
     mine = mine.sort_values("start_ns")
     xs, xe = zx(mine["start_ns"].to_numpy()), zx(mine["end_ns"].to_numpy())
-    cols = [MEMORY_COLORS.get(m, "#ff7f0e") for m in mine["memory"].astype(str)]
+    cols = [MEMORY_COLORS.get(m, OTHER_MEMORY_COLOR) for m in mine["memory"].astype(str)]
     zax.vlines(xs, -0.35, 0.35, colors=cols, linewidth=1.4)
     zax.broken_barh(list(zip(xs, xe - xs)), (-0.2, 0.4), facecolors=cols)
     if len(mine) <= 60:

@@ -167,7 +167,6 @@ def test_report_without_nsys_names_the_command(report, monkeypatch, capsys):
 
 @pytest.mark.nsys("2023.4")
 def test_report_and_compare_take_reports(report, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     html = tmp_path / "r.html"
     assert main(["report", str(report), "--html", str(html)]) == 0
     assert "1 batches" in capsys.readouterr().err and html.stat().st_size > 1000
