@@ -5,7 +5,6 @@ import os
 import sys
 
 from ..errors import ClefError
-from ..explore.html import write_html
 
 
 def add_parser(sub) -> None:
@@ -26,6 +25,7 @@ def run(args) -> int:
     from .options import stage_config
     from ..analyze.inputs import resolve
     from ..analyze.result import analyze
+    from ..explore.html import write_html
 
     if args.batches < 1:
         raise ClefError(f"--batches {args.batches}: at least 1")
