@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import thresholds
+from .arrays import percentile
 
 SEVERITIES = ("high", "medium", "low", "info")
 BATCH_SCOPE = "(batch)"
@@ -32,8 +33,8 @@ def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> dict[str, float 
     if not ok.any():
         return {"share_of_batch_pct_mean": None, "share_of_batch_pct_p50": None, "share_of_batch_pct_p99": None}
     pct = 100.0 * stage_ns[ok] / batch_ns[ok]
-    return {"share_of_batch_pct_mean": float(pct.mean()), "share_of_batch_pct_p50": float(np.percentile(pct, 50)),
-            "share_of_batch_pct_p99": float(np.percentile(pct, 99))}
+    return {"share_of_batch_pct_mean": float(pct.mean()), "share_of_batch_pct_p50": percentile(pct, 50),
+            "share_of_batch_pct_p99": percentile(pct, 99)}
 
 
 def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside_slot: int,
