@@ -19,6 +19,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import NoneType
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -330,15 +331,19 @@ class Export:
                 raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or corrupt") from None
             raise
         out = {}
-        for i, name in enumerate(names):
+        # columns as tuples, and each column's set of value types, made in C
+        for name, col in zip(names, zip(*rows) if rows else [()] * len(names)):
             dt = dtypes.get(name, "int64")
+            types = set(map(type, col))
             if dt == "str":
-                out[name] = np.array([r[i] if r[i] is not None else "" for r in rows], dtype=object)
-            else:
-                bad = next((type(r[i]).__name__ for r in rows if not isinstance(r[i], (int, type(None)))), None)
+                out[name] = np.array(["" if v is None else v for v in col] if NoneType in types else col, dtype=object)
+                continue
+            if types - {int, NoneType}:
+                bad = next((type(v).__name__ for v in col if not isinstance(v, (int, NoneType))), None)
                 if bad is not None:
                     raise _NotInteger(name, bad)
-                out[name] = np.fromiter((r[i] if r[i] is not None else 0 for r in rows), dtype=dt, count=len(rows))
+            out[name] = np.fromiter([0 if v is None else v for v in col] if NoneType in types else col,
+                                    dtype=dt, count=len(col))
         return out
 
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
