@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("pandas", "matplotlib", "pyarrow", "adbc_driver_sqlite", "adbc_driver_manager", "rich")
-LAZY = ("numpy.ma", "pyarrow.compute", "pyarrow.dataset")      # 20, 90 and 300 ms (the last imports pandas)
+LAZY = ("numpy.ma", "pyarrow.compute", "pyarrow.dataset",      # 20, 90 and 300 ms (the last imports pandas)
+        "clef_prof.annotate.spec")                              # 3 ms: only with --spec
 
 # runs the CLI in-process in a fresh interpreter, then prints the top-level packages it imported
 _PROBE = ("import json, sys\n"
