@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
     trees = parse_trees(args.tree)
     with tempfile.TemporaryDirectory(prefix="clef-bench-small-") as tmp:
-        capture = args.capture or unpack("gpu-q1c16-main", tmp)
-        pr = args.pr or unpack("gpu-q1c16-pr", tmp)
+        capture = os.path.abspath(args.capture) if args.capture else unpack("gpu-q1c16-main", tmp)
+        pr = os.path.abspath(args.pr) if args.pr else unpack("gpu-q1c16-pr", tmp)
         nsys = find_nsys(args.nsys)
         base = commands(capture, pr, tmp, nsys)
         if args.only:
@@ -130,14 +130,16 @@ def main(argv: list[str] | None = None) -> int:
                 cmds[f"{name} [{label}]" if len(trees) > 1 and name in TREE_COMMANDS else name] = (argv_, tree_env(root))
         for f in (capture, pr):
             warm(f)
+        # run in the temporary folder: `python -m` puts the working directory first on sys.path,
+        # which would shadow PYTHONPATH's tree when run from another tree's root
         for cmd, env in cmds.values():       # warm-up: byte-code caches, page cache
-            run_child(cmd, env=env)
+            run_child(cmd, env=env, cwd=tmp)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         names = list(cmds)
         for i in range(args.runs):
             order = names[i % len(names):] + names[:i % len(names)]
             for name in order:
-                r = run_child(*cmds[name])
+                r = run_child(*cmds[name], cwd=tmp)
                 if r["rc"] not in (0, 1) or (r["rc"] == 1 and not name.startswith("doctor")):
                     raise SystemExit(f"bench: {name} failed (exit {r['rc']}): {r['stderr']}")
                 r.pop("stderr", None)
