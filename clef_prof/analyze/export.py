@@ -70,10 +70,6 @@ class AdbcConnection:
         self._db = adbc_driver_sqlite.connect(uri)
         self._conn = adbc_driver_manager.AdbcConnection(self._db)
 
-    @classmethod
-    def connect(cls, uri: str) -> "AdbcConnection":
-        return cls(uri)
-
     def arrow_table(self, sql: str):
         """The result of `sql` as one pyarrow Table, in big record batches (a window arrives as
         one batch, and converts without a copy)."""
@@ -353,7 +349,7 @@ class Export:
     def _thread_conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = (self._adbc.connect(_uri(self.path)) if self._adbc is not None else
+            conn = self._local.conn = (self._adbc(_uri(self.path)) if self._adbc is not None else
                                        sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False))
             self._pool_conns.append(conn)
         return conn
@@ -363,7 +359,7 @@ class Export:
             conn = self._thread_conn()
         else:
             if self._adbc_conn is None:
-                self._adbc_conn = self._adbc.connect(_uri(self.path))
+                self._adbc_conn = self._adbc(_uri(self.path))
             conn = self._adbc_conn
         return conn.arrow_table(sql)
 
