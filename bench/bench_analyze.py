@@ -133,10 +133,11 @@ print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": 
 """
 
 
-def run_child(cmd: list[str], env=None) -> dict:
+def run_child(cmd: list[str], env=None, cwd: str | None = None) -> dict:
     """Run a command; wall time, CPU (it and the children it waited for) and peak RSS."""
     load = os.getloadavg()[0]
-    p = subprocess.run([sys.executable, "-c", _WRAPPER, json.dumps(cmd)], capture_output=True, text=True, env=env)
+    p = subprocess.run([sys.executable, "-c", _WRAPPER, json.dumps(cmd)], capture_output=True, text=True, env=env,
+                       cwd=cwd)
     if p.returncode != 0:
         raise SystemExit(f"bench: could not run {cmd}: {p.stderr[-2000:]}")
     out = json.loads(p.stdout)
@@ -178,7 +179,7 @@ def bench_file(path: str, repeat: int, nsys: str | None, env: dict, tmp: str, re
     out_json = os.path.join(tmp, "analyze.json")
     runs = []
     for _ in range(repeat):
-        r = run_child([sys.executable, "-m", "clef_prof", "analyze", path, "-f", "json", "-o", out_json], env=env)
+        r = run_child([sys.executable, "-m", "clef_prof", "analyze", path, "-f", "json", "-o", out_json], env=env, cwd=tmp)
         if r["rc"] != 0:
             raise SystemExit(f"analyze failed on {path} (exit {r['rc']}): {r['stderr']}")
         runs.append(r)

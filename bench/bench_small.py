@@ -3,6 +3,7 @@
 
     python bench/bench_small.py                      # tests/data/gpu-q1c16-main (17 MB), 7 rounds
     python bench/bench_small.py --runs 9 --json out.json
+    python bench/bench_small.py --tree main=/tmp/main-copy --tree .   # two trees, side by side
 
 Whole-process runs, side by side, after one warm-up run of each (byte-code caches written, as
 for an installed package; PYTHONDONTWRITEBYTECODE is dropped): each round runs every command once, in a rotating order, so
@@ -17,6 +18,10 @@ ratios. Commands:
   nsys         `nsys stats -r nvtx_gpu_proj_trace,cuda_gpu_trace -f csv -o - CAPTURE`
   report       `clef-prof report CAPTURE --html FILE`
   compare      `clef-prof compare --arm main=4 copies of CAPTURE --arm pr=4 copies of --pr -f json`
+
+With --tree (given twice or more), each clef-prof command runs once per tree in every round
+(PYTHONPATH set to that tree), so that the trees meet the same load; the table then gives, per
+command, the median of the per-round ratios of each tree to the first (wall and CPU).
 
 No timing is asserted anywhere: the targets (issue 16) are printed beside the medians.
 """
@@ -46,6 +51,34 @@ def unpack(name: str, tmp: str) -> str:
     with lzma.open(ROOT / "tests" / "data" / f"{name}.sqlite.xz") as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
     return out
+
+
+TREE_COMMANDS = ("help", "doctor", "analyze", "report", "compare")     # the ones that run clef_prof
+
+
+def tree_env(root: str) -> dict[str, str]:
+    """The environment that runs clef_prof from `root`, byte-code cached as for an installed package
+    (compiling clef_prof's sources costs ~50 ms a run)."""
+    env = {**os.environ, "PYTHONPATH": str(root) + (os.pathsep + os.environ["PYTHONPATH"]
+                                                    if os.environ.get("PYTHONPATH") else "")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def parse_trees(given: list[str] | None) -> dict[str, str]:
+    """label -> tree root, from LABEL=PATH or PATH (labelled by its folder name); default: this tree."""
+    if not given:
+        return {ROOT.name: str(ROOT)}
+    trees = {}
+    for t in given:
+        label, _, path = t.rpartition("=")
+        path = os.path.abspath(path)
+        if not os.path.isdir(os.path.join(path, "clef_prof")):
+            raise SystemExit(f"bench: {path}: no clef_prof package there")
+        trees[label or os.path.basename(path)] = path
+    if len(trees) != len(given):
+        raise SystemExit("bench: two trees with one label; name them LABEL=PATH")
+    return trees
 
 
 def commands(capture: str, pr: str, tmp: str, nsys: str | None) -> dict[str, list[str]]:
@@ -79,30 +112,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="comma-separated commands to run (default: all)")
     p.add_argument("--nsys", help="nsys binary (default .nsys/2023.4/nsys, then PATH)")
     p.add_argument("--json", help="write every run here")
+    p.add_argument("--tree", action="append", metavar="[LABEL=]PATH",
+                   help="a source tree to run clef_prof from (repeat to compare trees; default: this one)")
     args = p.parse_args(argv)
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"]
-                                                     if os.environ.get("PYTHONPATH") else "")}
-    # as installed: byte-code cached (compiling clef_prof's sources costs ~50 ms a run)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    trees = parse_trees(args.tree)
     with tempfile.TemporaryDirectory(prefix="clef-bench-small-") as tmp:
-        capture = args.capture or unpack("gpu-q1c16-main", tmp)
-        pr = args.pr or unpack("gpu-q1c16-pr", tmp)
+        capture = os.path.abspath(args.capture) if args.capture else unpack("gpu-q1c16-main", tmp)
+        pr = os.path.abspath(args.pr) if args.pr else unpack("gpu-q1c16-pr", tmp)
         nsys = find_nsys(args.nsys)
-        cmds = commands(capture, pr, tmp, nsys)
+        base = commands(capture, pr, tmp, nsys)
         if args.only:
-            cmds = {k: v for k, v in cmds.items() if k in args.only.split(",") or k == "python"}
+            base = {k: v for k, v in base.items() if k in args.only.split(",") or k == "python"}
+        cmds: dict[str, tuple[list[str], dict]] = {}     # name (with its tree when several) -> argv, env
+        for name, argv_ in base.items():
+            for label, root in (trees.items() if name in TREE_COMMANDS else list(trees.items())[:1]):
+                cmds[f"{name} [{label}]" if len(trees) > 1 and name in TREE_COMMANDS else name] = (argv_, tree_env(root))
         for f in (capture, pr):
             warm(f)
-        for cmd in cmds.values():       # warm-up: byte-code caches, page cache
-            run_child(cmd, env=env)
+        # run in the temporary folder: `python -m` puts the working directory first on sys.path,
+        # which would shadow PYTHONPATH's tree when run from another tree's root
+        for cmd, env in cmds.values():       # warm-up: byte-code caches, page cache
+            run_child(cmd, env=env, cwd=tmp)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         names = list(cmds)
         for i in range(args.runs):
             order = names[i % len(names):] + names[:i % len(names)]
             for name in order:
-                r = run_child(cmds[name], env=env)
-                if r["rc"] not in (0, 1) or (r["rc"] == 1 and name != "doctor"):
+                r = run_child(*cmds[name], cwd=tmp)
+                if r["rc"] not in (0, 1) or (r["rc"] == 1 and not name.startswith("doctor")):
                     raise SystemExit(f"bench: {name} failed (exit {r['rc']}): {r['stderr']}")
                 r.pop("stderr", None)
                 runs[name].append(r)
@@ -117,14 +155,29 @@ def main(argv: list[str] | None = None) -> int:
         cpu = statistics.median(r["cpu_s"] for r in rs)
         summary[name] = {"wall_s": wall, "wall_min_s": min(r["wall_s"] for r in rs), "cpu_s": cpu,
                          "rss_mb": max(r["rss_mb"] for r in rs)}
-        t = TARGETS.get(name)
+        t = TARGETS.get(name.split(" [")[0])
         lines.append(f"| {name} | {wall:.3f} | {summary[name]['wall_min_s']:.3f} | {cpu:.3f} | "
                      f"{summary[name]['rss_mb']:.0f} | {'≤ %.2f s' % t if t else ''} |")
-    if "nsys" in runs and "analyze" in runs:
-        ratios = [n["wall_s"] / a["wall_s"] for n, a in zip(runs["nsys"], runs["analyze"])]
-        summary["nsys_over_analyze"] = statistics.median(ratios)
-        lines += ["", f"nsys stats / analyze, median of per-round ratios: {summary['nsys_over_analyze']:.2f} "
-                      f"(target ≥ {RATIO_TARGET}; range {min(ratios):.2f}–{max(ratios):.2f})"]
+    for label in trees:
+        key = f"analyze [{label}]" if len(trees) > 1 else "analyze"
+        if "nsys" in runs and key in runs:
+            ratios = [n["wall_s"] / a["wall_s"] for n, a in zip(runs["nsys"], runs[key])]
+            summary[f"nsys_over_{key}"] = statistics.median(ratios)
+            lines += ["", f"nsys stats / {key}, median of per-round ratios: {statistics.median(ratios):.2f} "
+                          f"(target ≥ {RATIO_TARGET}; range {min(ratios):.2f}–{max(ratios):.2f})"]
+    if len(trees) > 1:
+        first, *others = trees
+        lines += ["", f"| command | tree | wall ÷ [{first}] (median of rounds) | CPU ÷ [{first}] |", "|---|---|---|---|"]
+        for name in base:
+            if name not in TREE_COMMANDS:
+                continue
+            ref = runs[f"{name} [{first}]"]
+            for label in others:
+                rs = runs[f"{name} [{label}]"]
+                w = statistics.median(r["wall_s"] / q["wall_s"] for r, q in zip(rs, ref))
+                c = statistics.median(r["cpu_s"] / q["cpu_s"] for r, q in zip(rs, ref))
+                summary[f"{name} [{label}] / [{first}]"] = {"wall": w, "cpu": c}
+                lines.append(f"| {name} | {label} | {w:.3f} | {c:.3f} |")
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps({"schema": "clef-prof/bench-small/1", "summary": summary, "runs": runs,

@@ -23,6 +23,18 @@ class StageConfig:
     stages: tuple[str, ...] = DEFAULT_STAGES
     findings: tuple[tuple[str, float], ...] = ()
 
+def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | None = None, stages=None,
+                   findings=()) -> StageConfig:
+    """`cfg` with the given domain, batch name, stages (a sequence or "a,b,c") and threshold
+    overrides ((key, value) pairs) over it."""
+    if isinstance(stages, str):
+        stages = tuple(s.strip() for s in stages.split(",") if s.strip())
+    merged = dict(cfg.findings)
+    merged.update(findings)
+    return StageConfig(domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
+                       stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()))
+
+
 # the record manifest: written by clef_prof.record.manifest, read by clef_prof.analyze.manifest
 MANIFEST_SCHEMA = "clef-prof/record/1"
 MANIFEST = "manifest.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import unique
 from .intervals import Containment
 from .stages import Stages
 
@@ -23,7 +24,7 @@ class Placer:
         s = np.concatenate([inst["start"], bat["start"]])
         e = np.concatenate([inst["end"], bat["end"]])
         self.empty = len(key) == 0
-        self.threads = np.unique(key)
+        self.threads = unique(key)
         self.containment = None if self.empty else Containment(key, s, e)
         self.unit_slot = np.concatenate([inst["code"].astype(np.int64),
                                          np.full(len(bat), self.n_stages, dtype=np.int64)])

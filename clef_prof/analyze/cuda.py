@@ -133,8 +133,9 @@ class KindLookup:
 
 
 def kind_lut(cap: Export) -> tuple[KindLookup, list[int]]:
-    """(nameId -> kind lookup; the StringIds ids of the calls of interest)."""
-    kinds = {i: api_kind(v) for i, v in cap.strings.items()}
+    """(nameId -> kind lookup; the StringIds ids of the calls of interest). Every API of interest
+    starts with "cu": the other strings (kernel and range names, most of them) are not classified."""
+    kinds = {i: api_kind(v) for i, v in cap.strings.items() if v.startswith("cu")}
     wanted = sorted(i for i, kd in kinds.items() if kd)
     lut = KindLookup({i: kinds[i] for i in wanted})
     lut.sync = KindLookup({i: k for i in wanted if (k := sync_kind(cap.strings[i]))})

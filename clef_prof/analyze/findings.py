@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config import thresholds
 from .model import BatchShare, Finding, LostRecords, Result
+from .arrays import percentile
 
 SEVERITIES = ("high", "medium", "low", "info")
 BATCH_SCOPE = "(batch)"
@@ -33,7 +34,7 @@ def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> BatchShare:
     if not ok.any():
         return BatchShare()
     pct = 100.0 * stage_ns[ok] / batch_ns[ok]
-    return BatchShare(float(pct.mean()), float(np.percentile(pct, 50)), float(np.percentile(pct, 99)))
+    return BatchShare(float(pct.mean()), percentile(pct, 50), percentile(pct, 99))
 
 
 def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside_slot: int,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import percentile
 from .columns import Table
 from .cuda import COPY, DEVICE_SYNC, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC, SYNC_COPY
 
@@ -14,8 +15,8 @@ def host_stats(durations_ns: np.ndarray) -> dict[str, float | None]:
     if len(durations_ns) == 0:
         return {"host_ms_mean": None, "host_ms_p50": None, "host_ms_p99": None}
     d = np.asarray(durations_ns, dtype=np.float64) / NS_PER_MS
-    return {"host_ms_mean": float(d.mean()), "host_ms_p50": float(np.percentile(d, 50)),
-            "host_ms_p99": float(np.percentile(d, 99))}
+    return {"host_ms_mean": float(d.mean()), "host_ms_p50": percentile(d, 50),
+            "host_ms_p99": percentile(d, 99)}
 
 
 def per_batch_durations(instances: Table, code: int) -> np.ndarray:

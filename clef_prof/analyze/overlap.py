@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import unique
 from .intervals import covered, union
 
 COMPACT_AT = 1 << 22        # unordered mode: merge the held intervals when this many accumulate
@@ -53,7 +54,7 @@ class BusyStream:
         self.own_ns = 0
         self._a, self._b = np.asarray(batch_start), np.asarray(batch_end)
         bpk = np.asarray(batch_pk)
-        self._batches = {int(k): np.flatnonzero(bpk == k) for k in np.unique(bpk)}
+        self._batches = {int(k): np.flatnonzero(bpk == k) for k in unique(bpk)}
         self._last: dict[str, float | None] = {s: None for s in sources}   # None: not started
         self._all, self._own = _Held(), _Held()
         self.peak_held = 0
@@ -66,7 +67,7 @@ class BusyStream:
             if (last is not None and start[0] < last) or (len(start) > 1 and (start[1:] < start[:-1]).any()):
                 raise Unordered(source)
             self._last[source] = int(start[-1])
-        keys = [int(pk[0])] if (pk == pk[0]).all() else [int(k) for k in np.unique(pk)]
+        keys = [int(pk[0])] if (pk == pk[0]).all() else [int(k) for k in unique(pk)]
         for k in keys:
             m = None if len(keys) == 1 else (pk == k)
             s, e, st = (start, end, staged) if m is None else (start[m], end[m], staged[m])

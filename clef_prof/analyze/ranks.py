@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from .arrays import unique
 from .columns import Table, factorize
 
 MATCH_SHARE = 0.9        # of the smaller process's batches that must match, for two processes to be replicas
@@ -52,7 +53,7 @@ def _matched(a: Table, b: Table) -> int:
 def groups(batches: Table) -> dict[int, int]:
     """pid -> pid of the first rank of its replica group (itself when it has none).
     `batches` has start, end, size, rid and pid columns."""
-    pids = [int(p) for p in np.unique(batches["pid"])]
+    pids = [int(p) for p in unique(batches["pid"])]
     lead: dict[int, int] = {}
     by_pid = {p: batches[batches["pid"] == p] for p in pids}
     for p in pids:
@@ -77,7 +78,7 @@ def fold(stages):
     if len(b) == 0:
         return stages
     pk = b["gtid"] >> 24
-    if len(np.unique(pk)) < 2:
+    if len(unique(pk)) < 2:
         return replace(stages, rank_lead={int(pk[0]): int(pk[0])})
     lead = groups(b.assign(pid=pk))
     replica_pk = [p for p, q in lead.items() if p != q]

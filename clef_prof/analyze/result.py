@@ -24,6 +24,7 @@ from ..config import thresholds
 from . import ranks
 from .attribute import Placer, slots
 from .export import Export
+from .arrays import percentile, unique
 from .columns import Table
 from ..errors import CaptureError
 from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
@@ -534,7 +535,7 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
     if traced and len(b):
         frac = cov / np.maximum(bdur, 1)
         overlap = Overlap(gpu_busy_fraction_of_pooler_span=float(cov.sum() / max(bdur.sum(), 1)),
-                          gpu_busy_fraction_p50=float(np.percentile(frac, 50)),
+                          gpu_busy_fraction_p50=percentile(frac, 50),
                           gpu_busy_ms_in_pooler_span_per_request=safe_div(float(cov.sum()) / NS_PER_MS, req),
                           gpu_busy_ms_per_request=safe_div(own_ns / NS_PER_MS, req))
 
@@ -572,7 +573,7 @@ def _ranks(stages: Stages, cov) -> list[RankFigures]:
         return []
     pks = b["gtid"] >> 24
     out = []
-    for pk in np.unique(pks):       # once per process holding batches
+    for pk in unique(pks):       # once per process holding batches
         g = b[pks == pk]
         dur = int((g["end"] - g["start"]).sum())
         req = int(g["size"].sum())
@@ -588,7 +589,7 @@ def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> CaptureFa
     inst, b = stages.instances, stages.batches
     starts = np.concatenate([inst["start"], b["start"]])
     ends = np.concatenate([inst["end"], b["end"]])
-    gtids = np.unique(np.concatenate([inst["gtid"], b["gtid"]]))
+    gtids = unique(np.concatenate([inst["gtid"], b["gtid"]]))
     return CaptureFacts(
         nsys_version=cap.nsys_version, cuda_driver_version=cap.cuda_driver_version,
         schema_version=cap.schema_version, duration_s=None if cap.duration_ns is None else cap.duration_ns / 1e9,

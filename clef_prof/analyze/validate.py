@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import distinct_pairs, unique
 from .export import NAME_CHARS, Export
 from .model import ThreadFacts
 from .nvtx import NvtxCensus, names_seen
@@ -138,11 +139,11 @@ def stage_layout(stages: Stages) -> list[str]:
     inst = stages.instances
     if len(inst) == 0:
         return []
-    gtids = np.unique(np.concatenate([inst["gtid"], stages.batches["gtid"]]))
-    pids = np.unique(gtids >> 24)
+    gtids = unique(np.concatenate([inst["gtid"], stages.batches["gtid"]]))
+    pids = unique(gtids >> 24)
     if len(gtids) <= 1:
         return []
-    pairs = np.unique(np.stack([inst["code"].astype(np.int64), inst["gtid"]]), axis=1)[0]
+    pairs = distinct_pairs(inst["code"].astype(np.int64), inst["gtid"])
     per_stage = np.bincount(pairs, minlength=len(stages.config.stages))
     spread = ", ".join(f"{s}: {n} threads" for s, n in zip(stages.config.stages, per_stage) if n > 1)
     return [f"stage ranges lie on {len(gtids)} threads in {len(pids)} processes"

@@ -40,7 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, StageConfig
+from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, StageConfig, with_overrides
 from ..errors import SpecError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -305,9 +305,4 @@ def stage_config(spec_path: str | None = None, domain: str | None = None, batch:
     """The stage names to analyze: `base`, else the spec's, else the defaults; then the given
     domain, batch name, stages (a sequence or "a,b,c") and threshold overrides over them."""
     cfg = base if base is not None else load(spec_path).config if spec_path else StageConfig()
-    if isinstance(stages, str):
-        stages = tuple(s.strip() for s in stages.split(",") if s.strip())
-    merged = dict(cfg.findings)
-    merged.update(findings)
-    return StageConfig(domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
-                       stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()))
+    return with_overrides(cfg, domain, batch, stages, findings)

@@ -1,5 +1,6 @@
-"""The small-export reader (`group_concat` columns parsed by NumPy) reads what the row reader
-reads, and refuses what it refuses: a value that is not a plain integer in an integer column."""
+"""Both columnar readers, the small-export one (`group_concat` columns parsed by NumPy) and ADBC
+(Arrow buffers read by NumPy), read what the row reader reads, and refuse what it refuses: a
+value that is not a plain integer in an integer column."""
 from __future__ import annotations
 
 import sqlite3
@@ -7,8 +8,15 @@ import sqlite3
 import numpy as np
 import pytest
 
+from clef_prof.analyze import export as export_module
 from clef_prof.analyze.export import Export
 from clef_prof.errors import CaptureError
+
+
+@pytest.fixture(params=["sqlite", "adbc"], autouse=True)
+def reader(request, monkeypatch):
+    monkeypatch.setattr(export_module, "READER", request.param)
+    return request.param
 
 
 def export(tmp_path, values: list) -> Export:
@@ -22,13 +30,15 @@ def export(tmp_path, values: list) -> Export:
 
 
 @pytest.mark.parametrize("values", [[0, -1, 2**63 - 1, -2**63, None], [7], [], [-5, -6]])
-def test_integers_read_alike(tmp_path, values):
+def test_integers_read_alike(tmp_path, values, reader):
     with export(tmp_path, values) as cap:
+        assert (cap._adbc is not None) == (reader == "adbc")
         got = cap.read("SELECT a, b FROM t", ["a", "b"])
+        threaded = cap.read("SELECT a, b FROM t", ["a", "b"], {"a": "int32"}, threaded=True)
         rows = cap.rows("SELECT a, b FROM t")
-    assert got["a"].tolist() == [r[0] for r in rows]
-    assert got["b"].tolist() == [0 if r[1] is None else r[1] for r in rows]
-    assert got["b"].dtype == np.int64
+    assert got["a"].tolist() == threaded["a"].tolist() == [r[0] for r in rows]
+    assert got["b"].tolist() == threaded["b"].tolist() == [0 if r[1] is None else r[1] for r in rows]
+    assert got["b"].dtype == np.int64 and threaded["a"].dtype == np.int32
 
 
 @pytest.mark.parametrize("bad", ["-", "1,2", "", "5-", "1-2", "abc", 5.0, 1e20, b"\x01"])

@@ -15,12 +15,16 @@ from clef_prof.cli import doctor
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fake_nvtx(tmp_path, version: str) -> Path:
-    """A folder that makes importlib.metadata report `nvtx==version` when on PYTHONPATH."""
+def fake_nvtx(tmp_path, version: str, package: bool = True) -> Path:
+    """A folder that makes importlib.metadata report `nvtx==version` when on PYTHONPATH, and
+    holds an importable (empty) nvtx package, as pip leaves it, unless `package` is False."""
     d = tmp_path / f"nvtx-site-{version}"
     info = d / f"nvtx-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvtx\nVersion: {version}\n")
+    if package:
+        (d / "nvtx").mkdir()
+        (d / "nvtx" / "__init__.py").write_text("")
     return d
 
 
@@ -81,6 +85,14 @@ def test_newer_nsys_records_new_nvtx(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.loads(p.stdout)
     assert r["ok"] and r["nvtx"] == "0.2.17" and r["nsys"][0]["records_python_nvtx"] is True
+
+
+def test_nvtx_metadata_without_the_package_is_not_installed(tmp_path):
+    """Only an importable nvtx can emit ranges: metadata left behind by a removed package is none."""
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
+    p = run_doctor("--nsys", nsys, "--json", pythonpath=fake_nvtx(tmp_path, "0.2.17", package=False))
+    r = json.loads(p.stdout)
+    assert p.returncode == 0 and r["ok"] and r["nvtx"] is None, p.stdout + p.stderr
 
 
 def test_no_nvtx_installed_is_fine(tmp_path, monkeypatch):
