@@ -47,7 +47,10 @@ class CudaTally:
         self.n_slots, self.n_batches = n_slots, n_batches
         self.slot = {k: np.zeros(n_slots, np.int64) for k in (*COPY_KEYS, *CALL_KEYS.values(), *SYNC_KEYS.values(),
                                                               "gpu_kernels", "graph_kernels", "graph_executions")}
-        self.batch = {k: np.zeros(n_batches, np.int64) for k in BATCH_KEYS}
+        # per batch: each count per slot (n_batches x n_slots), and the busy ns of the batch's own
+        # GPU work (the union of the GPU intervals launched inside it; set by the GPU pass)
+        self.batch = {k: np.zeros((n_batches, n_slots), np.int64) for k in BATCH_KEYS}
+        self.batch["gpu_own_ns"] = np.zeros(n_batches, np.int64)
 
     @staticmethod
     def _cnt(idx: np.ndarray, n: int, weights=None) -> np.ndarray:
@@ -65,7 +68,17 @@ class CudaTally:
         if batch is not None and self.n_batches:
             inb = batch >= 0
             for kd, key in ((LAUNCH, "kernel_launches"), (GRAPH, "graph_launches")):
-                self.batch[key] += self._cnt(batch[inb & (kind == kd)], self.n_batches)
+                m = inb & (kind == kd)
+                self._add_batch(key, batch[m], slot[m])
+
+    def _add_batch(self, key: str, batch: np.ndarray, slot: np.ndarray, weights=None) -> None:
+        """Count per (batch, slot): one bincount over the cells between the chunk's first and last
+        batch (a window of the capture touches few batches)."""
+        if len(batch) == 0:
+            return
+        cell = batch.astype(np.int64) * self.n_slots + slot
+        lo, hi = int(cell.min()), int(cell.max()) + 1
+        self.batch[key].reshape(-1)[lo:hi] += self._cnt(cell - lo, hi - lo, weights)
 
     def add_syncs(self, sync: np.ndarray, slot: np.ndarray) -> None:
         """Device syncs and synchronous memcpy calls per slot (`cuda.sync_kind` of each call)."""
@@ -88,8 +101,8 @@ class CudaTally:
             if batch is not None and self.n_batches:
                 b = batch[m]
                 inb = b >= 0
-                self.batch[f"{label}_copies"] += self._cnt(b[inb], self.n_batches, cn[inb])
-                self.batch[f"{label}_bytes"] += self._cnt(b[inb], self.n_batches, by[inb])
+                self._add_batch(f"{label}_copies", b[inb], sl[inb], cn[inb])
+                self._add_batch(f"{label}_bytes", b[inb], sl[inb], by[inb])
 
     def add_kernels(self, slot: np.ndarray, from_graph: np.ndarray) -> None:
         self.slot["gpu_kernels"] += self._cnt(slot, self.n_slots)
@@ -114,8 +127,9 @@ def safe_div(a, b):
 def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,
                     gpu_covered_ns: np.ndarray | None) -> Table:
     """One row per batch (the unit `compare` resamples): size, host ns of the batch and of each
-    stage, the CUDA work launched inside it (`CudaTally.batch`; None without CUDA trace) and the
-    ns of its host span during which the GPU was busy."""
+    stage, the CUDA work launched inside it (`CudaTally.batch`; None without CUDA trace), the
+    ns of its host span during which the GPU was busy, the busy ns of its own GPU work, and the
+    CUDA work launched in each stage (`<stage>_<count>`)."""
     b = stages.batches
     n = len(b)
     out = Table(start=b["start"], end=b["end"], gtid=b["gtid"], size=b["size"], host_ns=b["end"] - b["start"])
@@ -128,6 +142,10 @@ def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,
         out[f"{name}_ns"] = np.bincount(inside["batch"][m], weights=dur[m], minlength=n)[:n].astype(np.int64)
     if batch_counts is not None:
         for key in BATCH_KEYS:
-            out[key] = batch_counts[key]
+            out[key] = batch_counts[key].sum(axis=1)
         out["gpu_busy_ns"] = gpu_covered_ns if gpu_covered_ns is not None else 0
+        out["gpu_own_ns"] = batch_counts["gpu_own_ns"]
+        for code, name in enumerate(stages.config.stages):
+            for key in BATCH_KEYS:
+                out[f"{name}_{key}"] = batch_counts[key][:, code]
     return out

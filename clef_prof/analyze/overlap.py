@@ -4,8 +4,10 @@ how much of each host span it covers.
 `BusyStream` computes the same figures from GPU rows read chunk by chunk, in bounded memory:
 nsys writes each activity table in start order, so once every table has been read past time
 W, the merged busy intervals that end before W are final; their coverage of the batch spans
-is added up and they are dropped. A table found out of order raises `Unordered`, and the
-caller starts over with `ordered=False` (everything is held until the end).
+is added up and they are dropped. The same watermark finalizes each batch's own busy time
+(`BatchUnion`: the union of the intervals launched inside the batch). A table found out of
+order raises `Unordered`, and the caller starts over with `ordered=False` (everything is held,
+merged from time to time, until the end).
 """
 from __future__ import annotations
 
@@ -43,12 +45,59 @@ class _Held:
         return union(s, e)
 
 
+class BatchUnion:
+    """Per batch, the length of the union of the intervals launched inside it, from rows fed
+    chunk by chunk: the held rows are merged batch by batch (sorted by batch and start, a running
+    maximum of the end within each batch), and the merged intervals that end before a watermark
+    are added up and dropped; the others are held, merged, for the next rows."""
+
+    def __init__(self, n_batches: int):
+        self.ns = np.zeros(n_batches, dtype=np.int64)
+        self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.size = 0
+
+    def add(self, batch: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        if len(batch):
+            self._held.append((batch, start, end))
+            self.size += len(batch)
+
+    def merge(self, w: float) -> None:
+        """Merge the held intervals; account for the merged ones that end before w."""
+        if not self._held:
+            return
+        b, s, e = (np.concatenate(c) for c in zip(*self._held)) if len(self._held) > 1 else self._held[0]
+        self._held = []
+        # by batch, then start (stable sorts: the rows come in nearly sorted runs, which timsort
+        # merges in about linear time)
+        o = np.argsort(s, kind="stable")
+        o = o[np.argsort(b[o], kind="stable")]
+        b, s, e = b[o], s[o], e[o]
+        # furthest end so far in the batch: a running max of (batch, rank of end), which never
+        # crosses into the next batch since its batch part is larger
+        by_end = np.argsort(e, kind="stable")
+        rank = np.empty_like(by_end)
+        rank[by_end] = np.arange(len(e))
+        n = len(e)
+        reach = e[by_end[np.maximum.accumulate(b * n + rank) - b * n]]
+        del o, by_end, rank     # freed before the merged intervals are made
+        first = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (s[1:] > reach[:-1])])
+        gb, gs, ge = b[first], s[first], reach[np.r_[first[1:] - 1, len(b) - 1]]
+        done = ge < w
+        if done.any():
+            lo, hi = int(gb[done][0]), int(gb[done][-1]) + 1
+            self.ns[lo:hi] += np.bincount(gb[done] - lo, weights=(ge - gs)[done], minlength=hi - lo).astype(np.int64)
+        keep = ~done
+        self._held = [(gb[keep], gs[keep], ge[keep])] if keep.any() else []
+        self.size = int(keep.sum())
+
+
 class BusyStream:
-    """GPU busy coverage of batch spans, and the busy ns of the work launched in stages
-    (`staged`), from GPU rows fed chunk by chunk by `sources` (table names)."""
+    """GPU busy coverage of batch spans, the busy ns of the work launched in stages (`staged`),
+    and per batch the busy ns of the staged work launched inside it (`batch`, -1 outside every
+    batch), from GPU rows fed chunk by chunk by `sources` (table names)."""
 
     def __init__(self, batch_pk: np.ndarray, batch_start: np.ndarray, batch_end: np.ndarray,
-                 sources: list[str], ordered: bool = True):
+                 sources: list[str], ordered: bool = True, n_batches: int = 0):
         self.ordered = ordered
         self.cov = np.zeros(len(batch_start), dtype=np.int64)
         self.own_ns = 0
@@ -57,9 +106,11 @@ class BusyStream:
         self._batches = {int(k): np.flatnonzero(bpk == k) for k in unique(bpk)}
         self._last: dict[str, float | None] = {s: None for s in sources}   # None: not started
         self._all, self._own = _Held(), _Held()
+        self._per_batch = BatchUnion(n_batches)
         self.peak_held = 0
 
-    def add(self, source: str, pk: np.ndarray, start: np.ndarray, end: np.ndarray, staged: np.ndarray) -> None:
+    def add(self, source: str, pk: np.ndarray, start: np.ndarray, end: np.ndarray, staged: np.ndarray,
+            batch: np.ndarray | None = None) -> None:
         if len(start) == 0:
             return
         if self.ordered:
@@ -73,30 +124,37 @@ class BusyStream:
             s, e, st = (start, end, staged) if m is None else (start[m], end[m], staged[m])
             self._all.add(k, s, e)
             self._own.add(k, s[st], e[st])
-        self.peak_held = max(self.peak_held, self._all.size + self._own.size)
+        if batch is not None:
+            m = staged & (batch >= 0)
+            self._per_batch.add(batch[m], start[m], end[m])
+        held = self._all.size + self._own.size + self._per_batch.size
+        self.peak_held = max(self.peak_held, held)
         if self.ordered:
             if all(v is not None for v in self._last.values()):
                 self._finalize(min(self._last.values()))
-        elif self._all.size + self._own.size > COMPACT_AT:
+        elif held > COMPACT_AT:
             self._compact()
 
     def done(self, source: str) -> None:
         """No more rows from `source`."""
         self._last[source] = float("inf")
 
-    def finish(self) -> tuple[np.ndarray, int]:
-        """(busy ns within each batch span, busy ns of the staged work)."""
+    def finish(self) -> tuple[np.ndarray, int, np.ndarray]:
+        """(busy ns within each batch span, busy ns of the staged work, per batch the busy ns of
+        the staged work launched inside it)."""
         self._finalize(float("inf"))
-        return self.cov, self.own_ns
+        return self.cov, self.own_ns, self._per_batch.ns
 
     def _compact(self) -> None:
         for held in (self._all, self._own):
             for k in list(held.parts):
                 held.parts[k] = [held.merged(k)]
             held.size = sum(len(p[0][0]) for p in held.parts.values())
+        self._per_batch.merge(float("-inf"))
 
     def _finalize(self, w: float) -> None:
         """Account for the merged intervals that end before w: no later row can touch them."""
+        self._per_batch.merge(w)
         for held, own in ((self._all, False), (self._own, True)):
             size = 0
             for k in list(held.parts):

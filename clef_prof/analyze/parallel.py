@@ -1,10 +1,13 @@
 """Analyze many captures at once: one capture per task, results in input order.
 
-`analyze_many` maps `analyze` over the captures in worker processes (ProcessPoolExecutor) or,
-with `dask=ADDRESS`, on a Dask cluster (the way nsys recipes distribute one report per task),
-and returns the results (`Analysis.result`, a `model.Result`) in the order of `paths`. Each task
-reads one export and returns one small result of plain values, so nothing but paths and results
-crosses processes (results pickle).
+`map_captures` maps a per-capture function over paths in worker processes (ProcessPoolExecutor
+from a forkserver, each worker reading with cpu_count // jobs threads; in this process when the
+input is small) and returns what it returned, in the order of `paths`; `analyze_many` maps
+`analyze` so, or with `dask=ADDRESS` on a Dask cluster (the way nsys recipes distribute one
+report per task), and returns the results (`Analysis.result`, a `model.Result`); `compare`
+maps its own loader (analyze's result and per-batch table). Each task reads one export and
+returns a small result of plain values, so nothing but paths and results crosses processes
+(results pickle).
 
 A capture that fails becomes a `ClefError` naming its path: raised (the first failing capture
 in input order) with `errors="raise"`, or left in its place in the list with `errors="return"`.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from ..config import StageConfig
 from ..errors import ClefError
@@ -41,11 +44,16 @@ def _init_worker(readers: int) -> None:
     capture.READERS = readers
 
 
-def _analyze_one(path: str, config: StageConfig, requests: int | None) -> Outcome:
-    """One capture, never raising: errors travel back as plain data (they pickle anywhere)."""
+def _result(path: str, config: StageConfig, requests: int | None):
+    """analyze's result (`model.Result`) of one capture; module level, so that it pickles by name."""
     from .result import analyze
+    return analyze(path, config, requests=requests).result
+
+
+def _run_one(fn: Callable, path: str, *args) -> Outcome:
+    """fn(path, *args), never raising: errors travel back as plain data (they pickle anywhere)."""
     try:
-        return ("ok", analyze(path, config, requests=requests).result)
+        return ("ok", fn(path, *args))
     except ClefError as exc:
         return ("error", type(exc).__name__, str(exc), exc.exit_code)
     except Exception as exc:  # an internal error on one capture must not take the others down
@@ -96,37 +104,57 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
-def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),
-                 requests: int | None = None, jobs: int | None = None, *,
-                 errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
-    """`analyze(path).result` (a `model.Result`) for each path, in input order, `jobs` captures at a time.
-
-    jobs: worker processes (default: one per CPU, at most one per capture, and none, i.e. in
-    this process, when the captures add up to less than 64 MB); 1 analyzes in this process. Each worker reads with cpu_count // jobs threads, so the machine is not
-    oversubscribed. dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a
-    local cluster of `jobs` single-threaded workers; one capture per task, gathered in order.
-    """
-    paths = [os.fspath(p) for p in paths]
+def _checked(paths: Iterable[str | os.PathLike], errors: str) -> list[str]:
     if errors not in ("raise", "return"):
         raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+    return [os.fspath(p) for p in paths]
+
+
+def worker_count(paths: list[str], jobs: int | None) -> int:
+    """The processes `map_captures` uses: `jobs`, or by default one per CPU and none (1: this
+    process) when the captures add up to less than 64 MB; at most one per capture."""
+    if jobs is None and sum(_size(p) for p in paths) < SMALL_BYTES:
+        return 1                # starting worker processes would cost more than it saves
+    return max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+
+
+def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple = (), jobs: int | None = None, *,
+                 errors: Literal["raise", "return"] = "raise") -> list:
+    """`fn(path, *args)` for each path, in input order, `worker_count(paths, jobs)` captures at a
+    time (fn and args must pickle: a module-level function). A capture whose fn raises becomes a
+    `ClefError` naming its path: raised (the first in input order) or returned in its place."""
+    paths = _checked(paths, errors)
     if not paths:
         return []
-    if dask is not None:
-        return _finish(paths, _dask_outcomes(paths, config, requests, jobs, dask), errors)
-    if jobs is None and sum(_size(p) for p in paths) < SMALL_BYTES:
-        jobs = 1                # starting worker processes would cost more than it saves
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    jobs = worker_count(paths, jobs)
     if jobs == 1:
-        return _finish(paths, (_analyze_one(p, config, requests) for p in paths), errors)
+        return _finish(paths, (_run_one(fn, p, *args) for p in paths), errors)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                              initargs=(_readers_per_job(jobs),)) as pool:
-        futures = [pool.submit(_analyze_one, p, config, requests) for p in paths]
+        futures = [pool.submit(_run_one, fn, p, *args) for p in paths]
         try:
             # in input order; with errors="raise" the first failure cancels what has not started
             return _finish(paths, (_outcome(f) for f in futures), errors)
         finally:
             for f in futures:
                 f.cancel()
+
+
+def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),
+                 requests: int | None = None, jobs: int | None = None, *,
+                 errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
+    """`analyze(path).result` (a `model.Result`) for each path, in input order, `jobs` captures at a time.
+
+    jobs: worker processes (default: one per CPU, at most one per capture, and none, i.e. in
+    this process, when the captures add up to less than 64 MB); 1 analyzes in this process.
+    Each worker reads with cpu_count // jobs threads, so the machine is not oversubscribed.
+    dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a local cluster of
+    `jobs` single-threaded workers; one capture per task, gathered in order.
+    """
+    if dask is None:
+        return map_captures(_result, paths, (config, requests), jobs, errors=errors)
+    paths = _checked(paths, errors)
+    return _finish(paths, _dask_outcomes(paths, config, requests, jobs, dask), errors) if paths else []
 
 
 def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, jobs: int | None,
@@ -150,7 +178,8 @@ def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, 
     try:
         # map: one capture per task (pure=False: a capture file can change under the same path);
         # reduce: gather the small results back here, in input order
-        futures = client.map(_analyze_one, paths, config=config, requests=requests, pure=False)
+        n = len(paths)
+        futures = client.map(_run_one, [_result] * n, paths, [config] * n, [requests] * n, pure=False)
         return client.gather(futures)
     finally:
         client.close()

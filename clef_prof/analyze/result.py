@@ -332,8 +332,10 @@ def _gpu_plan(cap: Export, keep: bool):
 def _gpu_pass(cap: Export, stages: Stages, calls: _Calls, tally: CudaTally, n_slots: int, plan, stream,
               keep: bool = False):
     """Stream the GPU tables, interleaved so that they advance together in time: pair each
-    row with its call, count it, and merge it into GPU busy time. Returns (busy ns per batch,
-    busy ns of the work launched in stages, memcpy rows with no call, rows kept per table).
+    row with its call, count it (per slot, and per batch and slot, into `tally`), and merge it
+    into GPU busy time. Returns (busy ns per batch, busy ns of the work launched in stages,
+    memcpy rows with no call, rows kept per table); each batch's own busy ns (the union of the
+    staged work launched inside it) goes into `tally.batch["gpu_own_ns"]`.
     A table found out of start order makes it read them all again, holding the busy intervals."""
     order, pid = plan
     try:
@@ -350,7 +352,7 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     b = stages.batches
     if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
         b = Table.concat([b, stages.replicas.select(b.columns)])
-    busy = BusyStream(b["gtid"] >> 24, b["start"], b["end"], list(pid), ordered)
+    busy = BusyStream(b["gtid"] >> 24, b["start"], b["end"], list(pid), ordered, n_batches=len(stages.batches))
     b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
@@ -367,7 +369,7 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
             return np.where(ok, a[c], fill) if len(a) else np.full(len(c), fill)
 
         slot = of_call(calls.slot, outside).astype(np.int64)
-        batch = of_call(calls.batch, -1).astype(np.int64) if keep or table == cu.MEMCPY else None
+        batch = of_call(calls.batch, -1).astype(np.int64)
         api_kind = of_call(calls.kind, 0).astype(np.int8) if keep or table == cu.KERNEL else None
         if table == cu.MEMCPY:
             _check_copies(r)
@@ -384,14 +386,15 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         if rev.any():
             damage["reversed"] += int(rev.sum())
             fine = ~rev
-            busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine])
+            busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine], batch[fine])
         else:
-            busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1)
+            busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1, batch)
         if i == n - 1:
             busy.done(table)
         if keep:
             kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
-    cov, own_ns = busy.finish()
+    cov, own_ns, own_per_batch = busy.finish()
+    gpu.batch["gpu_own_ns"] = own_per_batch
     if stages.replicas is not None:
         stages.replicas["gpu_busy_ns"] = cov[len(b):]
         cov = cov[:len(b)]

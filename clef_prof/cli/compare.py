@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
     p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B", help="bootstrap replicates (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--jobs", "-j", type=int, default=2, help="processes analyzing captures (default 2)")
+    p.add_argument("--jobs", "-j", type=int,
+                   help="processes analyzing captures, each holding one analysis (default: as analyze, one per "
+                        "CPU and capture, none below 64 MB of input; 1 keeps the peak memory to one analysis)")
     p.add_argument("--all", action="store_true", help="also show metrics that are exactly 0 in every arm")
     p.add_argument("--list-metrics", action="store_true", help="list the metric names gates accept, and exit")
     g = p.add_argument_group("stage ranges")
@@ -94,8 +96,11 @@ def run(args) -> int:
 def _load(arms, cfg, args):
     from ..compare import engine as comparison
 
-    n = len({r.export for refs in arms.captures.values() for r in refs})
+    from ..analyze.parallel import worker_count
+
+    exports = sorted({r.export for refs in arms.captures.values() for r in refs})
+    n = len(exports)
     if sys.stderr.isatty() and args.format == "table" and not args.output and n > 1:
-        procs = min(max(args.jobs, 1), n)
+        procs = worker_count(exports, args.jobs)
         print(f"analyzing {n} captures{f' in {procs} processes' if procs > 1 else ''} …", file=sys.stderr)
     return comparison.load_all(arms, cfg, jobs=args.jobs)

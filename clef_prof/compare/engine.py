@@ -20,7 +20,7 @@ import numpy as np
 from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
 from ..analyze.filecache import FileCache
-from ..analyze.metrics import NS_PER_MS
+from ..analyze.metrics import BATCH_KEYS, NS_PER_MS
 from ..analyze.model import Result
 from ..analyze.findings import compare_findings
 from ..analyze.stages import StageConfig
@@ -90,80 +90,48 @@ class CaptureData:
 
 
 def batch_table(a) -> Table:
-    """analyze's per-batch table, with the CUDA work of each stage in each batch and the GPU busy
-    time of the batch's own work (its union) added."""
-    from ..analyze import cuda as cu
-
+    """compare's per-batch table, from analyze's (`Analysis.batch_table`): size, host ns of the
+    batch and of each stage, and with CUDA trace the CUDA work of the batch and of each stage in it,
+    the GPU busy ns in its host span and the busy ns of its own work (`gpu_own_ns`)."""
     pb = a.batch_table
     stages = a.config.stages
-    n = len(pb)
-    clash = [s for s in stages if f"{s}_ns" in ("host_ns", "gpu_busy_ns", "size_ns")]
-    if clash:
-        raise CompareError(f"stage name {clash[0]!r} clashes with a per-batch column; rename the stage")
     cols = {"size": pb["size"], "host_ns": pb["host_ns"]}
     for s in stages:
         cols[f"stage:{s}:ns"] = pb[f"{s}_ns"]
     if a.result.capture.cuda_traced:
-        for k in CUDA_KEYS:
+        for k in (*CUDA_KEYS, "gpu_busy_ns", "gpu_own_ns"):
             cols[k] = pb[k]
-        cols["gpu_busy_ns"] = pb["gpu_busy_ns"]
-        c, t = a.rows("calls"), a.rows("transfers")
-        c_slot, c_batch, c_kind = c["slot"], c["batch"], c["kind"]
-        t_slot, t_batch = t["slot"], t["batch"]
-        t_kind, t_n, t_b = t["copyKind"], t["copies"], t["bytes"]
-
-        def per_batch(batch, mask, weights=None):
-            return np.bincount(batch[mask], weights=None if weights is None else weights[mask],
-                               minlength=n)[:n].astype(np.int64)
-
-        for code, s in enumerate(stages):
-            cin = (c_slot == code) & (c_batch >= 0)
-            tin = (t_slot == code) & (t_batch >= 0)
-            cols[f"stage:{s}:kernel_launches"] = per_batch(c_batch, cin & (c_kind == cu.LAUNCH))
-            cols[f"stage:{s}:graph_launches"] = per_batch(c_batch, cin & (c_kind == cu.GRAPH))
-            for label, kd in (("h2d", cu.HTOD), ("d2h", cu.DTOH)):
-                cols[f"stage:{s}:{label}_copies"] = per_batch(t_batch, tin & (t_kind == kd), t_n)
-                cols[f"stage:{s}:{label}_bytes"] = per_batch(t_batch, tin & (t_kind == kd), t_b)
-        cols["gpu_own_ns"] = _own_busy(a.rows("gpu_busy"), len(stages), n)
+        for s in stages:
+            for k in BATCH_KEYS:
+                cols[f"stage:{s}:{k}"] = pb[f"{s}_{k}"]
     return Table(cols)
 
 
-def _own_busy(busy: Table, n_stages: int, n: int) -> np.ndarray:
-    """Per batch, the length of the union of the GPU intervals launched inside it (analyze's
-    `gpu_busy_ms_per_request`, batch by batch)."""
-    if busy is None or len(busy) == 0:
-        return np.zeros(n, np.int64)
-    m = (busy["slot"] < n_stages + 1) & (busy["batch"] >= 0)
-    b, s, e = busy["batch"][m], busy["start"][m], busy["end"][m]
-    if len(b) == 0:
-        return np.zeros(n, np.int64)
-    o = np.lexsort((s, b))
-    b, s, e = b[o], s[o], e[o]
-    # furthest end so far in the batch: a running max of (batch, rank of end), which never
-    # crosses into the next batch since its batch part is larger
-    ends, rank = np.unique(e, return_inverse=True)
-    reach = ends[np.maximum.accumulate(b * len(ends) + rank.reshape(-1)) - b * len(ends)]
-    prev = np.empty_like(reach)
-    prev[0] = np.iinfo(np.int64).min
-    prev[1:] = reach[:-1]
-    prev[np.r_[True, b[1:] != b[:-1]]] = np.iinfo(np.int64).min
-    gain = np.maximum(0, reach - np.maximum(s, prev))
-    return np.bincount(b, weights=gain, minlength=n)[:n].astype(np.int64)
+def check_stage_names(stages: tuple[str, ...]) -> None:
+    """Refuse a stage whose host-time column (`<stage>_ns`) is another per-batch column."""
+    clash = [s for s in stages if f"{s}_ns" in ("host_ns", "gpu_busy_ns", "gpu_own_ns", "size_ns")]
+    if clash:
+        raise CompareError(f"stage name {clash[0]!r} clashes with a per-batch column; rename the stage")
 
 
 def load_capture(export: str, config: StageConfig) -> CaptureData:
     """Analyze one export (module level, so that worker processes can run it)."""
     from ..analyze.result import analyze
 
-    a = analyze(export, config, rows=True)
+    a = analyze(export, config)
     return CaptureData(export, a.result, batch_table(a))
 
 
 _CACHE = FileCache(16)
 
 
-def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[CaptureData]]:
-    """Analyze every distinct export once, in up to `jobs` processes when there are several."""
+def load_all(arms: Arms, config: StageConfig, jobs: int | None = None) -> dict[str, list[CaptureData]]:
+    """Analyze every distinct export once, in worker processes as `analyze` does with several
+    captures (`analyze.parallel.map_captures`: `jobs` None = one per CPU, at most one per capture,
+    none below 64 MB of input); results are kept per file (`FileCache`)."""
+    from ..analyze.parallel import map_captures
+
+    check_stage_names(tuple(config.stages))
     first: dict[str, str] = {}                      # real path -> the path analyzed for it
     for refs in arms.captures.values():
         for r in refs:
@@ -176,20 +144,10 @@ def load_all(arms: Arms, config: StageConfig, jobs: int = 2) -> dict[str, list[C
             done[real] = hit
         else:
             todo.append((real, e))
-    if len(todo) > 1 and jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        from ..analyze import result as analysis  # noqa: F401  (imported once here, inherited by forked workers)
-
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            futures = [(real, pool.submit(load_capture, e, config)) for real, e in todo]
-            for real, f in futures:
-                done[real] = f.result()
-    else:
-        for real, e in todo:
-            done[real] = load_capture(e, config)
-    for real, e in todo:
-        _CACHE.put(_CACHE.key(e, config), done[real])
+    loaded = map_captures(load_capture, [e for _, e in todo], (config,), jobs=jobs)
+    for (real, e), d in zip(todo, loaded):
+        done[real] = d
+        _CACHE.put(_CACHE.key(e, config), d)
     return {name: [done[os.path.realpath(r.export)] for r in refs] for name, refs in arms.captures.items()}
 
 

@@ -44,8 +44,9 @@ def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: i
             if len(reps) == 0:
                 continue
             idx = rng.integers(0, n, size=(len(reps), n))
-            flat = (reps[:, None] * n + idx).ravel()
-            w = np.bincount(flat, minlength=(hi - lo) * n).reshape(hi - lo, n)
+            idx += (reps * n)[:, None]         # in place: the chunk's largest array is made once
+            w = np.bincount(idx.reshape(-1), minlength=(hi - lo) * n).reshape(hi - lo, n)
+            del idx
             sums[lo:hi] += w @ x
     return sums
 

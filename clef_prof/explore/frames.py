@@ -252,6 +252,8 @@ class Capture:
         | kernel_launches, graph_launches | calls | launch API calls inside the batch |
         | h2d_copies, h2d_bytes, d2h_copies, d2h_bytes | copies / B | copies launched inside the batch |
         | gpu_busy_ns | ns | part of the batch's host span during which its process's GPU was busy |
+        | gpu_own_ns | ns | union of the GPU intervals launched inside the batch (its own GPU work) |
+        | `<stage>_kernel_launches`, ..., `<stage>_d2h_bytes` | calls / copies / B | the six counts above, of each stage |
         | gpu_busy_fraction | 0..1 | gpu_busy_ns / duration_ns |
         | host_ms_per_request | ms | duration_ms / size (NaN when size is 0) |
         | pid, tid, process, thread | | the thread that pushed the range |

@@ -109,3 +109,21 @@ def test_benchmark_smoke_run(capture, tmp_path):
     assert rec["c"] is not None
     assert "| export |" in p.stdout
     assert not any(f.suffix == ".sqlite" for f in tmp_path.iterdir())    # the tiling was deleted
+
+
+def test_compare_memory_benchmark_smoke_run(tmp_path):
+    """bench/bench_compare_mem.py end to end on the two slices in traces/, once each (no figure
+    asserted but what must hold whatever the load: every command ran, and the pooled compare ran
+    in more processes than the in-process one, whose tree is itself)."""
+    out = tmp_path / "mem.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_compare_mem.py"),
+                        str(ROOT / "traces" / "gpu-main-slice.sqlite"), str(ROOT / "traces" / "gpu-pr-slice.sqlite"),
+                        "--repeat", "1", "--jobs", "1,2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert list(s) == ["analyze A", "analyze B", "compare --jobs 1", "compare --jobs 2"]
+    assert all(r["runs"] == 1 and r["wall_s"] > 0 and r["largest_mb"] > 10 for r in s.values())
+    assert s["compare --jobs 1"]["processes"] == 1 and s["compare --jobs 1"]["tree_mb"] == s["compare --jobs 1"]["largest_mb"]
+    assert s["compare --jobs 2"]["processes"] >= 3          # the command, the forkserver, workers
+    assert "| `compare --jobs 2` |" in p.stdout

@@ -19,6 +19,7 @@ from clef_prof.compare.arm import CompareError, collect
 from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_sums
 from clef_prof.cli.app import main
 from clef_prof.analyze.inputs import InputError
+from clef_prof.errors import CaptureError
 from clef_prof.compare.gates import evaluate_gates, parse_gate, render_markdown
 from clef_prof.analyze.stages import StageConfig
 
@@ -348,6 +349,32 @@ def test_parallel_analysis_matches_serial():
     for arm in ("main", "pr"):
         assert par[arm][0].table.equals(ser[arm][0].table)
         assert par[arm][0].result.stages == ser[arm][0].result.stages
+
+
+def test_pool_names_the_failing_capture_as_in_process(tmp_path):
+    """compare's loader runs in analyze's process pool (analyze.parallel.map_captures): a capture
+    that cannot be analyzed is the same one-line error, naming it, in workers and in process."""
+    bad = tmp_path / "no-nvtx.sqlite"
+    shutil.copyfile(SLICE_PR, bad)
+    bad.chmod(0o644)
+    with sqlite3.connect(bad) as con:
+        con.execute("DROP TABLE NVTX_EVENTS")
+    arms = collect([], [f"main={SLICE_MAIN}", f"pr={bad}"])
+    errors = []
+    for jobs in (2, 1):
+        comparison._CACHE.clear()
+        with pytest.raises(CaptureError) as exc:
+            comparison.load_all(arms, CFG, jobs=jobs)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] and errors[0].startswith(f"{bad}: ") and "\n" not in errors[0]
+
+
+def test_stage_name_clashing_with_a_per_batch_column_is_refused_before_analysis(capsys):
+    comparison._CACHE.clear()
+    rc = main(["compare", "--arm", f"main={SLICE_MAIN}", "--arm", f"pr={SLICE_PR}", "--stages", "parse,gpu_own"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err == "clef-prof: error: stage name 'gpu_own' clashes with a per-batch column; rename the stage\n"
+    assert len(comparison._CACHE._items) == 0
 
 
 def test_markdown_on_slices():
