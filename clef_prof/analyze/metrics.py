@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import percentile
+from ..errors import SpecError
 from .columns import Table
 from .cuda import COPY, DEVICE_SYNC, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC, SYNC_COPY
 
@@ -122,6 +123,20 @@ def safe_div(a, b):
     if a is None or b in (None, 0):
         return None
     return a / b
+
+
+BATCH_FIXED = ("start", "end", "gtid", "size", "host_ns", *BATCH_KEYS, "gpu_busy_ns", "gpu_own_ns")
+
+
+def check_stage_names(stages: tuple[str, ...]) -> None:
+    """Refuse stage names whose per-batch columns (`<stage>_ns`, `<stage>_<count>`) would be another
+    column of the table (a stage named `host` would overwrite the batch's own `host_ns`)."""
+    seen = set(BATCH_FIXED)
+    for s in stages:
+        for col in (f"{s}_ns", *(f"{s}_{k}" for k in BATCH_KEYS)):
+            if col in seen:
+                raise SpecError(f"stage name {s!r} clashes with the per-batch column {col!r}; rename the stage")
+            seen.add(col)
 
 
 def per_batch_table(stages, batch_counts: dict[str, np.ndarray] | None,

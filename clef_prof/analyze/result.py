@@ -27,7 +27,7 @@ from .export import Export
 from .arrays import percentile, unique
 from .columns import Table
 from ..errors import CaptureError
-from .metrics import NS_PER_MS, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
+from .metrics import NS_PER_MS, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
 from .overlap import BusyStream, Unordered
 from .stages import StageConfig, Stages, build
@@ -140,6 +140,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
     step = on_step or (lambda _s: None)
     if requests is not None and requests <= 0:
         raise CaptureError(f"--requests must be a positive number of requests, not {requests}")
+    check_stage_names(tuple(config.stages))
     with Export.open(path) as cap:
         step("schema")
         if not cap.has("NVTX_EVENTS"):

@@ -20,7 +20,7 @@ import numpy as np
 from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
 from ..analyze.filecache import FileCache
-from ..analyze.metrics import BATCH_KEYS, NS_PER_MS
+from ..analyze.metrics import BATCH_KEYS, NS_PER_MS, check_stage_names
 from ..analyze.model import Result
 from ..analyze.findings import compare_findings
 from ..analyze.stages import StageConfig
@@ -105,13 +105,6 @@ def batch_table(a) -> Table:
             for k in BATCH_KEYS:
                 cols[f"stage:{s}:{k}"] = pb[f"{s}_{k}"]
     return Table(cols)
-
-
-def check_stage_names(stages: tuple[str, ...]) -> None:
-    """Refuse a stage whose host-time column (`<stage>_ns`) is another per-batch column."""
-    clash = [s for s in stages if f"{s}_ns" in ("host_ns", "gpu_busy_ns", "gpu_own_ns", "size_ns")]
-    if clash:
-        raise CompareError(f"stage name {clash[0]!r} clashes with a per-batch column; rename the stage")
 
 
 def load_capture(export: str, config: StageConfig) -> CaptureData:
