@@ -55,31 +55,43 @@ class BatchUnion:
         self.ns = np.zeros(n_batches, dtype=np.int64)
         self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
+        self._first = float("inf")      # the earliest start held
 
     def add(self, batch: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         if len(batch):
             self._held.append((batch, start, end))
             self.size += len(batch)
+            self._first = min(self._first, int(start.min()))
 
     def merge(self, w: float) -> None:
-        """Merge the held intervals; account for the merged ones that end before w."""
-        if not self._held:
+        """Merge the held intervals; account for the merged ones that end before w. Without a
+        watermark (w = -inf) it only compacts them; with one at or before the earliest start held
+        nothing can be final, and they are left as they are."""
+        if not self._held or float("-inf") < w <= self._first:
             return
         b, s, e = (np.concatenate(c) for c in zip(*self._held)) if len(self._held) > 1 else self._held[0]
         self._held = []
-        # by batch, then start (stable sorts: the rows come in nearly sorted runs, which timsort
-        # merges in about linear time)
-        o = np.argsort(s, kind="stable")
-        o = o[np.argsort(b[o], kind="stable")]
-        b, s, e = b[o], s[o], e[o]
-        # furthest end so far in the batch: a running max of (batch, rank of end), which never
-        # crosses into the next batch since its batch part is larger
-        by_end = np.argsort(e, kind="stable")
-        rank = np.empty_like(by_end)
-        rank[by_end] = np.arange(len(e))
-        n = len(e)
-        reach = e[by_end[np.maximum.accumulate(b * n + rank) - b * n]]
-        del o, by_end, rank     # freed before the merged intervals are made
+        # by batch, then start; then the furthest end so far within the batch: one sort of
+        # (batch, start) and one running max of (batch, end), each packed into one int64 key
+        # (batch rank times the span of the held times, plus the time), as long as that fits
+        t0 = int(min(s.min(), e.min()))
+        span = int(max(s.max(), e.max())) - t0 + 1
+        b0 = int(b.min())
+        if (int(b.max()) - b0 + 1) * span < (1 << 62):
+            base = (b - b0) * span - t0
+            o = np.argsort(base + s, kind="stable")
+            b, s, e, base = b[o], s[o], e[o], base[o]
+            reach = np.maximum.accumulate(base + e) - base
+            del o, base
+        else:
+            o = np.lexsort((s, b))
+            b, s, e = b[o], s[o], e[o]
+            by_end = np.argsort(e, kind="stable")
+            rank = np.empty_like(by_end)
+            rank[by_end] = np.arange(len(e))
+            n = len(e)
+            reach = e[by_end[np.maximum.accumulate(b * n + rank) - b * n]]
+            del o, by_end, rank
         first = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (s[1:] > reach[:-1])])
         gb, gs, ge = b[first], s[first], reach[np.r_[first[1:] - 1, len(b) - 1]]
         done = ge < w
@@ -89,6 +101,7 @@ class BatchUnion:
         keep = ~done
         self._held = [(gb[keep], gs[keep], ge[keep])] if keep.any() else []
         self.size = int(keep.sum())
+        self._first = int(gs[keep].min()) if self.size else float("inf")
 
 
 class BusyStream:

@@ -136,3 +136,39 @@ def test_gpu_work_running_into_the_next_batch(capture, tmp_path, monkeypatch):
     assert own_total_ms > a.result.per_request.gpu_busy_ms * a.result.requests * 1.01
     pd.testing.assert_series_equal(pd.Series(a.batch_table["kernel_launches"]),
                                    pd.Series(analyze(str(capture("gpu-q1c16-main"))).batch_table["kernel_launches"]))
+
+
+@pytest.mark.parametrize("far", [False, True])
+def test_batch_union_by_brute_force(far):
+    """BatchUnion against a per-batch union by hand, fed in windows with watermarks; with `far`
+    the last interval starts 2**61 ns later (a damaged row), so the packed (batch, time) sort key
+    would overflow and the lexsort path runs."""
+    from clef_prof.analyze.overlap import BatchUnion
+
+    rng = np.random.default_rng(7)
+    n, batches, spread = 4000, 9, 10**9
+    s = np.sort(rng.integers(0, spread, n)).astype(np.int64)
+    e = s + rng.integers(0, spread // 50, n)
+    b = np.minimum(s // (spread // batches), batches - 1)
+    mixed = rng.random(n) < 0.2                 # a fifth of the work belongs to another batch
+    b[mixed] = rng.integers(0, batches, int(mixed.sum()))
+    if far:
+        s[-1], e[-1] = 2**61, 2**61 + 1000
+    want = np.zeros(batches, np.int64)
+    for k in range(batches):
+        reach = None
+        for lo, hi in sorted(zip(s[b == k].tolist(), e[b == k].tolist())):
+            if reach is None or lo > reach:
+                want[k] += hi - lo
+                reach = hi
+            elif hi > reach:
+                want[k] += hi - reach
+                reach = hi
+    u = BatchUnion(batches)
+    for i in range(0, n, 500):
+        u.add(b[i:i + 500], s[i:i + 500], e[i:i + 500])
+        u.merge(float(s[min(i + 500, n) - 1]) if i + 500 < n else float(s[-2]))
+        if i == 1500:
+            u.merge(float("-inf"))
+    u.merge(float("inf"))
+    assert u.ns.tolist() == want.tolist() and u.size == 0
