@@ -1,7 +1,7 @@
 """The CLI in a subprocess or in this process, and the one-line error check that bad input gets.
 
 `run_main` calls clef_prof.cli.main in this process (no interpreter start, no imports again:
-about 0.3-1 s less a call); `run_cli` starts `python -m clef_prof`, for what only a process
+0.15-0.2 s less a call here); `run_cli` starts `python -m clef_prof`, for what only a process
 shows: signals, the environment, the interpreter's start, the set of imports, another process
 holding a lock, and an error that escapes main (at least one such test per subcommand)."""
 from __future__ import annotations
