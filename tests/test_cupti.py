@@ -13,7 +13,7 @@ from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.manifest import check_manifest
 from clef_prof.nsys import import_command
-from clicheck import run_cli
+from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -59,7 +59,7 @@ def test_newer_driver_warns_and_strict_exits_2(tmp_path):
     con.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = '14000' WHERE name = 'CudaDriverVersion'")
     con.commit()
     con.close()
-    p = run_cli("analyze", cap, "-f", "json", "--strict")
+    p = run_main("analyze", cap, "-f", "json", "--strict")
     assert p.returncode == 2
     (w,) = json.loads(p.stdout)["warnings"]
     assert "ships CUPTI 13.0, older than the driver's CUDA 14.0" in w
@@ -68,7 +68,7 @@ def test_newer_driver_warns_and_strict_exits_2(tmp_path):
     con.execute("DELETE FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CudaDriverVersion'")
     con.commit()
     con.close()
-    assert run_cli("analyze", cap, "-f", "json", "--strict").returncode == 0
+    assert run_main("analyze", cap, "-f", "json", "--strict").returncode == 0
 
 
 def test_nsys_messages_from_the_manifest_warn(slice_result):
@@ -92,13 +92,13 @@ def test_importer_gets_the_libraries_alone(tmp_path):
 def test_doctor_says_no_driver_on_this_machine():
     if cupti.local_driver_version()[0] is not None:
         pytest.skip("this machine has an NVIDIA driver")
-    p = run_cli("doctor")
+    p = run_main("doctor")
     assert "driver    no NVIDIA driver" in p.stdout and "Traceback" not in p.stderr
 
 
 def test_requested_stages_with_no_range_warn(tmp_path):
     """Item 4: none of the requested names matches: a warning, and --strict exits 2."""
-    p = run_cli("analyze", TRACES / "gpu25-pr-slice.sqlite", "--stages", "tokenize,forward", "-f", "json", "--strict")
+    p = run_main("analyze", TRACES / "gpu25-pr-slice.sqlite", "--stages", "tokenize,forward", "-f", "json", "--strict")
     assert p.returncode == 2
     assert "stages with no range in the capture: tokenize, forward" in json.loads(p.stdout)["warnings"]
     con = sqlite3.connect(f"file:{TRACES / 'gpu25-pr-slice.sqlite'}?mode=ro", uri=True)

@@ -188,9 +188,9 @@ def check_file_for_secrets(path: str) -> list[Finding]:
         conn.close()
 
 
-def print_report(removed: dict[str, dict[str, int]], file=sys.stderr) -> None:
-    """One line per table: how many values each rule removed (never the values)."""
+def print_report(removed: dict[str, dict[str, int]]) -> None:
+    """One line per table on stderr: how many values each rule removed (never the values)."""
     if not removed:
-        print("scrub: nothing to remove", file=file)
+        print("scrub: nothing to remove", file=sys.stderr)
     for table, rules in removed.items():
-        print(f"scrub: {table}: " + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items())), file=file)
+        print(f"scrub: {table}: " + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items())), file=sys.stderr)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ClefError
-from ..record.load import VOCAB, make_bodies, percentile
+from ..record.load import VOCAB, make_bodies, percentile, post
 
 PRESETS = {  # name: (request path, health path)
     "demo": ("/v1/systemone", "/health"),
@@ -26,7 +26,6 @@ PRESETS = {  # name: (request path, health path)
     "vllm-pooling": ("/pooling", "/health"),
     "raw": ("/", "/health"),
 }
-_CONNECTION = ("connection refused", "server disconnected", "connection error")
 
 
 @dataclass(frozen=True)
@@ -153,25 +152,14 @@ def demo_words(response, request):
 # requests and windows
 
 
-async def send(session, url: str, body: bytes, timeout: float, check=None) -> tuple[str | None, bytes]:
-    """POST one body: (None or an error kind, the answer)."""
-    import aiohttp
-
-    try:
-        async with session.post(url, data=body, headers={"Content-Type": "application/json"},
-                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-            data = await r.read()
-            if r.status >= 300:
-                return f"HTTP {r.status}", data
-    except asyncio.TimeoutError:
-        return f"timeout ({timeout:g} s)", b""
-    except aiohttp.ClientConnectorError:
-        return "connection refused", b""
-    except aiohttp.ServerDisconnectedError:
-        return "server disconnected", b""
-    except aiohttp.ClientError as exc:
-        return f"connection error ({type(exc).__name__})", b""
-    return (check(data, body) if check else None), data
+async def send(session, url: str, body: bytes, timeout: float, check=None) -> tuple[int, str | None, bytes]:
+    """POST one body: (HTTP status, 0 when no answer came; None or an error kind; the answer)."""
+    status, data, err = await post(session, url, body, timeout)
+    if err is None and status >= 300:
+        err = f"HTTP {status}"
+    elif err is None and check:
+        err = check(data, body)
+    return status, err, data
 
 
 @dataclass
@@ -212,10 +200,10 @@ async def run_window(session, url: str, bodies: list[bytes], case: Case, window_
         return abort is not None and abort.is_set()
 
     async def one(sched: int, body: bytes) -> None:
-        err, _ = await send(session, url, body, timeout, check)
+        status, err, _ = await send(session, url, body, timeout, check)
         recs.append((sched, time.monotonic_ns(), err))
-        if err in _CONNECTION:
-            await asyncio.sleep(0.05)         # refused or reset: do not spin
+        if status == 0:
+            await asyncio.sleep(0.05)         # refused, reset or timed out: do not spin
 
     if not case.rate:
         async def worker(i: int) -> None:
@@ -267,7 +255,8 @@ async def fetch_all(session, url: str, bodies: list[bytes], timeout: float, conc
 
     async def one(b: bytes):
         async with sem:
-            return await send(session, url, b, timeout)
+            _, err, data = await send(session, url, b, timeout)
+            return err, data
     return await asyncio.gather(*(one(b) for b in bodies))
 
 

@@ -31,6 +31,7 @@ from ..record import procs
 from ..record.ab import parse_arms, schedule
 from ..errors import ClefError
 from ..record.control import http, port_in_use
+from ..record.load import client_session
 from ..record.plan import gpu_present
 from ..record.session import Interrupted
 
@@ -183,13 +184,9 @@ def _model(args, url: str) -> str | None:
 async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
                    parity_bodies: list[bytes], check, meta: dict) -> tuple[list[dict], list | None]:
     """Warm-up, parity, then the windows of every case in `order`, on one server."""
-    import aiohttp
-
-    def session(limit: int):
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit))
     first = cases[order[0]]
     cmax = max(c.concurrency for c in cases)
-    async with session(cmax) as s:
+    async with client_session(cmax) as s:
         wu = await bl.warm_up(s, url, bodies[order[0]], cmax, args.warmup, args.request_timeout, check, srv.died)
         meta["warmup"] = wu
         if srv.died.is_set():
@@ -203,7 +200,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
     out = []
     for ci in order:
         case = cases[ci]
-        async with session(case.concurrency) as s:
+        async with client_session(case.concurrency) as s:
             for w in range(args.windows):
                 seed = args.seed * 1_000_003 + ci * 1009 + w
                 mon.sample()

@@ -1,7 +1,7 @@
-"""A small closed-loop HTTP load generator (asyncio, standard library only).
+"""A small closed-loop HTTP load generator (aiohttp).
 
-`concurrency` clients each send one request, wait for its answer, and send the next, over a
-kept-alive HTTP/1.1 connection. Requests are Clef-style pooling calls by default::
+`concurrency` clients each send one request, wait for its answer, and send the next, over one
+aiohttp session with a kept-alive connection per client. Requests are Clef-style pooling calls by default::
 
     POST /v1/systemone  {"state": "<W words>", "questions": {"q0": {"type", "instructions", "criteria"}, ...}}
 
@@ -12,11 +12,15 @@ profiling window can be counted after the fact.
     clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16
 
 The load runs on its own thread with its own event loop (`Load.start()` / `Load.stop()`), so a
-synchronous driver (`clef-prof record`) can open and close a window while it runs.
+synchronous driver (`clef-prof record`) can open and close a window while it runs. aiohttp is
+imported on that thread (it takes 0.15-0.2 s), so importing this module stays cheap for the
+commands that never send a request. `clef-prof bench` sends through the same session and
+`post` (one vocabulary of error kinds).
 """
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import random
 import threading
@@ -74,49 +78,40 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
-class _HTTPError(Exception):
-    pass
+_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    line = await reader.readline()
-    if not line:
-        raise ConnectionResetError("the server closed the connection")
-    parts = line.decode("latin-1").split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise _HTTPError(f"bad status line {line[:80]!r}")
-    status = int(parts[1])
-    keep = parts[0] != "HTTP/1.0"
-    length, chunked = None, False
-    while True:
-        h = await reader.readline()
-        if h in (b"\r\n", b"\n", b""):
-            break
-        name, _, value = h.decode("latin-1").partition(":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == "content-length":
-            length = int(value)
-        elif name == "transfer-encoding" and "chunked" in value:
-            chunked = True
-        elif name == "connection":
-            keep = value != "close" if "close" in value or "keep-alive" in value else keep
-    if chunked:
-        body = bytearray()
-        while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-                break
-            body += await reader.readexactly(size)
-            await reader.readline()
-        return status, bytes(body), keep
-    if length is not None:
-        return status, await reader.readexactly(length), keep
-    if status in (204, 304) or 100 <= status < 200:
-        return status, b"", keep
-    return status, await reader.read(), False
+def client_session(limit: int):
+    """An aiohttp session holding at most `limit` kept-alive connections: one per client, each with
+    one request in flight, so no request waits for a connection."""
+    import aiohttp
 
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
+                                 headers={"User-Agent": "clef-prof-load"})
+
+
+async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None]:
+    """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came.
+
+    Redirects are not followed: the latency is that of one answer from the server named."""
+    import aiohttp
+
+    try:
+        async with session.post(url, data=body, headers=_HEADERS, allow_redirects=False,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            return r.status, await r.read(), None
+    except TimeoutError:
+        return 0, b"", f"timeout after {timeout_s:g} s"
+    except aiohttp.ClientConnectorError as exc:
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return 0, b"", "connection refused"
+        return 0, b"", f"cannot connect ({exc.os_error.strerror or exc})"[:160]
+    except aiohttp.ServerDisconnectedError:
+        return 0, b"", "server disconnected"
+    except (aiohttp.ClientError, OSError) as exc:
+        if isinstance(exc, ConnectionResetError) or getattr(exc, "errno", None) == errno.ECONNRESET:
+            return 0, b"", "connection reset"
+        return 0, b"", f"connection error ({type(exc).__name__}: {exc})"[:160]
 
 @dataclass
 class Completion:
@@ -133,10 +128,14 @@ class Load:
     def __init__(self, settings: LoadSettings):
         self.s = settings
         u = urllib.parse.urlsplit(settings.url)
-        if u.scheme not in ("http", "") or not u.hostname:
-            raise ClefError(f"load: only plain http:// URLs are supported, not {settings.url!r}")
-        self.host, self.port = u.hostname, u.port or 80
-        self.base_path = u.path.rstrip("/")
+        try:
+            ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
+        except ValueError:  # a port that is not a number, or out of range
+            ok = False
+        if not ok:
+            raise ClefError(f"load: expected an http:// or https:// URL with a host, not {settings.url!r}")
+        self.url = urllib.parse.urlunsplit((u.scheme or "http", u.netloc, (u.path.rstrip("/") + settings.path) or "/",
+                                            "", ""))
         if settings.body_file:
             try:
                 with open(settings.body_file, "rb") as fh:
@@ -232,60 +231,31 @@ class Load:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self._ready.set()
-        tasks = [asyncio.create_task(self._client(i)) for i in range(max(1, self.s.concurrency))]
-        await self._stop.wait()
-        done, pending = await asyncio.wait(tasks, timeout=self._grace)
-        for t in pending:
-            t.cancel()
-        self.cancelled = len(pending)
-        self.unfinished = sorted(self._sending.values())
-        await asyncio.gather(*pending, return_exceptions=True)
+        n = max(1, self.s.concurrency)
+        async with client_session(n) as session:
+            tasks = [asyncio.create_task(self._client(session, i)) for i in range(n)]
+            self._ready.set()       # start() returns with every client about to send
+            await self._stop.wait()
+            _, pending = await asyncio.wait(tasks, timeout=self._grace)
+            for t in pending:
+                t.cancel()
+            self.cancelled = len(pending)
+            self.unfinished = sorted(self._sending.values())
+            await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _client(self, i: int) -> None:
-        path = (self.base_path + self.s.path) or "/"
-        host_hdr = f"{self.host}:{self.port}"
-        reader = writer = None
+    async def _client(self, session, i: int) -> None:
         k = i
-        try:
-            while not self._stop.is_set():
-                body = self.bodies[k % len(self.bodies)]
-                k += self.s.concurrency
-                head = (f"POST {path} HTTP/1.1\r\nHost: {host_hdr}\r\nContent-Type: application/json\r\n"
-                        f"Accept: application/json\r\nContent-Length: {len(body)}\r\nConnection: keep-alive\r\n"
-                        f"User-Agent: clef-prof-load\r\n\r\n").encode("latin-1")
-                sent = self._sending[i] = time.time_ns()
-                t0 = time.perf_counter_ns()
-                err = None
-                status = 0
-                try:
-                    if writer is None:
-                        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                                self.s.timeout_s)
-                    writer.write(head + body)
-                    await writer.drain()
-                    status, data, keep = await asyncio.wait_for(_read_response(reader), self.s.timeout_s)
-                    if not 200 <= status < 300:
-                        err = f"HTTP {status}: {data[:120].decode('utf-8', 'replace').strip()}"
-                    if not keep:
-                        writer.close()
-                        reader = writer = None
-                except asyncio.TimeoutError:
-                    err = f"timeout after {self.s.timeout_s:g} s"
-                except (OSError, ConnectionError, asyncio.IncompleteReadError, _HTTPError, ValueError) as exc:
-                    err = f"{type(exc).__name__}: {exc}"
-                if err is not None and writer is not None and (status == 0 or status >= 500):
-                    writer.close()
-                    reader = writer = None
-                t1 = time.perf_counter_ns()
-                self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err, sent))
-                del self._sending[i]
-                if err is not None and status == 0:
-                    await asyncio.sleep(0.05)   # refused or reset: do not spin
-        finally:
-            if writer is not None:
-                writer.close()
+        while not self._stop.is_set():
+            body = self.bodies[k % len(self.bodies)]
+            k += self.s.concurrency
+            sent = self._sending[i] = time.time_ns()
+            t0 = time.perf_counter_ns()
+            status, data, err = await post(session, self.url, body, self.s.timeout_s)
+            if err is None and not 200 <= status < 300:
+                err = f"HTTP {status}: {data[:120].decode('utf-8', 'replace').strip()}"
+            t1 = time.perf_counter_ns()
+            self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err, sent))
+            del self._sending[i]
+            if status == 0:
+                await asyncio.sleep(0.05)   # refused or reset: do not spin
 
-
-# --------------------------------------------------------------------------------------------
-# command line

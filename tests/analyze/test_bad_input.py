@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from clicheck import assert_one_line, run_cli
+from clicheck import assert_one_line, run_cli, run_main
 from conftest import sha256
 
 EXIT_INPUT = 1
@@ -23,17 +23,17 @@ def copy_of(capture, tmp_path):
 
 
 def test_missing_path(tmp_path):
-    assert_one_line(run_cli("analyze", tmp_path / "nope.sqlite"), EXIT_INPUT, "no such file")
+    assert_one_line(run_main("analyze", tmp_path / "nope.sqlite"), EXIT_INPUT, "no such file")
 
 
 def test_directory(tmp_path):
-    assert_one_line(run_cli("analyze", tmp_path), EXIT_INPUT, "a folder with no manifest.json, .sqlite export")
+    assert_one_line(run_main("analyze", tmp_path), EXIT_INPUT, "a folder with no manifest.json, .sqlite export")
 
 
 def test_not_sqlite(tmp_path):
     f = tmp_path / "trace.sqlite"
     f.write_bytes(b"\x00NSYS-REP" + os.urandom(4000))
-    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "not an SQLite database")
+    assert_one_line(run_main("analyze", f), EXIT_INPUT, "not an SQLite database")
 
 
 @pytest.mark.nsys("2023.4")
@@ -52,7 +52,7 @@ def test_truncated_capture(copy_of, tmp_path):
     data = src.read_bytes()
     cut.write_bytes(data[: len(data) // 3])
     before = sha256(cut)
-    assert_one_line(run_cli("analyze", cut), EXIT_INPUT, "truncated")
+    assert_one_line(run_main("analyze", cut), EXIT_INPUT, "truncated")
     assert sha256(cut) == before
 
 
@@ -73,14 +73,14 @@ def test_export_without_nvtx_table(copy_of):
     with sqlite3.connect(f) as con:
         con.execute("DROP TABLE NVTX_EVENTS")
     f.chmod(0o444)
-    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "no NVTX_EVENTS table")
+    assert_one_line(run_main("analyze", f), EXIT_INPUT, "no NVTX_EVENTS table")
 
 
 def test_sqlite_but_not_an_export(tmp_path):
     f = tmp_path / "other.sqlite"
     with sqlite3.connect(f) as con:
         con.execute("CREATE TABLE t(x)")
-    assert_one_line(run_cli("analyze", f), EXIT_INPUT, "not an Nsight Systems export")
+    assert_one_line(run_main("analyze", f), EXIT_INPUT, "not an Nsight Systems export")
 
 
 def test_input_never_written(capture, tmp_path):
@@ -93,7 +93,7 @@ def test_input_never_written(capture, tmp_path):
     before = sha256(f)
     d.chmod(0o555)
     try:
-        p = run_cli("analyze", f, "--format", "json")
+        p = run_main("analyze", f, "--format", "json")
         assert p.returncode == 0, p.stderr
         assert sorted(os.listdir(d)) == ["main.sqlite"]
         assert sha256(f) == before
@@ -102,5 +102,5 @@ def test_input_never_written(capture, tmp_path):
 
 
 def test_bad_spec_path(capture):
-    assert_one_line(run_cli("analyze", capture("cpu23-inline"), "--spec", "/nonexistent.toml"), EXIT_INPUT,
+    assert_one_line(run_main("analyze", capture("cpu23-inline"), "--spec", "/nonexistent.toml"), EXIT_INPUT,
                     "no such stage spec")

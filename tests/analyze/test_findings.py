@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from clef_prof.analyze.result import analyze
 from clef_prof.config import StageConfig
 from clef_prof.errors import SpecError
 from clef_prof.annotate.spec import from_dict
+from clicheck import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_RULES = {"pageable-h2d", "small-h2d-copies", "sync-in-stage", "no-cuda-graph", "host-bound",
@@ -143,24 +142,27 @@ def test_thresholds_from_spec_and_flags(results, capture):
 
 
 def test_cli_findings_json_markdown_and_threshold_flag():
-    env_cmd = [sys.executable, "-m", "clef_prof", "analyze", "traces/gpu-main-slice.sqlite"]
-    out = subprocess.run([*env_cmd, "-f", "json", "--threshold", "overlap_max_pct=1"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
-    r = json.loads(out)
+    cmd = ["analyze", "traces/gpu-main-slice.sqlite"]
+    p = run_main(*cmd, "-f", "json", "--threshold", "overlap_max_pct=1", cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
     ids = {(f["id"], f["stage"]) for f in r["findings"]}
     assert ("pageable-h2d", "transfer") in ids and ("host-bound", fd.BATCH_SCOPE) not in ids
     assert ("few-batches", fd.CAPTURE_SCOPE) in ids                 # a 48-batch slice
-    md = subprocess.run([*env_cmd, "-f", "markdown"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    p = run_main(*cmd, "-f", "markdown", cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    md = p.stdout
     assert "#### Findings" in md and "`pageable-h2d`: 9.00 pageable H2D copies per request" in md
     assert "% of batch span mean" in md
-    bad = subprocess.run([*env_cmd, "--threshold", "nope=1"], cwd=ROOT, capture_output=True, text=True)
+    bad = run_main(*cmd, "--threshold", "nope=1", cwd=ROOT)
     assert bad.returncode == 1 and "unknown findings threshold 'nope'" in bad.stderr
 
 
 def test_compare_says_resolved_and_still_there():
-    out = subprocess.run([sys.executable, "-m", "clef_prof", "compare", "--arm", "main=traces/gpu-main-slice.sqlite",
-                          "--arm", "pr=traces/gpu-pr-slice.sqlite", "-f", "json", "-B", "200"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    p = run_main("compare", "--arm", "main=traces/gpu-main-slice.sqlite", "--arm", "pr=traces/gpu-pr-slice.sqlite",
+                 "-f", "json", "-B", "200", cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
     comp = json.loads(out)
     by = {(f["id"], f["stage"]): f for f in comp["findings"]}
     page = by[("pageable-h2d", "transfer")]

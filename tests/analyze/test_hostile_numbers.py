@@ -15,6 +15,7 @@ import pytest
 
 from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
+from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 MAIN, PR25 = "gpu-main-slice", "gpu25-pr-slice"
@@ -79,7 +80,7 @@ REFUSED = [
 @pytest.mark.parametrize("base,sql,needle", [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
 def test_refused_in_one_line(damaged, base, sql, needle):
     f = damaged(base, *sql)
-    one_line(run_cli("analyze", f, "--strict", "-f", "json"), 1, needle, str(f))
+    one_line(run_main("analyze", f, "--strict", "-f", "json"), 1, needle, str(f))
 
 
 # (RUNTIME.nameId is matched in SQL against the ids of the calls of interest: text matches none)
@@ -113,7 +114,7 @@ def test_every_required_column_renamed_is_refused(damaged, table, col):
 
 @pytest.mark.parametrize("n", [-5, 0])
 def test_nonpositive_requests_refused(n):
-    one_line(run_cli("analyze", TRACES / f"{MAIN}.sqlite", "--requests", n), 1, "--requests must be a positive")
+    one_line(run_main("analyze", TRACES / f"{MAIN}.sqlite", "--requests", n), 1, "--requests must be a positive")
 
 
 @pytest.mark.parametrize("t0,t1,says", [("nan", "0.5", "--from nan: expected a number of seconds"),
@@ -121,7 +122,7 @@ def test_nonpositive_requests_refused(n):
                                         ("0.5", "0.4", "--to must be after --from")])
 def test_slice_window_must_be_finite(tmp_path, t0, t1, says):
     out = tmp_path / "out.sqlite"
-    one_line(run_cli("slice", TRACES / f"{MAIN}.sqlite", out, "--from", t0, "--to", t1), 1, says)
+    one_line(run_main("slice", TRACES / f"{MAIN}.sqlite", out, "--from", t0, "--to", t1), 1, says)
     assert not out.exists()
 
 
@@ -131,7 +132,7 @@ def test_unreadable_path(tmp_path):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
     try:
-        one_line(run_cli("analyze", path), 1, "not a regular file")
+        one_line(run_main("analyze", path), 1, "not a regular file")
     finally:
         s.close()
 
@@ -161,7 +162,7 @@ def test_export_being_written_is_refused(tmp_path, mode):
 # --- warnings: exit 0, or 2 with --strict, and the figure flagged -------------------------------
 
 def strict_warns(f, needle, *args):
-    p = run_cli("analyze", f, "--strict", "-f", "json", *args)
+    p = run_main("analyze", f, "--strict", "-f", "json", *args)
     assert p.returncode == 2, p.stderr
     r = json.loads(p.stdout)
     assert any(needle in w for w in r["warnings"]), r["warnings"]

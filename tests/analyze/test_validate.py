@@ -8,7 +8,7 @@ import sqlite3
 from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import StageConfig
-from clicheck import run_cli
+from clicheck import run_main
 
 
 def test_wrong_names_lists_names_seen(capture):
@@ -24,7 +24,7 @@ def test_wrong_domain(capture):
 
 
 def test_strict_exits_2_and_json_carries_warnings(capture):
-    p = run_cli("analyze", capture("cpu23-inline"), "--format", "json", "--strict")
+    p = run_main("analyze", capture("cpu23-inline"), "--format", "json", "--strict")
     assert p.returncode == 2
     out = json.loads(p.stdout)
     assert out["warnings"] and "CUDA was not traced" in out["warnings"][0]
@@ -32,7 +32,7 @@ def test_strict_exits_2_and_json_carries_warnings(capture):
 
 
 def test_strict_passes_a_clean_capture(capture):
-    assert run_cli("analyze", capture("gpu25-q1c16-pr"), "--strict", "-f", "json").returncode == 0
+    assert run_main("analyze", capture("gpu25-q1c16-pr"), "--strict", "-f", "json").returncode == 0
 
 
 def test_lost_cuda_tail(capture, tmp_path):

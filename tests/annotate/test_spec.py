@@ -10,6 +10,7 @@ import pytest
 from clef_prof import config
 from clef_prof.errors import SpecError
 from clef_prof.annotate.spec import Binding, Target, from_dict, load
+from clicheck import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,8 +63,7 @@ def test_extensions_round_trip(tmp_path):
 
 def test_cli_analyze_reads_spec(tmp_path):
     spec = write(tmp_path, '[batch]\nname = "pooler"\n[stages]\nparse = "a:b"\nhead = "a:c"\n')
-    p = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", str(ROOT / "traces" / "cpu23-inline.sqlite"),
-                        "--spec", str(spec), "-f", "json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    p = run_main("analyze", ROOT / "traces" / "cpu23-inline.sqlite", "--spec", spec, "-f", "json", cwd=ROOT)
     assert p.returncode == 0, p.stderr
     import json
     r = json.loads(p.stdout)

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from clef_prof.record.plan import redact_commands
+from clicheck import run_main
 from conftest import sha256
 
 MAIN = "gpu-q1c16-main"
@@ -82,22 +83,22 @@ def test_scrub_removes_every_class_and_keeps_the_figures(copy_of, tmp_path):
     src = copy_of()
     plant_secrets(src)
     before = sha256(src)
-    chk = run_cli("scrub", "--check", src)
+    chk = run_main("scrub", "--check", src)
     assert chk.returncode == 1 and "rowid" in chk.stdout
     for rule in ("env-block", "assignment", "secret-flag", "key-token", "long-hex", "argument-or-env",
                  "system-env", "process-name", "command-line"):
         assert rule in chk.stdout, rule
     assert not any(s in chk.stdout + chk.stderr for s in SECRETS)
     out = tmp_path / "shared.sqlite"
-    p = run_cli("scrub", src, out)
+    p = run_main("scrub", src, out)
     assert p.returncode == 0 and "StringIds" in p.stderr and not any(s in p.stderr + p.stdout for s in SECRETS)
     assert_no_secret(out)
-    assert run_cli("scrub", "--check", out).returncode == 0
+    assert run_main("scrub", "--check", out).returncode == 0
     assert sha256(src) == before
     db = sqlite3.connect(out)
     assert db.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CudaDriverVersion'").fetchone() == ("13000",)
     assert db.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:COMMAND'").fetchone() == ("python3",)
-    a, b = (json.loads(run_cli("analyze", f, "-f", "json").stdout) for f in (src, out))
+    a, b = (json.loads(run_main("analyze", f, "-f", "json").stdout) for f in (src, out))
     assert a["per_request"] == b["per_request"] and a["stages"] == b["stages"] and a["overlap"] == b["overlap"]
     assert b["capture"]["threads"][0]["process"] == "python3"
 
@@ -106,17 +107,17 @@ def test_slice_scrubs_with_the_same_rules(copy_of, tmp_path):
     src = copy_of()
     plant_secrets(src)
     out = tmp_path / "slice.sqlite"
-    p = run_cli("slice", src, out, "--from", "0.4", "--to", "0.7")
+    p = run_main("slice", src, out, "--from", "0.4", "--to", "0.7")
     assert p.returncode == 0, p.stderr
     assert_no_secret(out)
-    assert run_cli("scrub", "--check", out).returncode == 0
+    assert run_main("scrub", "--check", out).returncode == 0
 
 
 def test_analyze_prints_only_the_executables_base_name(copy_of):
     src = copy_of()
     plant_secrets(src)
     for fmt in ("json", "markdown", "table"):
-        p = run_cli("analyze", src, "-f", fmt)
+        p = run_main("analyze", src, "-f", fmt)
         assert p.returncode == 0 and "python3" in p.stdout
         assert not any(s in p.stdout + p.stderr for s in SECRETS), fmt
 
@@ -152,7 +153,7 @@ def test_outputs_never_replace_a_device(copy_of, device):
     src = copy_of()
     for args in (("slice", src, device, "--from", "0", "--to", "1"), ("scrub", src, device),
                  ("analyze", src, "-f", "csv", "-o", device)):
-        one_line(run_cli(*args), "not a regular file")
+        one_line(run_main(*args), "not a regular file")
         assert stat.S_ISCHR(os.stat(device).st_mode)
 
 
@@ -164,7 +165,7 @@ def test_failed_slice_leaves_nothing(copy_of, tmp_path):
     db.close()
     out = tmp_path / "out" / "slice.sqlite"
     out.parent.mkdir()
-    one_line(run_cli("slice", src, out, "--from", "0.4", "--to", "0.7"), "cannot slice")
+    one_line(run_main("slice", src, out, "--from", "0.4", "--to", "0.7"), "cannot slice")
     assert os.listdir(out.parent) == []
 
 
@@ -216,9 +217,9 @@ def test_huge_names_are_cut(copy_of, tmp_path):
     db.commit()
     db.close()
     for fmt in ("json", "markdown", "table"):
-        p = run_cli("analyze", src, "-f", fmt)
+        p = run_main("analyze", src, "-f", fmt)
         assert p.returncode == 0 and len(p.stdout) < 100_000 and len(p.stderr) < 100_000, fmt
-    p = run_cli("report", src, "--html", tmp_path / "r.html")
+    p = run_main("report", src, "--html", tmp_path / "r.html")
     assert p.returncode == 0 and os.path.getsize(tmp_path / "r.html") < 5_000_000
 
 
@@ -242,10 +243,10 @@ def hostile_names(copy_of, tmp_path):
 
 
 def test_rich_markup_in_names_and_paths(hostile_names):
-    p = run_cli("analyze", hostile_names)
+    p = run_main("analyze", hostile_names)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     assert "[/bold] <img" in p.stdout and "x[/bold]cap.sqlite" in p.stdout
-    p = run_cli("compare", "--arm", f"[/bold]={hostile_names}", "--arm", f"b[red]={hostile_names}", "-B", "100")
+    p = run_main("compare", "--arm", f"[/bold]={hostile_names}", "--arm", f"b[red]={hostile_names}", "-B", "100")
     assert p.returncode == 0 and "[/bold]" in p.stdout, p.stderr
 
 
@@ -253,7 +254,7 @@ def test_markdown_escapes_names_and_paths(hostile_names):
     for args in (("analyze", hostile_names, "-f", "markdown"),
                  ("compare", "--arm", f"a|b\n# x={hostile_names}", "--arm", f"<b>={hostile_names}", "-f", "markdown",
                   "-B", "100")):
-        p = run_cli(*args)
+        p = run_main(*args)
         assert p.returncode == 0, p.stderr
         md = p.stdout
         assert "<img" not in md and "<b>" not in md and not re.search(r"(?<!\\)\]\(javascript", md)
@@ -271,7 +272,7 @@ def test_markdown_escapes_names_and_paths(hostile_names):
 
 def test_html_report_escapes_names(hostile_names, tmp_path):
     out = tmp_path / "r.html"
-    p = run_cli("report", hostile_names, "--html", out)
+    p = run_main("report", hostile_names, "--html", out)
     assert p.returncode == 0, p.stderr
     assert "<img src=x onerror" not in out.read_text()
 
@@ -281,14 +282,14 @@ def test_html_report_escapes_names(hostile_names, tmp_path):
 def test_slice_outside_the_session_is_an_error(capture, tmp_path):
     out = tmp_path / "s.sqlite"
     for a, b in (("5", "7"), ("-3", "-1")):
-        one_line(run_cli("slice", capture(MAIN), out, "--from", a, "--to", b), "outside the session", "1.49201 s")
+        one_line(run_main("slice", capture(MAIN), out, "--from", a, "--to", b), "outside the session", "1.49201 s")
         assert not out.exists()
 
 
 def test_a_slice_is_its_own_session(capture, tmp_path):
     out = tmp_path / "s.sqlite"
-    assert run_cli("slice", capture(MAIN), out, "--from", "0.4", "--to", "0.7").returncode == 0
-    r = json.loads(run_cli("analyze", out, "-f", "json").stdout)
+    assert run_main("slice", capture(MAIN), out, "--from", "0.4", "--to", "0.7").returncode == 0
+    r = json.loads(run_main("analyze", out, "-f", "json").stdout)
     assert r["capture"]["duration_s"] == pytest.approx(0.3)
     assert (r["requests"], r["batches"]) == (256, 48)
     assert [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == []

@@ -1,0 +1,78 @@
+"""An HTTP server with canned answers, for the load generator's tests: it frames every answer by
+hand (a server framework picks the framing itself and never answers an HTTP/1.1 request with
+an HTTP/1.0 close-delimited body), so the client meets each framing on the wire.
+
+    python canned_http.py     prints the port it listens on, then serves until killed
+
+POST /ok (Content-Length), /chunked (two chunks with an extension, then a trailer), /http10
+(HTTP/1.0, the body ends when the connection closes), /close (Connection: close), /error (500
+with a body), /short (the connection closes 10 bytes before Content-Length), /reset (closed
+with no answer), /slow (/ok after 5 s). GET /stats: {"connections": N, "answered": {path: N}}.
+"""
+import asyncio
+import json
+import sys
+
+STATS = {"connections": 0, "answered": {}}
+
+
+def answer(path: str, body: bytes) -> tuple[bytes, bool]:
+    """(the bytes on the wire, whether the connection stays open)."""
+    doc = json.dumps({"path": path, "got": len(body)}).encode()
+    if path in ("/ok", "/slow"):
+        return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True
+    if path == "/chunked":
+        chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in (doc[:5], doc[5:]))
+        return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\nX-Trailer: yes\r\n\r\n", True
+    if path == "/http10":
+        return b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + doc, False
+    if path == "/close":
+        return b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), False
+    if path == "/error":
+        msg = b"model exploded while pooling"
+        return b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n%s" % (len(msg), msg), True
+    if path == "/short":
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc) + 10, doc), False
+    if path == "/reset":
+        return b"", False
+    return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", True
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    STATS["connections"] += 1
+    try:
+        while True:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            method, path, _ = head[0].split(" ", 2)
+            length = next((int(h.partition(":")[2]) for h in head[1:] if h.lower().startswith("content-length:")), 0)
+            body = await reader.readexactly(length)
+            if method == "GET" and path == "/stats":
+                doc = json.dumps(STATS).encode()
+                wire, keep = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True
+            else:
+                if path == "/slow":
+                    await asyncio.sleep(5)
+                wire, keep = answer(path, body)
+                STATS["answered"][path] = STATS["answered"].get(path, 0) + 1
+            writer.write(wire)
+            await writer.drain()
+            if not keep:
+                break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(0)

@@ -1,0 +1,204 @@
+"""The load generator (clef_prof.record.load) against real server processes: the demo server,
+and a server with canned answers (tests/programs/canned_http.py) for each framing and failure."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from clef_prof.errors import ClefError
+from clef_prof.record import load as loadgen
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+CANNED = ROOT / "tests" / "programs" / "canned_http.py"
+
+
+@pytest.fixture(scope="module")
+def canned():
+    p = subprocess.Popen([sys.executable, str(CANNED)], stdout=subprocess.PIPE, text=True)
+    try:
+        yield f"http://127.0.0.1:{int(p.stdout.readline())}"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stats(url: str) -> dict:
+    with urllib.request.urlopen(url + "/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def demo_server(*args) -> tuple[subprocess.Popen, str]:
+    """A demo server on a free port, once it is warm and listening: (process, base URL)."""
+    p = subprocess.Popen([sys.executable, "-m", "clef_prof", "demo-server", "--port", "0", *args], cwd=ROOT, env=ENV,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    m = re.search(r"listening on (http://\S+)", line)
+    assert m, line
+    return p, m.group(1)
+
+
+def stop_demo(p: subprocess.Popen) -> str:
+    """SIGINT the demo server; its last stderr lines."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+    p.wait(30)
+    return p.stderr.read()
+
+
+def run_load(url: str, seconds: float, grace_s: float = 5.0, **settings) -> loadgen.Load:
+    load = loadgen.Load(loadgen.LoadSettings(url=url, **settings)).start()
+    time.sleep(seconds)
+    load.stop(grace_s)
+    return load
+
+
+def post(url: str, timeout_s: float = 5.0) -> tuple[int, bytes, str | None]:
+    async def go():
+        async with loadgen.client_session(1) as s:
+            return await loadgen.post(s, url, b'{"x": 1}', timeout_s)
+    return asyncio.run(go())
+
+
+# --------------------------------------------------------------------------------------------
+# one request: each framing and failure
+
+
+@pytest.mark.parametrize("path", ["/ok", "/chunked", "/http10", "/close"])
+def test_post_reads_every_framing_whole(canned, path):
+    assert post(canned + path) == (200, json.dumps({"path": path, "got": 8}).encode(), None)
+
+
+def test_post_error_kinds(canned):
+    assert post(canned + "/error") == (500, b"model exploded while pooling", None)
+    assert post(canned + "/reset") == (0, b"", "server disconnected")
+    status, data, err = post(canned + "/short")
+    assert status == 0 and err.startswith("connection error (ClientPayloadError: ")
+    t0 = time.monotonic()
+    assert post(canned + "/slow", timeout_s=0.3) == (0, b"", "timeout after 0.3 s")
+    assert time.monotonic() - t0 < 3
+    assert post(f"http://127.0.0.1:{free_port()}/ok") == (0, b"", "connection refused")
+
+
+# --------------------------------------------------------------------------------------------
+# the closed loop
+
+
+def test_keep_alive_one_connection_per_client(canned):
+    before = stats(canned)
+    load = run_load(canned, 0.5, path="/ok", concurrency=3)
+    after = stats(canned)
+    s = load.summary()
+    answered = after["answered"].get("/ok", 0) - before["answered"].get("/ok", 0)
+    assert s["errors"] == 0 and s["completions"] == answered > 3
+    assert after["connections"] - before["connections"] - 1 == 3      # less the /stats call
+    assert load.cancelled == 0 and load.unfinished == []
+
+
+@pytest.mark.parametrize("path", ["/chunked", "/http10", "/close"])
+def test_closed_connections_are_replaced(canned, path):
+    """Answers that end their connection: every request opens a new one, none fails."""
+    before = stats(canned)
+    load = run_load(canned, 0.5, path=path, concurrency=2)
+    after = stats(canned)
+    s = load.summary()
+    answered = after["answered"].get(path, 0) - before["answered"].get(path, 0)
+    assert s["errors"] == 0 and s["completions"] == answered > 2
+    opened = after["connections"] - before["connections"] - 1      # less the /stats call
+    assert opened == (2 if path == "/chunked" else answered)
+
+
+def test_http_errors_keep_the_start_of_the_body(canned):
+    s = run_load(canned, 0.3, path="/error", concurrency=2).summary()
+    assert s["completions"] == 0 and s["errors"] > 2
+    assert s["error_kinds"] == {"HTTP 500: model exploded while pooling": s["errors"]}
+
+
+def test_resets_and_refusals_do_not_spin(canned):
+    """A client waits 50 ms after a request that got no answer: 2 clients in 0.5 s send at most ~22."""
+    s = run_load(canned, 0.5, path="/reset", concurrency=2).summary()
+    assert s["error_kinds"] == {"server disconnected": s["errors"]} and 2 <= s["errors"] <= 26
+    s = run_load(f"http://127.0.0.1:{free_port()}", 0.5, concurrency=2).summary()
+    assert s["error_kinds"] == {"connection refused": s["errors"]} and 2 <= s["errors"] <= 26
+
+
+def test_timeouts(canned):
+    s = run_load(canned, 0.7, path="/slow", concurrency=2, timeout_s=0.2).summary()
+    assert s["completions"] == 0 and s["error_kinds"] == {"timeout after 0.2 s": s["errors"]}
+    assert 2 <= s["errors"] <= 8
+
+
+def test_unfinished_requests_are_counted_at_stop(canned):
+    """Requests still in flight when the grace ends are cancelled; their send times bound the window."""
+    t0 = time.time_ns()
+    load = run_load(canned, 0.3, grace_s=0.2, path="/slow", concurrency=4)
+    t1 = time.time_ns()
+    assert load.done == [] and load.cancelled == 4
+    assert len(load.unfinished) == 4 and all(t0 <= t <= t1 for t in load.unfinished)
+    assert load.bounds(t0, t1) == (0, 4)
+    assert load.bounds(t0, t0 - 1) == (0, 0)      # sent after the window
+
+
+def test_request_body_file_is_sent_every_time(canned, tmp_path):
+    body = tmp_path / "body.json"
+    body.write_text('{"model": "m", "input": "' + "x" * 100 + '"}')
+    load = loadgen.Load(loadgen.LoadSettings(url=canned, path="/ok", concurrency=1, body_file=str(body)))
+    assert load.bodies == [body.read_bytes()]
+    body.write_text("not json")
+    with pytest.raises(ClefError, match="not a readable JSON file"):
+        loadgen.Load(loadgen.LoadSettings(url=canned, body_file=str(body)))
+
+
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port"])
+def test_bad_urls(url):
+    with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
+        loadgen.Load(loadgen.LoadSettings(url=url))
+
+
+# --------------------------------------------------------------------------------------------
+# the demo server
+
+
+def test_every_request_the_demo_server_answered_is_counted():
+    p, url = demo_server("--variant", "pr")
+    try:
+        load = run_load(url, 1.0, concurrency=8, words=50)
+    finally:
+        tail = stop_demo(p)
+    served = int(re.search(r"stopped after (\d+) requests", tail).group(1))
+    s = load.summary()
+    assert s["errors"] == 0 and s["completions"] == served > 8 and load.cancelled == 0
+    assert s["latency_ms_p50"] <= s["latency_ms_p99"]
+
+
+def test_demo_server_dying_mid_load():
+    """The server SIGKILLs itself inside the batch that reaches 20 requests: that batch is never
+    answered, the connections in flight are lost, and then nothing listens."""
+    p, url = demo_server("--die-after-requests", "20")
+    try:
+        load = run_load(url, 1.5, concurrency=4, words=20)
+    finally:
+        stop_demo(p)
+    s = load.summary()
+    assert p.returncode == -signal.SIGKILL
+    assert 16 <= s["completions"] < 20
+    assert set(s["error_kinds"]) <= {"server disconnected", "connection reset", "connection refused"}
+    assert s["error_kinds"].get("connection refused", 0) > 0 and s["errors"] <= 4 * (1.5 / 0.05 + 2)
