@@ -111,11 +111,16 @@ def _checked(paths: Iterable[str | os.PathLike], errors: str) -> list[str]:
 
 
 def worker_count(paths: list[str], jobs: int | None) -> int:
-    """The processes `map_captures` uses: `jobs`, or by default one per CPU and none (1: this
-    process) when the captures add up to less than 64 MB; at most one per capture."""
-    if jobs is None and sum(_size(p) for p in paths) < SMALL_BYTES:
-        return 1                # starting worker processes would cost more than it saves
-    return max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    """The processes `map_captures` uses: `jobs`, or by default one per `export.READERS` CPUs
+    (an analysis keeps that many busy with its reader threads, so more processes would only
+    share the same CPUs and hold more analyses in memory) and none (1: this process) when the
+    captures add up to less than 64 MB; at most one per capture."""
+    if jobs is None:
+        if sum(_size(p) for p in paths) < SMALL_BYTES:
+            return 1            # starting worker processes would cost more than it saves
+        from .export import READERS
+        jobs = (os.cpu_count() or 1) // max(1, READERS)
+    return max(1, min(jobs, len(paths)))
 
 
 def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple = (), jobs: int | None = None, *,
@@ -145,8 +150,9 @@ def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = Stage
                  errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
     """`analyze(path).result` (a `model.Result`) for each path, in input order, `jobs` captures at a time.
 
-    jobs: worker processes (default: one per CPU, at most one per capture, and none, i.e. in
-    this process, when the captures add up to less than 64 MB); 1 analyzes in this process.
+    jobs: worker processes (default: one per two CPUs, as an analysis reads with two threads; at
+    most one per capture, and none, i.e. in this process, when the captures add up to less than
+    64 MB); 1 analyzes in this process.
     Each worker reads with cpu_count // jobs threads, so the machine is not oversubscribed.
     dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a local cluster of
     `jobs` single-threaded workers; one capture per task, gathered in order.

@@ -46,7 +46,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
     a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "
-                   "(default: one per CPU for big inputs, in-process for small ones)")
+                   "(default: one per two CPUs for big inputs, in-process for small ones)")
     a.add_argument("--dask", metavar="SCHEDULER", help="analyze the captures on a Dask cluster (address, or 'local'); "
                    "needs the dask.distributed package and paths every worker can read")
     add_stage_options(a)

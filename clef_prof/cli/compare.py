@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--jobs", "-j", type=int,
                    help="processes analyzing captures, each holding one analysis (default: as analyze, one per "
-                        "CPU and capture, none below 64 MB of input; 1 keeps the peak memory to one analysis)")
+                        "two CPUs and capture, none below 64 MB of input; 1 keeps the peak memory to one analysis)")
     p.add_argument("--all", action="store_true", help="also show metrics that are exactly 0 in every arm")
     p.add_argument("--list-metrics", action="store_true", help="list the metric names gates accept, and exit")
     g = p.add_argument_group("stage ranges")

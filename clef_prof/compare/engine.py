@@ -120,8 +120,8 @@ _CACHE = FileCache(16)
 
 def load_all(arms: Arms, config: StageConfig, jobs: int | None = None) -> dict[str, list[CaptureData]]:
     """Analyze every distinct export once, in worker processes as `analyze` does with several
-    captures (`analyze.parallel.map_captures`: `jobs` None = one per CPU, at most one per capture,
-    none below 64 MB of input); results are kept per file (`FileCache`)."""
+    captures (`analyze.parallel.map_captures`: `jobs` None = one per two CPUs, at most one per
+    capture, none below 64 MB of input); results are kept per file (`FileCache`)."""
     from ..analyze.parallel import map_captures
 
     check_stage_names(tuple(config.stages))

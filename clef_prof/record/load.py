@@ -108,6 +108,8 @@ async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, b
         return 0, b"", f"cannot connect ({exc.os_error.strerror or exc})"[:160]
     except aiohttp.ServerDisconnectedError:
         return 0, b"", "server disconnected"
+    except aiohttp.ClientPayloadError:      # the answer began, and its body broke off (a server that died)
+        return 0, b"", "answer cut short"
     except (aiohttp.ClientError, OSError) as exc:
         if isinstance(exc, ConnectionResetError) or getattr(exc, "errno", None) == errno.ECONNRESET:
             return 0, b"", "connection reset"

@@ -13,6 +13,7 @@ from clef_prof.analyze import result as analysis, export as capture_mod
 from clef_prof.analyze.model import Result
 from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
+from clef_prof.analyze import parallel
 from clef_prof.analyze.parallel import analyze_many
 
 GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
@@ -84,3 +85,26 @@ def test_analyze_many_keeps_input_order_and_names_failures(capture):
         analyze_many(paths, jobs=2)
     assert analyze_many([]) == []
     assert [r.requests for r in analyze_many(paths[:2], jobs=1)] == [1517, 400]
+
+
+def test_worker_count_policy(tmp_path, monkeypatch):
+    """By default one process per `export.READERS` CPUs (an analysis keeps that many busy), none
+    below 64 MB of input, never more than one per capture; --jobs is taken as given."""
+    def sparse(name, size):
+        f = tmp_path / name
+        with open(f, "wb") as fh:
+            fh.truncate(size)
+        return str(f)
+    small = [sparse(f"s{i}", 10 << 20) for i in range(3)]
+    big = [sparse(f"b{i}", 40 << 20) for i in range(6)]
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(capture_mod, "READERS", 2)
+    assert parallel.worker_count(small, None) == 1
+    assert parallel.worker_count(big, None) == 4
+    assert parallel.worker_count(big[:2], None) == 2
+    assert parallel.worker_count(small, 3) == 3
+    assert parallel.worker_count(big, 16) == 6
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    assert parallel.worker_count(big, None) == 1
+    monkeypatch.setattr(capture_mod, "READERS", 1)
+    assert parallel.worker_count(big, None) == 2
