@@ -24,8 +24,8 @@
 #      on a CPU machine), SYNC (item or device: also record OUT_DIR/pr-sync-SYNC, variant pr with
 #      `--sync SYNC`, one synchronizing call per request in transfer, for the sync finding).
 #
-# Needs: Python 3 with torch (CUDA) and numpy; nothing else (record, the load generator and the
-# demo server are standard library; pandas is only needed to analyze, which can run elsewhere).
+# Needs: Python 3 with torch (CUDA), numpy and aiohttp (the load generator); nothing else
+# (record and the demo server are standard library; pandas is only needed to analyze).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
