@@ -244,7 +244,9 @@ class CallIndex:
         self.corr = np.empty(self.n, dtype=np.uint32 if self.span < 2**32 else np.int64)
         at = 0
         for lo, c in self._corr:
-            np.add(c, lo - self.base, out=self.corr[at:at + len(c)], casting="unsafe")
+            # the offset in the index's own dtype: a Python int beyond uint32 (chunks of small
+            # spans far apart) would not combine with a chunk's uint32 offsets
+            np.add(c, self.corr.dtype.type(lo - self.base), out=self.corr[at:at + len(c)], casting="unsafe")
             at += len(c)
         self._corr = []
         self.pks = np.array(sorted(self._pk_codes, key=self._pk_codes.get), dtype=np.int64)
