@@ -127,7 +127,10 @@ class KindLookup:
         if len(name_ids) == 0 or len(self.keys) == 0:
             return np.zeros(len(name_ids), np.int8)
         if self.dense is not None:
-            return self.dense[np.clip(name_ids, 0, len(self.dense) - 1)]
+            # ids beyond the table (e.g. a launch's, asked of the sync lookup) are of no kind,
+            # not the kind of the table's last id
+            inside = (name_ids >= 0) & (name_ids < len(self.dense))
+            return np.where(inside, self.dense[np.clip(name_ids, 0, len(self.dense) - 1)], 0).astype(np.int8)
         pos = np.minimum(np.searchsorted(self.keys, name_ids), len(self.keys) - 1)
         return np.where(self.keys[pos] == name_ids, self.vals[pos], 0).astype(np.int8)
 
@@ -241,7 +244,9 @@ class CallIndex:
         self.corr = np.empty(self.n, dtype=np.uint32 if self.span < 2**32 else np.int64)
         at = 0
         for lo, c in self._corr:
-            np.add(c, lo - self.base, out=self.corr[at:at + len(c)], casting="unsafe")
+            # the offset in the index's own dtype: a Python int beyond uint32 (chunks of small
+            # spans far apart) would not combine with a chunk's uint32 offsets
+            np.add(c, self.corr.dtype.type(lo - self.base), out=self.corr[at:at + len(c)], casting="unsafe")
             at += len(c)
         self._corr = []
         self.pks = np.array(sorted(self._pk_codes, key=self._pk_codes.get), dtype=np.int64)
