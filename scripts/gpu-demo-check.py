@@ -40,7 +40,7 @@ def counts(variant: str, sizes=(16, 7, 1, 16)) -> dict:
             batch(n)
         torch.cuda.synchronize()
     req, nb = sum(sizes), len(sizes)
-    api, h2d, d2h, h2d_bytes, kinds = {}, 0, 0, 0, {}
+    api, h2d, d2h, kinds = {}, 0, 0, {}
     for e in prof.events():
         name = e.name
         if name.startswith("cuda") and "Launch" in name or name in ("cudaMemcpyAsync", "cudaStreamSynchronize"):
