@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from ..errors import ClefError
 from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR, LANE_BATCH, LANE_BUSY,  # noqa: F401
                     LANE_D2H, LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
-                    STAGE_COLORS)
+                    STAGE_COLORS, TimelineMarks, timeline_title)
 
 __all__ = ["Timeline", "timeline", "stage_durations", "compare_bars", "png_bytes", "png_base64"]
 
@@ -57,7 +57,7 @@ def png_base64(fig: Figure, dpi: int = 110) -> str:
 
 
 @dataclass
-class Timeline:
+class Timeline(TimelineMarks):
     """What `timeline` drew, so that a test or a notebook can check the picture against the data.
 
     marks: lane -> marks drawn for work launched inside the plotted batches (one mark per GPU
@@ -83,14 +83,6 @@ class Timeline:
     zoom: dict | None = None
     notes: list[str] = field(default_factory=list)
     lane_y: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def h2d_marks(self) -> int:
-        return self.marks.get(LANE_H2D, 0)
-
-    @property
-    def h2d_per_request(self) -> float | None:
-        return self.h2d_marks / self.requests if self.requests else None
 
     def savefig(self, path, dpi: int = 110, **kw) -> None:
         self.figure.savefig(path, dpi=dpi, facecolor="white", **kw)
@@ -306,12 +298,8 @@ def timeline(cap, first: int = 0, n: int = 4, *, thread=None, zoom: bool = True,
     ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
     ax.set_axisbelow(True)
     requests = int(sel["size"].sum())
-    h2d_own = marks.get(LANE_H2D, 0)
-    head = title or f"{cap.name}: batches #{int(sel['batch'].iloc[0])}–#{int(sel['batch'].iloc[-1])}"
-    sub_t = f" · {len(sel)} batches, {requests} requests"
-    if cuda and requests:
-        sub_t += f" · {h2d_own} H2D copies = {h2d_own / requests:.2f} per request"
-    ax.set_title(head + sub_t, fontsize=10, loc="left")
+    ax.set_title(timeline_title(cap.name, int(sel["batch"].iloc[0]), int(sel["batch"].iloc[-1]), len(sel), requests,
+                                marks.get(LANE_H2D, 0), cuda, title), fontsize=10, loc="left")
     handles = [Patch(facecolor=STAGE_COLORS[i % len(STAGE_COLORS)], label=s) for i, s in enumerate(stages)]
     if cuda:
         handles += [Line2D([], [], color=MEMORY_COLORS["pageable"], label="H2D from pageable"),

@@ -19,3 +19,27 @@ KERNEL_COLOR = "#1f3a93"
 GRAPH_COLOR = "#9c27b0"
 D2H_COLOR = "#6a3d9a"
 BUSY_COLOR = "#555555"
+
+
+def timeline_title(name: str, first: int, last: int, n_batches: int, requests: int, h2d: int, cuda: bool,
+                   title: str | None = None) -> str:
+    """The timeline's title line, the same over the notebook plot and the report's SVG."""
+    line = (title or f"{name}: batches #{first}–#{last}") + f" · {n_batches} batches, {requests} requests"
+    if cuda and requests:
+        line += f" · {h2d} H2D copies = {h2d / requests:.2f} per request"
+    return line
+
+
+class TimelineMarks:
+    """The figures both timelines give of their marks (`marks`: lane -> marks of the batches shown)."""
+
+    marks: dict[str, int]
+    requests: int
+
+    @property
+    def h2d_marks(self) -> int:
+        return self.marks.get(LANE_H2D, 0)
+
+    @property
+    def h2d_per_request(self) -> float | None:
+        return self.h2d_marks / self.requests if self.requests else None

@@ -25,7 +25,7 @@ from ..analyze.intervals import union
 from ..errors import ClefError
 from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR, LANE_BATCH, LANE_BUSY, LANE_D2H,
                     LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
-                    STAGE_COLORS)
+                    STAGE_COLORS, TimelineMarks, timeline_title)
 
 __all__ = ["Timeline", "timeline", "stage_durations"]
 
@@ -104,7 +104,7 @@ def _us(ns) -> str:
 
 
 @dataclass
-class Timeline:
+class Timeline(TimelineMarks):
     """What `timeline` drew (the counts a caption or a test reads), and the SVG.
 
     marks: lane -> marks of work of the plotted batches (stage instances, GPU records, busy
@@ -127,14 +127,6 @@ class Timeline:
     zoom: dict | None = None
     notes: list[str] = field(default_factory=list)
     rows_read: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def h2d_marks(self) -> int:
-        return self.marks.get(LANE_H2D, 0)
-
-    @property
-    def h2d_per_request(self) -> float | None:
-        return self.h2d_marks / self.requests if self.requests else None
 
 
 def pick_batches(analysis, first: int, n: int) -> np.ndarray:
@@ -313,18 +305,15 @@ def timeline(analysis, first: int = 0, n: int = 4, *, zoom: bool = True, title: 
 
     requests = int(size.sum())
     h2d_own = marks.get(LANE_H2D, 0)
-    name = os.path.basename(analysis.path)
-    head = title or f"{name}: batches #{int(sel[0])}–#{int(sel[-1])}"
-    sub_t = f" · {len(sel)} batches, {requests} requests"
-    if cuda and requests:
-        sub_t += f" · {h2d_own} H2D copies = {h2d_own / requests:.2f} per request"
+    line = timeline_title(os.path.basename(analysis.path), int(sel[0]), int(sel[-1]), len(sel), requests, h2d_own,
+                          cuda, title)
     desc = (f"Timeline of batches #{int(sel[0])} to #{int(sel[-1])} ({requests} requests): the batch ranges, "
             "one lane per stage")
     if cuda:
         desc += (f", then the GPU: H2D copies ({h2d_own} copy records of these batches), D2H copies, kernels, graphs "
                  "and GPU busy time")
-    svg = _Svg(WIDTH, height, "timeline", head + sub_t, desc)
-    svg.text(LEFT, 18, head + sub_t, size=12)
+    svg = _Svg(WIDTH, height, "timeline", line, desc)
+    svg.text(LEFT, 18, line, size=12)
     bottom = top + LANE * len(lanes)
     xlo, xhi = (w0 - t0) / 1e6, (w1 - t0) / 1e6
     _x_axis(svg, lambda v: LEFT + (v - xlo) * plot_w / (xhi - xlo), xlo, xhi, top, bottom,

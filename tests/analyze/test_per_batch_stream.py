@@ -86,25 +86,10 @@ def test_streamed_per_batch_figures_equal_the_row_level_ones(capture, monkeypatc
         np.testing.assert_array_equal(small[col], pb[col], err_msg=col)
 
 
-def test_out_of_order_pass_gives_the_same_per_batch_figures(capture, tmp_path, monkeypatch):
+def test_out_of_order_pass_gives_the_same_per_batch_figures(capture, reversed_kernels, monkeypatch):
     """A kernel table stored in reverse start order makes the GPU pass start over holding every
     interval (`ordered=False`, merged every COMPACT_AT rows): the per-batch table is unchanged."""
-    f = tmp_path / "reversed.sqlite"
-    shutil.copyfile(capture("gpu-q1c16-main"), f)
-    f.chmod(0o644)
-    with sqlite3.connect(f) as con:
-        con.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid DESC")
-        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k")
-    modes = []
-    stream = analysis._gpu_stream
-
-    def spy(*args, ordered, keep):
-        modes.append(ordered)
-        return stream(*args, ordered=ordered, keep=keep)
-
-    monkeypatch.setattr(analysis, "_gpu_stream", spy)
-    monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)
+    f, modes = reversed_kernels
     monkeypatch.setattr("clef_prof.analyze.overlap.COMPACT_AT", 5000)   # merge held intervals several times
     a = analyze(str(f))
     assert modes == [True, False]

@@ -3,8 +3,6 @@ table order, its lazy row frames equal the ones read at once, and analyze_many k
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import sqlite3
 
 import pandas as pd
 import pytest
@@ -50,24 +48,9 @@ def test_lazy_row_frames_equal_rows_read_at_once(capture, name):
     assert len(lazy.kernels) == lazy.result.totals.gpu_kernels
 
 
-def test_gpu_table_out_of_time_order_falls_back(capture, tmp_path, monkeypatch):
+def test_gpu_table_out_of_time_order_falls_back(capture, reversed_kernels):
     """A GPU table not in start order cannot be merged early: the pass starts over holding all."""
-    f = tmp_path / "reversed.sqlite"
-    shutil.copyfile(capture("gpu-q1c16-main"), f)
-    f.chmod(0o644)
-    with sqlite3.connect(f) as con:
-        con.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid DESC")
-        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k")
-    modes = []
-    stream = analysis._gpu_stream
-
-    def spy(*args, ordered, keep):
-        modes.append(ordered)
-        return stream(*args, ordered=ordered, keep=keep)
-
-    monkeypatch.setattr(analysis, "_gpu_stream", spy)
-    monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)
+    f, modes = reversed_kernels
     r = analyze(str(f)).result
     assert modes == [True, False]
     assert _without_path(r) == _without_path(analyze(str(capture("gpu-q1c16-main"))).result)
