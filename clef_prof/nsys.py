@@ -181,23 +181,41 @@ class TraceOptions:
     trace_fork: bool = True
     sample: str | None = "none"            # CPU IP sampling (`-s`); profile/start only
     cpuctxsw: str | None = "none"
-    extra: list[str] = field(default_factory=list)   # passed verbatim (profile / launch)
+    extra: list[str] = field(default_factory=list)   # passed verbatim (profile / launch); they replace ours
+
+
+# nsys' one-letter forms of the switches clef-prof sets
+_SHORT = {"t": "trace", "s": "sample", "o": "output", "f": "force-overwrite", "c": "capture-range", "p": "nvtx-capture"}
+
+
+def switch_names(args: list[str]) -> set[str]:
+    """The long names of the switches in `args` (`--name=V`, `--name V`, `-t V`, `-tV`)."""
+    out = set()
+    for a in args:
+        if a.startswith("--"):
+            out.add(a[2:].split("=", 1)[0])
+        elif a.startswith("-") and a[1:2] in _SHORT:
+            out.add(_SHORT[a[1]])
+    return out
 
 
 def _trace_switches(nsys: Nsys, opts: TraceOptions, command: str, notes: list[str]) -> list[str]:
-    out = [f"--trace={opts.trace}"]
+    """Our defaults, less those `opts.extra` gives: nsys refuses a switch given twice."""
+    given = switch_names(opts.extra)
+    out = [] if "trace" in given else [f"--trace={opts.trace}"]
     if opts.python_sampling_hz:
         if nsys.supports("python-sampling", command):
-            out += ["--python-sampling=true", f"--python-sampling-frequency={int(opts.python_sampling_hz)}"]
+            out += [s for s in ("--python-sampling=true", f"--python-sampling-frequency={int(opts.python_sampling_hz)}")
+                    if s[2:].split("=")[0] not in given]
         else:
             notes.append(f"nsys {nsys.version or '?'} has no --python-sampling (2022.4 lacks it, 2023.4 has it): "
                          "recorded without it")
-    if opts.cuda_graph_trace and "cuda" in opts.trace.split(","):
+    if opts.cuda_graph_trace and "cuda" in opts.trace.split(",") and "cuda-graph-trace" not in given:
         if nsys.supports("cuda-graph-trace", command):
             out.append(f"--cuda-graph-trace={opts.cuda_graph_trace}")
         else:
             notes.append(f"nsys {nsys.version or '?'} has no --cuda-graph-trace: left out")
-    if opts.trace_fork:
+    if opts.trace_fork and "trace-fork-before-exec" not in given:
         if nsys.supports("trace-fork-before-exec", command):
             out.append("--trace-fork-before-exec=true")
         else:
@@ -205,11 +223,11 @@ def _trace_switches(nsys: Nsys, opts: TraceOptions, command: str, notes: list[st
     return out
 
 
-def _sampling_switches(opts: TraceOptions) -> list[str]:
+def _sampling_switches(opts: TraceOptions, given: set[str] = frozenset()) -> list[str]:
     out = []
-    if opts.sample:
+    if opts.sample and "sample" not in given:
         out.append(f"--sample={opts.sample}")
-    if opts.cpuctxsw:
+    if opts.cpuctxsw and "cpuctxsw" not in given:
         out.append(f"--cpuctxsw={opts.cpuctxsw}")
     return out
 
@@ -222,7 +240,7 @@ def profile_command(nsys: Nsys, opts: TraceOptions, output: str, server: list[st
     cmd = [nsys.path, "profile"]
     if nsys.supports("session-new"):
         cmd.append(f"--session-new={session}")
-    cmd += _trace_switches(nsys, opts, "profile", notes) + _sampling_switches(opts)
+    cmd += _trace_switches(nsys, opts, "profile", notes) + _sampling_switches(opts, switch_names(opts.extra))
     cmd += [f"--capture-range={capture_range}", f"--capture-range-end={capture_range_end}"]
     if capture_range == "nvtx":
         cmd.append(f"--nvtx-capture={nvtx_capture}")

@@ -1,17 +1,25 @@
 """The analyze path stays light: what a fresh `clef-prof analyze` / `report` / `--help` / `doctor` imports
 (the guard on start-up cost; speed itself is measured by bench/bench_small.py, not here).
-Modules named with a dot are checked by full name (numpy.ma: NumPy imports it lazily)."""
+Modules named with a dot are checked by full name (numpy.ma: NumPy imports it lazily).
+The record path (record, ab, load, demo-server: what runs on GPU machines beside the server) imports
+no pandas, NumPy, rich or pyarrow at all, and runs with them blocked."""
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
 HEAVY = ("pandas", "matplotlib", "pyarrow", "adbc_driver_sqlite", "adbc_driver_manager", "rich")
 LAZY = ("numpy.ma", "pyarrow.compute", "pyarrow.dataset",      # 20, 90 and 300 ms (the last imports pandas)
         "clef_prof.annotate.spec")                              # 3 ms: only with --spec
@@ -66,3 +74,57 @@ def test_report_imports_no_pandas_matplotlib_arrow(capture, tmp_path):
     rc, mods = imported("report", str(capture("gpu-q1c16-main")), "--html", str(out))
     assert rc == 0 and out.read_text().count("<svg") == 3
     assert "numpy" in mods and not mods & (set(HEAVY) - {"rich"}), sorted(mods & set(HEAVY))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(method, url, body=None, timeout=10):
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    req = urllib.request.Request(url, data=data if data is not None else (b"" if method == "POST" else None),
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+REQ = {"state": "the patient reports mild pain after surgery", "questions": {
+    "pain": {"type": "boolean", "instructions": "Is there pain?", "criteria": "explicit mention"},
+    "severity": {"type": "score", "instructions": "How severe?", "criteria": "0-1"}}}
+
+
+def test_entry_points_run_without_pandas_numpy_rich(tmp_path):
+    block = tmp_path / "block"
+    for m in ("pandas", "numpy", "rich", "pyarrow", "adbc_driver_sqlite", "torch", "aiohttp"):
+        (block / m).mkdir(parents=True)
+        (block / m / "__init__.py").write_text(f"raise ImportError('{m} is blocked in this test')\n")
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
+    code = ("import sys; import clef_prof, clef_prof.record.session, clef_prof.record.demo_server, clef_prof.record.ab, clef_prof.record.load, "
+            "clef_prof.record.manifest, clef_prof.nsys, clef_prof.record.procs, clef_prof.cli.app, clef_prof.cli.record, clef_prof.cli.ab, "
+            "clef_prof.cli.demo_server, clef_prof.cli.load; clef_prof.cli.app.build_parser(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas','numpy','rich','pyarrow')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+    for argv in (["-m", "clef_prof", "record", "--out", str(tmp_path / "o"), "--dry-run", "--", "srv"],
+                 ["-m", "clef_prof", "ab", "--arm", "a=x", "--arm", "b=y", "--out", str(tmp_path / "o"), "--dry-run"]):
+        p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "--trace=cuda,nvtx,osrt" in p.stdout, p.stderr
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "clef_prof", "demo-server", "--port", str(port), "--device", "auto"],
+                           cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            try:
+                if call("GET", f"http://127.0.0.1:{port}/health", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        assert call("POST", f"http://127.0.0.1:{port}/v1/systemone", REQ)[0] == 200
+    finally:
+        srv.send_signal(signal.SIGINT)
+        assert srv.wait(15) == 0, srv.stderr.read()

@@ -41,7 +41,8 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     n.add_argument("--sample", default="none", help="nsys CPU sampling (-s; default none)")
     n.add_argument("--cpuctxsw", default="none", help="nsys --cpuctxsw (default none)")
     n.add_argument("--nsys-arg", action="append", default=[], metavar="ARG", help="extra switch for nsys profile/launch "
-                   "(repeatable), e.g. --nsys-arg=--osrt-threshold=10000")
+                   "(repeatable), e.g. --nsys-arg=--osrt-threshold=10000; one that record also sets replaces record's, "
+                   "e.g. --nsys-arg=--trace=cuda,nvtx,osrt,cublas (not --output, --capture-range and the like)")
     n.add_argument("--no-export", action="store_true", help="keep the .nsys-rep only")
     n.add_argument("--importer-libs", metavar="DIR", default=os.environ.get(ENV_IMPORTER_LIBS),
                    help="a folder of libraries (libdw.so.1, libelf.so.1) for QdstrmImporter alone, when nsys leaves "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..errors import ClefError
 from .load import LoadSettings
 from ..nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
-                   stop_command)
+                   stop_command, switch_names)
 from ..redact import REMOVED, redact_args, redact_text
 from .presets import (DEFAULT_NVTX_CAPTURE, PRESETS, VLLM_PROFILER_CONFIG, VLLM_PROFILER_FLAG, Preset,
                       vllm_profiler_config)
@@ -113,10 +113,20 @@ class Plan:
         return out
 
 
+# nsys switches that the window and the report's path depend on: set by record (with the option
+# named here), never replaced through --nsys-arg
+_OWNED = {"output": "--out and --name", "force-overwrite": None, "session-new": None, "capture-range": "--window",
+          "capture-range-end": "--capture-range-end", "nvtx-capture": "--nvtx-capture"}
+
+
 def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     if not cfg.server:
         raise ClefError("record: no server command: put it after `--`, e.g. "
                         "clef-prof record --out runs/x -- clef-prof demo-server --variant pr")
+    owned = sorted(switch_names(cfg.trace.extra) & _OWNED.keys())
+    if owned:
+        hint = _OWNED[owned[0]]
+        raise ClefError(f"--nsys-arg: record sets nsys' --{owned[0]} itself" + (f"; use {hint}" if hint else ""))
     if nsys is None:
         nsys = Nsys.find(cfg.nsys)
     window = cfg.window

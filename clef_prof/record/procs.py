@@ -238,9 +238,25 @@ def pdeathsig():
         pass
 
 
+def group_members(pgid: int) -> list[Proc]:
+    """Live processes of process group `pgid` (zombies left out)."""
+    out = []
+    for pid in _pids():
+        p = read(pid)
+        if p is not None and p.pgid == pgid and p.alive:
+            out.append(p)
+    return out
+
+
 def stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
+    """SIGINT, then SIGTERM, then SIGKILL the process group that `popen` leads (started with
+    start_new_session=True; else `popen` alone), each until `popen` and every other process of
+    the group are gone: children that outlive the leader are ended too."""
+    def done() -> bool:
+        return popen.poll() is not None and not group_members(popen.pid)
+
     for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits):
-        if popen.poll() is not None:
+        if done():
             return
         try:
             os.killpg(popen.pid, sig)
@@ -248,12 +264,9 @@ def stop_group(popen: subprocess.Popen, waits=(5.0, 3.0, 2.0)) -> None:
             try:
                 popen.send_signal(sig)
             except ProcessLookupError:
-                return
-        try:
-            popen.wait(wait)
+                pass
+        if wait_gone(done, wait):
             return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # nsys' own lines in the server's streams: left out of the tail shown on failure

@@ -4,13 +4,16 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
+from clef_prof.cli.app import main
 from clicheck import assert_one_line, run_cli, run_main
 from conftest import sha256
 
 EXIT_INPUT = 1
+SLICE_MAIN = Path(__file__).resolve().parents[2] / "traces" / "gpu-main-slice.sqlite"
 
 
 @pytest.fixture
@@ -104,3 +107,13 @@ def test_input_never_written(capture, tmp_path):
 def test_bad_spec_path(capture):
     assert_one_line(run_main("analyze", capture("cpu23-inline"), "--spec", "/nonexistent.toml"), EXIT_INPUT,
                     "no such stage spec")
+
+
+@pytest.mark.parametrize("stages, column", [("parse,host", "host_ns"), ("gpu_busy,head", "gpu_busy_ns"),
+                                            ("parse,parse", "parse_ns")])
+def test_analyze_refuses_stage_names_that_would_overwrite_a_per_batch_column(capsys, stages, column):
+    """A stage named `host` would write its host time over the batch's `host_ns`: figures that look
+    fine but are not, in the data model and in compare; refused in one line instead."""
+    rc = main(["analyze", str(SLICE_MAIN), "--stages", stages])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1 and f"per-batch column {column!r}" in err

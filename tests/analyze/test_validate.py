@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from pathlib import Path
 
 from clef_prof import cupti
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import StageConfig
 from clicheck import run_main
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
 
 
 def test_wrong_names_lists_names_seen(capture):
@@ -86,3 +89,15 @@ def test_manifest_disagreement_and_dead_server_warn(capture, tmp_path):
     assert any("batch ranges count 1520 requests" in w and "were lost" in w for w in r.warnings)
     r = _with_manifest(capture, tmp_path, status="server died")
     assert any("'server died'" in w for w in r.warnings)
+
+
+def test_requested_stages_with_no_range_warn(tmp_path):
+    """Issue 11 item 4: none of the requested names matches: a warning, and --strict exits 2."""
+    p = run_main("analyze", TRACES / "gpu25-pr-slice.sqlite", "--stages", "tokenize,forward", "-f", "json", "--strict")
+    assert p.returncode == 2
+    assert "stages with no range in the capture: tokenize, forward" in json.loads(p.stdout)["warnings"]
+    con = sqlite3.connect(f"file:{TRACES / 'gpu25-pr-slice.sqlite'}?mode=ro", uri=True)
+    (n,), = con.execute("SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                        "WHERE s.value IN ('tokenize', 'forward')").fetchall()
+    con.close()
+    assert n == 0

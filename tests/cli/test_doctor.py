@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from recording import nsys_path, nvtx_python
 
+from clef_prof import cupti
 from clef_prof.cli import doctor
+from clicheck import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,3 +140,10 @@ def test_other_python(tmp_path):
     assert r["nvtx"] == "0.2.11" and r["ok"], p.stdout
     p = run_doctor("--python", tmp_path / "no-python")
     assert p.returncode == 1 and "no such interpreter" in p.stderr
+
+
+def test_doctor_says_no_driver_on_this_machine():
+    if cupti.local_driver_version()[0] is not None:
+        pytest.skip("this machine has an NVIDIA driver")
+    p = run_main("doctor")
+    assert "driver    no NVIDIA driver" in p.stdout and "Traceback" not in p.stderr

@@ -1,5 +1,6 @@
 """The load generator (clef_prof.record.load) against real server processes: the demo server,
-and a server with canned answers (tests/programs/canned_http.py) for each framing and failure."""
+a server with canned answers (tests/programs/canned_http.py) for each framing and failure, and a
+port nothing listens on; its latency percentile against NumPy's."""
 from __future__ import annotations
 
 import asyncio
@@ -170,6 +171,24 @@ def test_request_body_file_is_sent_every_time(canned, tmp_path):
 def test_bad_urls(url):
     with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
         loadgen.Load(loadgen.LoadSettings(url=url))
+
+
+def test_load_counts_refused_connections_as_errors():
+    port = free_port()
+    load = loadgen.Load(loadgen.LoadSettings(url=f"http://127.0.0.1:{port}", concurrency=2)).start()
+    time.sleep(0.3)
+    load.stop(1.0)
+    s = load.summary()
+    assert s["completions"] == 0 and s["errors"] > 0
+    assert any("Connection" in k or "refused" in k.lower() for k in s["error_kinds"])
+
+
+def test_percentile_matches_numpy():
+    import numpy as np
+    vals = sorted([3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0])
+    for q in (0, 50, 90, 99, 100):
+        assert loadgen.percentile(vals, q) == pytest.approx(float(np.percentile(vals, q)))
+    assert loadgen.percentile([], 50) is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""clef_prof.nsys: where nsys is found (the forms --nsys and $CLEF_PROF_NSYS take), the switches of
+the installed releases, and the importer's command and environment."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from clef_prof import nsys as nsys_mod
+from clef_prof.nsys import import_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.nsys("2023.4")
+def test_locate_nsys_forms(monkeypatch):
+    inst = ROOT / ".nsys" / "2023.4"
+    for form in (inst, inst / "nsys", inst / "target-linux-x64", inst / "target-linux-x64" / "nsys"):
+        assert os.path.basename(nsys_mod.locate(str(form))) == "nsys"
+    monkeypatch.setenv(nsys_mod.ENV_NSYS, str(inst))
+    assert nsys_mod.locate() == str(inst / "nsys")
+    monkeypatch.setenv(nsys_mod.ENV_NSYS, "/nonexistent/nsys")
+    with pytest.raises(nsys_mod.NsysMissing, match="CLEF_PROF_NSYS"):
+        nsys_mod.locate()
+
+
+@pytest.mark.nsys("2022.4")
+def test_nsys_2022_has_no_python_sampling():
+    n22 = ROOT / ".nsys" / "2022.4" / "nsys"
+    n = nsys_mod.Nsys.find(str(n22))
+    notes = []
+    cmd = nsys_mod.profile_command(n, nsys_mod.TraceOptions(), "/tmp/x", ["srv"], session="s", notes=notes)
+    assert not any("python-sampling" in c for c in cmd) and "--capture-range=cudaProfilerApi" in cmd
+    assert notes and "python-sampling" in notes[0]
+
+
+def test_importer_gets_the_libraries_alone(tmp_path):
+    argv, env = import_command("/opt/x/host-linux-x64/QdstrmImporter", str(tmp_path / "c.qdstrm"), str(tmp_path),
+                               env={"LD_LIBRARY_PATH": "/usr/lib/a", "PATH": "/bin"})
+    assert argv == ["/opt/x/host-linux-x64/QdstrmImporter", "-i", str(tmp_path / "c.qdstrm")]
+    assert env["LD_LIBRARY_PATH"] == f"{tmp_path}:/usr/lib/a" and env["PATH"] == "/bin"
+    assert import_command("imp", "c.qdstrm", None, env={})[1] == {}
