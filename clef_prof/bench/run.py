@@ -31,7 +31,7 @@ from ..record import procs
 from ..record.ab import parse_arms, schedule
 from ..errors import ClefError
 from ..record.control import http, port_in_use
-from ..record.load import client_session
+from ..record.load import check_url, client_session
 from ..record.plan import gpu_present
 from ..record.session import Interrupted
 
@@ -266,6 +266,9 @@ def run(args) -> dict:
     from ..compare.gates import parse_gate
     from .stats import METRICS
     gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    check_url(args.url, "--url")
+    if args.health_url:
+        check_url(args.health_url, "--health-url")
     path, health_path = bl.PRESETS[args.preset]
     base_url = args.url.rstrip("/")
     url = base_url + (args.path or path)

@@ -124,18 +124,25 @@ class Completion:
     sent_ns: int = 0      # wall clock when the request was sent
 
 
+def check_url(url: str, option: str = "load") -> urllib.parse.SplitResult:
+    """`url` split, or one ClefError line naming `option`: an http:// or https:// URL with a host
+    and a port in range (checked before any server starts, so that no command fails late)."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
+    except ValueError:  # a port that is not a number or out of range, an unclosed or invalid [IPv6] host
+        ok = False
+    if not ok:
+        raise ClefError(f"{option}: expected an http:// or https:// URL with a host, not {url!r}")
+    return u
+
+
 class Load:
     """Closed-loop load on a background thread. start(), then stop(); records in .done."""
 
     def __init__(self, settings: LoadSettings):
         self.s = settings
-        u = urllib.parse.urlsplit(settings.url)
-        try:
-            ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
-        except ValueError:  # a port that is not a number, or out of range
-            ok = False
-        if not ok:
-            raise ClefError(f"load: expected an http:// or https:// URL with a host, not {settings.url!r}")
+        u = check_url(settings.url)
         self.url = urllib.parse.urlunsplit((u.scheme or "http", u.netloc, (u.path.rstrip("/") + settings.path) or "/",
                                             "", ""))
         if settings.body_file:

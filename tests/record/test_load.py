@@ -167,7 +167,8 @@ def test_request_body_file_is_sent_every_time(canned, tmp_path):
         loadgen.Load(loadgen.LoadSettings(url=canned, body_file=str(body)))
 
 
-@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port"])
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port", "http://[::1",
+                                 "http://[zz]:1"])
 def test_bad_urls(url):
     with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
         loadgen.Load(loadgen.LoadSettings(url=url))

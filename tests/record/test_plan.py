@@ -215,6 +215,17 @@ def test_switches_the_window_depends_on_are_refused(tmp_path, monkeypatch, given
     assert p.stderr.strip().endswith(line) and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("option", ["--url", "--health-url"])
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:port", "ftp://h:1"])
+def test_bad_urls_are_refused_before_anything_runs(tmp_path, monkeypatch, option, url):
+    """Before: a port out of range or an unclosed IPv6 bracket came out of the port probe as an
+    internal ValueError after the plan was printed, and ftp:// waited out --health-timeout."""
+    monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
+    p = run_main("record", "--out", tmp_path / "o", "--dry-run", option, url, "--", *SERVER)
+    assert_one_line(p, 1, f"{option}: expected an http:// or https:// URL with a host, not {url!r}")
+    assert p.stdout == "" and not (tmp_path / "o").exists()
+
+
 def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
     """`--dry-run` without nsys: the switches of a recent nsys, said so; nothing written."""
     monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
