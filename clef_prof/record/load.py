@@ -90,11 +90,18 @@ def client_session(limit: int):
                                  headers={"User-Agent": "clef-prof-load"})
 
 
+def _first_line(message: str) -> str:
+    """The first line of a parser's message (the next ones draw a caret under the bytes)."""
+    return (message.strip().splitlines() or ["?"])[0].rstrip(":")[:80]
+
+
 async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None]:
-    """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came.
+    """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came
+    or none that HTTP can read.
 
     Redirects are not followed: the latency is that of one answer from the server named."""
     import aiohttp
+    from aiohttp.http_exceptions import ContentEncodingError
 
     try:
         async with session.post(url, data=body, headers=_HEADERS, allow_redirects=False,
@@ -108,8 +115,12 @@ async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, b
         return 0, b"", f"cannot connect ({exc.os_error.strerror or exc})"[:160]
     except aiohttp.ServerDisconnectedError:
         return 0, b"", "server disconnected"
-    except aiohttp.ClientPayloadError:      # the answer began, and its body broke off (a server that died)
-        return 0, b"", "answer cut short"
+    except aiohttp.ClientPayloadError as exc:
+        if isinstance(exc.__cause__, ContentEncodingError):     # whole, but not in its Content-Encoding
+            return 0, b"", f"malformed answer ({_first_line(exc.__cause__.message)})"
+        return 0, b"", "answer cut short"      # the answer began, and its body broke off (a server that died)
+    except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the answer; the 400 is aiohttp's own
+        return 0, b"", f"malformed answer ({_first_line(exc.message)})"
     except (aiohttp.ClientError, OSError) as exc:
         if isinstance(exc, ConnectionResetError) or getattr(exc, "errno", None) == errno.ECONNRESET:
             return 0, b"", "connection reset"

@@ -98,6 +98,36 @@ def test_post_error_kinds(canned):
     assert post(f"http://127.0.0.1:{free_port()}/ok") == (0, b"", "connection refused")
 
 
+@pytest.mark.parametrize("path, kind", [("/bad-status", "malformed answer (Bad status line)"),
+                                        ("/bad-chunk-size", "malformed answer (Invalid character in chunk size)"),
+                                        ("/bad-gzip", "malformed answer (Can not decode content-encoding: gzip)")])
+def test_malformed_answers_are_their_own_kind(canned, path, kind):
+    """An answer HTTP cannot read is neither a connection error with the HTTP 400 that aiohttp's
+    parser uses internally (the server sent no 400), nor a body cut short when it came whole in a
+    Content-Encoding it is not in; one line, so that errors group by kind."""
+    assert post(canned + path) == (0, b"", kind)
+    s = run_load(canned, 0.3, path=path, concurrency=2).summary()
+    assert s["completions"] == 0 and s["error_kinds"] == {kind: s["errors"]} and s["errors"] >= 2
+
+
+def test_answers_that_are_not_errors_and_redirects(canned):
+    """1xx before the answer is skipped, 204 has no body, and a redirect is not followed (the
+    latency is one answer of the server named): the loop counts it as an HTTP error."""
+    assert post(canned + "/continue") == (200, json.dumps({"path": "/ok", "got": 8}).encode(), None)
+    assert post(canned + "/no-content") == (204, b"", None)
+    assert post(canned + "/redirect") == (302, b"", None)
+    before = stats(canned)["answered"]
+    s = run_load(canned, 0.3, path="/redirect", concurrency=1).summary()
+    after = stats(canned)["answered"]
+    assert after.get("/ok", 0) == before.get("/ok", 0)
+    assert s["error_kinds"] == {"HTTP 302: ": s["errors"]} and s["errors"] == after["/redirect"] - before["/redirect"]
+
+
+@pytest.mark.parametrize("path", ["/endless-head", "/endless-body"])
+def test_timeout_covers_headers_and_body_that_never_end(canned, path):
+    assert post(canned + path, timeout_s=0.3) == (0, b"", "timeout after 0.3 s")
+
+
 # --------------------------------------------------------------------------------------------
 # the closed loop
 
