@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import secrets
 import shlex
@@ -253,7 +254,7 @@ def run(args) -> dict:
     for opt, low in (("rounds", 1), ("windows", 1)):
         if getattr(args, opt) < low:
             raise BenchError(f"--{opt} must be at least {low}")
-    if args.window_s <= 0 or args.warmup < 0 or args.request_timeout <= 0:
+    if not (0 < args.window_s < math.inf and 0 <= args.warmup < math.inf and 0 < args.request_timeout < math.inf):
         raise BenchError("--window-s and --request-timeout must be positive, --warmup not negative")
     if args.parity < 0 or args.parity_tol < 0:
         raise BenchError("--parity and --parity-tol must not be negative")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -96,7 +97,7 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
                 json.loads(v)
             except ValueError as exc:
                 raise ClefError(f"--{opt.replace('_', '-')} {v!r} is not JSON ({exc})") from None
-    if args.duration <= 0:
+    if not 0 < args.duration < math.inf:
         raise ClefError("--duration must be positive")
     trace = TraceOptions(trace=args.trace, python_sampling_hz=max(0, args.python_sampling),
                          cuda_graph_trace=args.cuda_graph_trace or PRESETS[args.preset].cuda_graph_trace,

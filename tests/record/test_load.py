@@ -19,6 +19,7 @@ import pytest
 
 from clef_prof.errors import ClefError
 from clef_prof.record import load as loadgen
+from clicheck import assert_one_line, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -202,6 +203,23 @@ def test_request_body_file_is_sent_every_time(canned, tmp_path):
 def test_bad_urls(url):
     with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
         loadgen.Load(loadgen.LoadSettings(url=url))
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--request-timeout", "0", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "-1", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "nan", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "inf", "--request-timeout must be a positive number of seconds"),
+    ("--duration", "-1", "--duration must be a positive number of seconds"),
+    ("--duration", "nan", "--duration must be a positive number of seconds"),
+    ("--duration", "inf", "--duration must be a positive number of seconds")])
+def test_load_cli_refuses_timeouts_and_durations_that_are_not_positive(canned, option, value, needle):
+    """aiohttp reads a timeout of 0, below 0 or NaN as none at all (a request to a server that
+    never answers waited forever), and an infinite one failed every client with OverflowError;
+    an infinite --duration was an internal error, NaN or below 0 ran no load ("in nan s")."""
+    p = run_main("load", "--url", canned, "--request-path", "/ok", "--duration", "0.1", option, value)
+    assert_one_line(p, 1, needle)
+    assert p.stdout == ""
 
 
 def test_load_counts_refused_connections_as_errors():

@@ -226,6 +226,14 @@ def test_bad_urls_are_refused_before_anything_runs(tmp_path, monkeypatch, option
     assert p.stdout == "" and not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_duration_must_be_positive(tmp_path, monkeypatch, value):
+    """NaN passed `<= 0` (a window of no time), inf overflowed later."""
+    monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
+    p = run_main("record", "--out", tmp_path / "o", "--dry-run", "--duration", value, "--", *SERVER)
+    assert_one_line(p, 1, "--duration must be positive")
+
+
 def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
     """`--dry-run` without nsys: the switches of a recent nsys, said so; nothing written."""
     monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
