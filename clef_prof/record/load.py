@@ -259,8 +259,8 @@ class Load:
             _, pending = await asyncio.wait(tasks, timeout=self._grace)
             for t in pending:
                 t.cancel()
-            self.cancelled = len(pending)
             self.unfinished = sorted(self._sending.values())
+            self.cancelled = len(self.unfinished)     # not a client pausing after an error it has counted
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _client(self, session, i: int) -> None:

@@ -188,6 +188,15 @@ def test_unfinished_requests_are_counted_at_stop(canned):
     assert load.bounds(t0, t0 - 1) == (0, 0)      # sent after the window
 
 
+def test_a_client_pausing_after_an_error_is_not_a_cancelled_request():
+    """After a request that got no answer a client pauses 50 ms; cancelled in that pause at stop,
+    it had no request in flight (the failed one is counted among the errors): only requests in
+    flight count as cancelled, each once."""
+    load = run_load(f"http://127.0.0.1:{free_port()}", 0.3, grace_s=0.0, concurrency=8)
+    assert load.cancelled == len(load.unfinished) < 8
+    assert load.summary()["errors"] == len(load.done) > 0
+
+
 def test_request_body_file_is_sent_every_time(canned, tmp_path):
     body = tmp_path / "body.json"
     body.write_text('{"model": "m", "input": "' + "x" * 100 + '"}')
