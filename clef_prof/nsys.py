@@ -186,14 +186,27 @@ class TraceOptions:
 
 # nsys' one-letter forms of the switches clef-prof sets
 _SHORT = {"t": "trace", "s": "sample", "o": "output", "f": "force-overwrite", "c": "capture-range", "p": "nvtx-capture"}
+# the long names of the switches clef-prof sets or refuses
+_NAMES = ("trace", "python-sampling", "python-sampling-frequency", "cuda-graph-trace", "trace-fork-before-exec", "sample",
+          "cpuctxsw", "output", "force-overwrite", "session-new", "capture-range", "capture-range-end", "nvtx-capture")
+
+
+def _long_name(name: str) -> str:
+    """nsys takes an unambiguous prefix of a switch (`--cuda-graph=node` is --cuda-graph-trace):
+    the one of ours that `name` is, or is the only prefix of; else `name`."""
+    if name in _NAMES:
+        return name
+    hits = [n for n in _NAMES if n.startswith(name)]
+    return hits[0] if len(hits) == 1 else name
 
 
 def switch_names(args: list[str]) -> set[str]:
-    """The long names of the switches in `args` (`--name=V`, `--name V`, `-t V`, `-tV`)."""
+    """The long names of the switches in `args` (`--name=V`, `--name V`, `-t V`, `-tV`, and a
+    prefix of one of ours as nsys reads it)."""
     out = set()
     for a in args:
         if a.startswith("--"):
-            out.add(a[2:].split("=", 1)[0])
+            out.add(_long_name(a[2:].split("=", 1)[0]))
         elif a.startswith("-") and a[1:2] in _SHORT:
             out.add(_SHORT[a[1]])
     return out

@@ -190,6 +190,22 @@ def test_nsys_args_replace_records_switches(monkeypatch, tmp_path, window, given
         {k: v for k, v in DEFAULTS.items() if k != replaced}
 
 
+@pytest.mark.nsys("2023.4")
+@pytest.mark.parametrize("given, ours", [("--cuda-graph=node", "--cuda-graph-trace"),
+                                         ("--python-sampling-f=10", "--python-sampling-frequency"),
+                                         ("--trace-fork=false", "--trace-fork-before-exec"),
+                                         ("--cpuctx=process-tree", "--cpuctxsw")])
+def test_a_prefix_that_nsys_takes_replaces_records_switch(monkeypatch, tmp_path, given, ours):
+    """nsys takes an unambiguous prefix of a switch for the switch ('--cuda-graph' is
+    --cuda-graph-trace), so record leaves its own out for it too: the real nsys runs the
+    command (it refused it as a switch given twice)."""
+    _, pl = build(monkeypatch, tmp_path, "--window", "nvtx", f"--nsys-arg={given}", server=["/bin/true"],
+                  nsys=Nsys.find(str(nsys_path("2023.4"))))
+    assert given in pl.main and not any(a.startswith(ours + "=") for a in pl.main)
+    p = subprocess.run(pl.main, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "more than once" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("given, sample, cpuctxsw", [("-s", None, "none"), ("--sample=cpu", "cpu", "none"),
                                                      ("--cpuctxsw=process-tree", "none", "process-tree")])
 def test_nsys_args_replace_the_sampling_switches(monkeypatch, tmp_path, given, sample, cpuctxsw):
@@ -206,7 +222,9 @@ def test_nsys_args_replace_the_sampling_switches(monkeypatch, tmp_path, given, s
     ("--session-new=mine", "session-new", None),
     ("--capture-range=none", "capture-range", "--window"), ("-c", "capture-range", "--window"),
     ("--capture-range-end=repeat", "capture-range-end", "--capture-range-end"),
-    ("--nvtx-capture=a@b", "nvtx-capture", "--nvtx-capture"), ("-p", "nvtx-capture", "--nvtx-capture")])
+    ("--nvtx-capture=a@b", "nvtx-capture", "--nvtx-capture"), ("-p", "nvtx-capture", "--nvtx-capture"),
+    ("--outp=/tmp/elsewhere", "output", "--out and --name"),         # prefixes, as nsys reads them
+    ("--capture-range-e=repeat", "capture-range-end", "--capture-range-end")])
 def test_switches_the_window_depends_on_are_refused(tmp_path, monkeypatch, given, name, hint):
     monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))          # --dry-run goes on without nsys
     p = run_main("record", "--out", tmp_path / "o", "--dry-run", f"--nsys-arg={given}", "--", *SERVER)
