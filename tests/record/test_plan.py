@@ -98,6 +98,22 @@ def test_nsys_window_is_launch_start_stop(monkeypatch, tmp_path):
     assert lines[0] == "# window: nsys" and lines[2] == shlex.join(pl.start) + "    # opens the window"
 
 
+@pytest.mark.parametrize("given, start, launch", [
+    (["-s", "cpu"], ["--cpuctxsw=none", "-s", "cpu"], []),
+    (["--sample", "cpu"], ["--cpuctxsw=none", "--sample", "cpu"], []),
+    (["--sample=cpu", "-bdwarf"], ["--cpuctxsw=none", "--sample=cpu", "-bdwarf"], []),
+    (["--cpuctxsw=process-tree", "-t", "nvtx", "--sampling-period", "4000000", "--samples-per=2"],
+     ["--sample=none", "--cpuctxsw=process-tree", "--sampling-period", "4000000", "--samples-per=2"], ["-t", "nvtx"])])
+def test_nsys_window_gives_start_the_switches_only_start_takes(monkeypatch, tmp_path, given, start, launch):
+    """nsys launch refuses --sample, --cpuctxsw, -b/--backtrace, --samples-per-backtrace and
+    --sampling-period ('set it with the start command instead'): under launch + start they go to
+    start with their values, replacing record's own; the rest stays on launch."""
+    _, pl = build(monkeypatch, tmp_path, "--window", "nsys", *(f"--nsys-arg={a}" for a in given))
+    assert pl.start[3:-2] == start
+    assert pl.main == ["nsys", "launch", f"--session-new={pl.session}",
+                       *(f"{k}={v}" for k, v in DEFAULTS.items() if not (launch and k == "--trace")), *launch, *SERVER]
+
+
 @pytest.mark.parametrize("argv, gpu, window, probe, note", [
     ((), False, "nsys", False, "--window auto: nsys (no NVIDIA GPU here)"),
     (("--preset", "vllm"), False, "nsys", False, "--window auto: nsys (no NVIDIA GPU here)"),

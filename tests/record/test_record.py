@@ -308,6 +308,20 @@ def test_other_windows_and_clients(tmp_path, mark, variant):
         assert any("python-sampling" in n for n in m["notes"])
 
 
+@pytest.mark.nsys("2023.4")
+def test_nsys_window_with_start_only_switches(tmp_path, mark):
+    """--nsys-arg switches that nsys launch refuses (CPU sampling, context switches) reach nsys
+    start: the capture holds the context switches that record's default --cpuctxsw=none leaves out."""
+    out, port = tmp_path / "cap", free_port()
+    p = record(out, port, *FAST, "-q", "--window", "nsys", "--concurrency", "4", "--nsys-arg=-s", "--nsys-arg=cpu",
+               "--nsys-arg=--cpuctxsw=process-tree", mark=mark)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok" and m["client"]["window"]["completions"] > 0
+    con = sqlite3.connect(out / m["export"])
+    assert con.execute("SELECT count(*) FROM SCHED_EVENTS").fetchone()[0] > 0
+
+
 # --------------------------------------------------------------------------------------------
 # hostile cases: one line, nothing left running
 
