@@ -1,5 +1,6 @@
 """The streamed analysis gives the same figures whatever the window size, reader threads or
-table order, its lazy row frames equal the ones read at once, and analyze_many keeps order."""
+table order, its lazy row frames equal the ones read at once, and analyze_many keeps order;
+--jobs and $CLEF_PROF_READERS below 1 or not a number are refused in one line."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +14,7 @@ from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
 from clef_prof.analyze import parallel
 from clef_prof.analyze.parallel import analyze_many
+from clicheck import assert_one_line, run_main
 
 GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
 
@@ -91,3 +93,15 @@ def test_worker_count_policy(tmp_path, monkeypatch):
     assert parallel.worker_count(big, None) == 1
     monkeypatch.setattr(capture_mod, "READERS", 1)
     assert parallel.worker_count(big, None) == 2
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_is_refused(capture, command, jobs):
+    """--jobs 0 or -3 quietly analyzed in one process (and with one capture was not looked at)."""
+    a, b = capture("gpu-q1c16-main"), capture("gpu-q1c16-pr")
+    argv = ["analyze", a, b] if command == "analyze" else ["compare", "--arm", f"main={a}", "--arm", f"pr={b}"]
+    for captures in ((argv,) if command == "compare" else (argv, argv[:2])):
+        p = run_main(*captures, "--jobs", jobs)
+        assert_one_line(p, 1, f"--jobs {jobs}: expected at least 1 process")
+        assert p.stdout == ""
