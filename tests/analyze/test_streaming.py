@@ -4,6 +4,10 @@ table order, its lazy row frames equal the ones read at once, and analyze_many k
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -105,3 +109,27 @@ def test_jobs_below_one_is_refused(capture, command, jobs):
         p = run_main(*captures, "--jobs", jobs)
         assert_one_line(p, 1, f"--jobs {jobs}: expected at least 1 process")
         assert p.stdout == ""
+
+
+def _analyze_with_readers(path, value) -> subprocess.CompletedProcess:
+    """analyze in a fresh process, since export reads $CLEF_PROF_READERS when it is imported."""
+    env = {k: v for k, v in os.environ.items() if k != "CLEF_PROF_READERS"}
+    if value is not None:
+        env["CLEF_PROF_READERS"] = value
+    return subprocess.run([sys.executable, "-m", "clef_prof", "analyze", str(path), "-f", "json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_readers_variable_below_one_or_not_a_number_is_refused(capture, value):
+    """'abc' was an internal ValueError at import; 0 and below quietly read on one thread."""
+    p = _analyze_with_readers(capture("gpu-q1c16-main"), value)
+    assert_one_line(p, 1, f"CLEF_PROF_READERS={value!r}: expected a whole number of reader threads, at least 1")
+    assert "internal error" not in p.stderr and p.stdout == ""
+
+
+def test_readers_variable_changes_no_figure(capture):
+    path = capture("gpu-q1c16-main")
+    default, three = _analyze_with_readers(path, None), _analyze_with_readers(path, " 3 ")
+    assert default.returncode == three.returncode == 0, default.stderr + three.stderr
+    assert json.loads(three.stdout) == json.loads(default.stdout)
