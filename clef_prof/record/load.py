@@ -141,7 +141,9 @@ def check_url(url: str, option: str = "load") -> urllib.parse.SplitResult:
     try:
         u = urllib.parse.urlsplit(url)
         ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
-    except ValueError:  # a port that is not a number or out of range, an unclosed or invalid [IPv6] host
+        if ok:
+            u.hostname.encode("idna")   # a label empty or over 63 characters: the name lookup raises
+    except ValueError:  # that (UnicodeError), a port that is not a number or out of range, a bad [IPv6] host
         ok = False
     if not ok:
         raise ClefError(f"{option}: expected an http:// or https:// URL with a host, not {url!r}")

@@ -2,7 +2,8 @@
 hand (a server framework picks the framing itself and never answers an HTTP/1.1 request with
 an HTTP/1.0 close-delimited body), so the client meets each framing on the wire.
 
-    python canned_http.py     prints the port it listens on, then serves until killed
+    python canned_http.py [HOST]     prints the port it listens on (HOST, default 127.0.0.1), then
+                                     serves until killed
 
 POST /ok (Content-Length), /chunked (two chunks with an extension, then a trailer), /http10
 (HTTP/1.0, the body ends when the connection closes), /close (Connection: close), /error (500
@@ -91,7 +92,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def main() -> None:
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve, sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()

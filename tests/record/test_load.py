@@ -208,7 +208,7 @@ def test_request_body_file_is_sent_every_time(canned, tmp_path):
 
 
 @pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port", "http://[::1",
-                                 "http://[zz]:1"])
+                                 "http://[zz]:1", "http://a..b:80", "http://" + "a" * 64 + ".example:80"])
 def test_bad_urls(url):
     with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
         loadgen.Load(loadgen.LoadSettings(url=url))
@@ -229,6 +229,26 @@ def test_load_cli_refuses_timeouts_and_durations_that_are_not_positive(canned, o
     p = run_main("load", "--url", canned, "--request-path", "/ok", "--duration", "0.1", option, value)
     assert_one_line(p, 1, needle)
     assert p.stdout == ""
+
+
+def test_urls_that_pass_the_check_reach_the_server(canned):
+    """A path prefix, an IPv6 literal: every request reaches the server at the path meant; a name
+    no lookup finds is counted as an error of each request."""
+    port = canned.rsplit(":", 1)[1]
+    before = stats(canned)["answered"].get("/prefix/ok", 0)
+    load = run_load(f"http://127.0.0.1:{port}/prefix/", 0.2, path="/ok", concurrency=1)
+    s = load.summary()
+    assert load.url == f"http://127.0.0.1:{port}/prefix/ok"
+    assert s["error_kinds"] == {"HTTP 404: ": s["errors"]} == {"HTTP 404: ": stats(canned)["answered"]["/prefix/ok"] - before}
+    v6 = subprocess.Popen([sys.executable, str(CANNED), "::1"], stdout=subprocess.PIPE, text=True)
+    try:
+        s = run_load(f"http://[::1]:{int(v6.stdout.readline())}", 0.2, path="/ok", concurrency=2).summary()
+    finally:
+        v6.kill()
+        v6.wait()
+    assert s["completions"] > 0 and s["errors"] == 0
+    s = run_load("http://ä.invalid:80", 0.2, concurrency=1).summary()
+    assert s["completions"] == 0 and s["errors"] > 0 and all(k.startswith("cannot connect") for k in s["error_kinds"])
 
 
 def test_load_counts_refused_connections_as_errors():
