@@ -274,7 +274,8 @@ class Load:
             t0 = time.perf_counter_ns()
             status, data, err = await post(session, self.url, body, self.s.timeout_s)
             if err is None and not 200 <= status < 300:
-                err = f"HTTP {status}: {data[:120].decode('utf-8', 'replace').strip()}"
+                text = data[:120].decode("utf-8", "replace").strip()
+                err = f"HTTP {status}: {text}" if text else f"HTTP {status}"
             t1 = time.perf_counter_ns()
             self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err, sent))
             del self._sending[i]
