@@ -79,6 +79,7 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+MAX_ANSWER = 64 << 20       # bytes of one answer kept: a server that never ends its body must not fill the memory
 
 
 def client_session(limit: int):
@@ -99,14 +100,21 @@ async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, b
     """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came
     or none that HTTP can read.
 
-    Redirects are not followed: the latency is that of one answer from the server named."""
+    Redirects are not followed: the latency is that of one answer from the server named. An
+    answer over MAX_ANSWER bytes is not read further (its connection is closed): an error."""
     import aiohttp
     from aiohttp.http_exceptions import ContentEncodingError
 
     try:
         async with session.post(url, data=body, headers=_HEADERS, allow_redirects=False,
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            return r.status, await r.read(), None
+            data = bytearray()
+            async for chunk in r.content.iter_chunked(1 << 20):
+                data += chunk
+                if len(data) > MAX_ANSWER:
+                    r.close()
+                    return 0, b"", f"answer over {MAX_ANSWER >> 20} MiB"
+            return r.status, bytes(data), None
     except TimeoutError:
         return 0, b"", f"timeout after {timeout_s:g} s"
     except aiohttp.ClientConnectorError as exc:

@@ -12,9 +12,12 @@ with no answer), /slow (/ok after 5 s). Hostile answers: /bad-status (a status l
 code), /bad-chunk-size (a chunk size that is not hex), /bad-gzip (Content-Encoding: gzip on a body
 that is not), /redirect (302 to /ok), /no-content (204), /continue (100 Continue, then /ok),
 /endless-head (headers that never end), /endless-body (a body that never ends: a byte every
-50 ms). GET /stats: {"connections": N, "answered": {path: N}}.
+50 ms), /flood (a chunked body that never ends, as fast as it is read), /big (64 MiB of JSON,
+the most the load generator keeps), /gzip (/ok's answer gzipped). GET /stats: {"connections": N,
+"answered": {path: N}}.
 """
 import asyncio
+import gzip
 import json
 import sys
 
@@ -46,6 +49,12 @@ def answer(path: str, body: bytes) -> tuple[bytes, bool]:
         return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" + doc + b"\r\n0\r\n\r\n", False
     if path == "/bad-gzip":
         return b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True
+    if path == "/big":
+        big = b'"' + b"x" * ((64 << 20) - 2) + b'"'
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big), True
+    if path == "/gzip":
+        z = gzip.compress(answer("/ok", body)[0].split(b"\r\n\r\n", 1)[1])
+        return b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(z), z), True
     if path == "/redirect":
         return b"HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n", True
     if path == "/no-content":
@@ -70,6 +79,11 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n")
                 await writer.drain()
                 await asyncio.sleep(3600)
+            elif path == "/flood":
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while True:
+                    writer.write(b"100000\r\n" + b"x" * 0x100000 + b"\r\n")
+                    await writer.drain()
             elif path == "/endless-body":
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
                 while True:

@@ -124,6 +124,18 @@ def test_answers_that_are_not_errors_and_redirects(canned):
     assert s["error_kinds"] == {"HTTP 302": s["errors"]} and s["errors"] == after["/redirect"] - before["/redirect"]
 
 
+def test_answers_are_kept_up_to_64_mib(canned):
+    """An answer of 64 MiB is read whole; a body that never ends is dropped past 64 MiB (the
+    timeout alone let every client hold what the server sent until then: 2 clients held 1.2 GB
+    in 3 s), and its connection closed, not reused."""
+    status, data, err = post(canned + "/big", timeout_s=60)
+    assert (status, len(data), err) == (200, loadgen.MAX_ANSWER, None) and json.loads(data) == "x" * (len(data) - 2)
+    assert post(canned + "/flood", timeout_s=60) == (0, b"", "answer over 64 MiB")
+    assert post(canned + "/gzip") == (200, json.dumps({"path": "/ok", "got": 8}).encode(), None)
+    s = run_load(canned, 0.5, path="/flood", concurrency=2, timeout_s=60).summary()
+    assert s["error_kinds"] == {"answer over 64 MiB": s["errors"]} and s["errors"] >= 2
+
+
 @pytest.mark.parametrize("path", ["/endless-head", "/endless-body"])
 def test_timeout_covers_headers_and_body_that_never_end(canned, path):
     assert post(canned + path, timeout_s=0.3) == (0, b"", "timeout after 0.3 s")
