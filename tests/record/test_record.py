@@ -334,6 +334,15 @@ def test_server_exits_at_start(tmp_path, mark):
 
 
 @pytest.mark.nsys("2023.4")
+@pytest.mark.parametrize("given, says", [("--trace=", "the argument for option '--trace' should follow"),
+                                         ("--no-such-switch=1", "--no-such-switch")])
+def test_nsys_refusing_its_command_line_is_not_the_server(tmp_path, mark, given, says):
+    """Said as the server exiting during start-up before, though the server never ran."""
+    p = record(tmp_path / "o", free_port(), *FAST, "-q", "--window", "nvtx", f"--nsys-arg={given}", mark=mark)
+    one_line(p, 1, "nsys refused its command line (exit code 1; check --nsys-arg), the server never started: ", says)
+
+
+@pytest.mark.nsys("2023.4")
 def test_server_never_healthy(tmp_path, mark):
     p = record(tmp_path / "o", free_port(), *FAST, "-q", "--health-timeout", "3", server_args=("--never-healthy",),
                mark=mark)
