@@ -185,18 +185,52 @@ class TraceOptions:
 
 
 # nsys' one-letter forms of the switches clef-prof sets
-_SHORT = {"t": "trace", "s": "sample", "o": "output", "f": "force-overwrite", "c": "capture-range", "p": "nvtx-capture"}
+_SHORT = {"t": "trace", "s": "sample", "o": "output", "f": "force-overwrite", "c": "capture-range", "p": "nvtx-capture",
+          "b": "backtrace"}
+# the switches `nsys launch` no longer takes ("set it with the start command instead", 2022.4 and 2023.4)
+_START_ONLY = ("sample", "cpuctxsw", "backtrace", "samples-per-backtrace", "sampling-period")
+# the long names of the switches clef-prof sets, refuses or moves
+_NAMES = ("trace", "python-sampling", "python-sampling-frequency", "cuda-graph-trace", "trace-fork-before-exec",
+          "output", "force-overwrite", "session-new", "capture-range", "capture-range-end", "nvtx-capture", *_START_ONLY)
+
+
+def _long_name(name: str) -> str:
+    """nsys takes an unambiguous prefix of a switch (`--cuda-graph=node` is --cuda-graph-trace):
+    the one of ours that `name` is, or is the only prefix of; else `name`."""
+    if name in _NAMES:
+        return name
+    hits = [n for n in _NAMES if n.startswith(name)]
+    return hits[0] if len(hits) == 1 else name
 
 
 def switch_names(args: list[str]) -> set[str]:
-    """The long names of the switches in `args` (`--name=V`, `--name V`, `-t V`, `-tV`)."""
+    """The long names of the switches in `args` (`--name=V`, `--name V`, `-t V`, `-tV`, and a
+    prefix of one of ours as nsys reads it)."""
     out = set()
     for a in args:
         if a.startswith("--"):
-            out.add(a[2:].split("=", 1)[0])
+            out.add(_long_name(a[2:].split("=", 1)[0]))
         elif a.startswith("-") and a[1:2] in _SHORT:
             out.add(_SHORT[a[1]])
     return out
+
+
+def split_start_switches(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the switches of `args` that only `nsys start` takes, each with its value; the others),
+    in order: under `nsys launch` + `nsys start` those go to start (launch refuses them)."""
+    start: list[str] = []
+    rest: list[str] = []
+    value_next = False
+    for a in args:
+        if value_next:
+            start.append(a)
+            value_next = False
+        elif a.startswith("-") and switch_names([a]) & set(_START_ONLY):
+            start.append(a)
+            value_next = "=" not in a and (a.startswith("--") or len(a) == 2)     # `--sample cpu`, `-s cpu`
+        else:
+            rest.append(a)
+    return start, rest
 
 
 def _trace_switches(nsys: Nsys, opts: TraceOptions, command: str, notes: list[str]) -> list[str]:
@@ -253,16 +287,17 @@ def launch_command(nsys: Nsys, opts: TraceOptions, server: list[str], *, session
     """`nsys launch`: inject at start-up, collect nothing until `nsys start`."""
     notes = [] if notes is None else notes
     return [nsys.path, "launch", f"--session-new={session}", *_trace_switches(nsys, opts, "launch", notes),
-            *opts.extra, *server]
+            *split_start_switches(opts.extra)[1], *server]
 
 
 def start_command(nsys: Nsys, opts: TraceOptions, output: str, *, session: str,
                   capture_range: str | None = None) -> list[str]:
     """`nsys start`: collect now, or (capture_range="cudaProfilerApi") from the app's
-    cudaProfilerStart to its cudaProfilerStop."""
+    cudaProfilerStart to its cudaProfilerStop; with the --nsys-arg switches only start takes."""
     rng = [f"--capture-range={capture_range}", "--capture-range-end=stop"] if capture_range else []
-    return [nsys.path, "start", f"--session={session}", *_sampling_switches(opts), *rng, f"--output={output}",
-            "--force-overwrite=true"]
+    extra = split_start_switches(opts.extra)[0]
+    return [nsys.path, "start", f"--session={session}", *_sampling_switches(opts, switch_names(extra)), *extra, *rng,
+            f"--output={output}", "--force-overwrite=true"]
 
 
 def stop_command(nsys: Nsys, *, session: str) -> list[str]:

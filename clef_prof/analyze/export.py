@@ -24,15 +24,31 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import CaptureError
+from ..errors import CaptureError, ClefError
 from ..safeio import check_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
 CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
 BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
-# reader threads (SQLite runs without the GIL under both readers); CLEF_PROF_READERS overrides
-READERS = int(os.environ.get("CLEF_PROF_READERS") or max(1, min(2, os.cpu_count() or 1)))
+
+
+def _readers() -> int:
+    """Reader threads (SQLite runs without the GIL under both readers): $CLEF_PROF_READERS, else
+    two (one on one CPU)."""
+    raw = os.environ.get("CLEF_PROF_READERS", "").strip()
+    if not raw:
+        return max(1, min(2, os.cpu_count() or 1))
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ClefError(f"CLEF_PROF_READERS={raw!r}: expected a whole number of reader threads, at least 1")
+    return n
+
+
+READERS = _readers()
 # exports of this size and more are read through ADBC (its import costs more than it saves below)
 ADBC_BYTES = 256 << 20
 READER = os.environ.get("CLEF_PROF_READER", "")     # "sqlite" or "adbc" forces one (benchmarks)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import secrets
 import shlex
@@ -31,7 +32,7 @@ from ..record import procs
 from ..record.ab import parse_arms, schedule
 from ..errors import ClefError
 from ..record.control import http, port_in_use
-from ..record.load import client_session
+from ..record.load import check_url, client_session
 from ..record.plan import gpu_present
 from ..record.session import Interrupted
 
@@ -253,7 +254,7 @@ def run(args) -> dict:
     for opt, low in (("rounds", 1), ("windows", 1)):
         if getattr(args, opt) < low:
             raise BenchError(f"--{opt} must be at least {low}")
-    if args.window_s <= 0 or args.warmup < 0 or args.request_timeout <= 0:
+    if not (0 < args.window_s < math.inf and 0 <= args.warmup < math.inf and 0 < args.request_timeout < math.inf):
         raise BenchError("--window-s and --request-timeout must be positive, --warmup not negative")
     if args.parity < 0 or args.parity_tol < 0:
         raise BenchError("--parity and --parity-tol must not be negative")
@@ -266,6 +267,9 @@ def run(args) -> dict:
     from ..compare.gates import parse_gate
     from .stats import METRICS
     gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    check_url(args.url, "--url")
+    if args.health_url:
+        check_url(args.health_url, "--health-url")
     path, health_path = bl.PRESETS[args.preset]
     base_url = args.url.rstrip("/")
     url = base_url + (args.path or path)

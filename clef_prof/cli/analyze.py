@@ -5,12 +5,13 @@ import os
 import sys
 
 from ..errors import EXIT_STRICT
-from .options import emit, stage_config
+from .options import check_jobs, emit, stage_config
 
 
 def cmd_analyze(args) -> int:
     from ..analyze.inputs import resolve
 
+    check_jobs(args.jobs)
     import_numpy()
     cfg = stage_config(args)
     paths = [resolve(c)[0] for c in args.captures]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 from ..errors import ClefError
@@ -25,6 +26,8 @@ def add_load_options(p: argparse.ArgumentParser, url: bool = True) -> None:
 def settings_from(args, url: str | None = None) -> LoadSettings:
     if args.concurrency < 1:
         raise ClefError("--concurrency must be at least 1")
+    if not 0 < args.request_timeout < math.inf:       # aiohttp takes 0, negative and NaN for no timeout
+        raise ClefError("--request-timeout must be a positive number of seconds")
     return LoadSettings(url=url or args.url, path=args.request_path, concurrency=args.concurrency, words=args.words,
                         questions=args.questions, timeout_s=args.request_timeout, body_file=args.request_body)
 
@@ -52,10 +55,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_load(args) -> int:
+    if not 0 < args.duration < math.inf:
+        raise ClefError("--duration must be a positive number of seconds")
     load = Load(settings_from(args)).start()
     t0 = time.time_ns()
     try:
-        time.sleep(max(0.0, args.duration))
+        time.sleep(args.duration)
     finally:
         t1 = time.time_ns()
         load.stop(grace_s=2.0)

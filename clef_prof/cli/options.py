@@ -20,6 +20,13 @@ def stage_config(args) -> StageConfig:
                           [parse_threshold(t) for t in getattr(args, "threshold", None) or []])
 
 
+def check_jobs(jobs: int | None) -> None:
+    """--jobs is a number of processes: 0 or below would quietly mean one."""
+    if jobs is not None and jobs < 1:
+        from ..errors import ClefError
+        raise ClefError(f"--jobs {jobs}: expected at least 1 process (1 analyzes in this one)")
+
+
 def add_threshold_option(g) -> None:
     g.add_argument("--threshold", action="append", metavar="KEY=VALUE",
                    help="override a findings threshold, e.g. overlap_max_pct=30 (repeat; also a [findings] table "

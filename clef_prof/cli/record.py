@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
 from ..errors import ClefError
 from ..nsys import ENV_IMPORTER_LIBS, TraceOptions
+from ..record.load import check_url
 from ..record.plan import RecordConfig
 from ..record.presets import DEFAULT_NVTX_CAPTURE, PRESETS, WINDOWS
 from ..record.session import record
@@ -95,13 +97,16 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
                 json.loads(v)
             except ValueError as exc:
                 raise ClefError(f"--{opt.replace('_', '-')} {v!r} is not JSON ({exc})") from None
-    if args.duration <= 0:
+    if not 0 < args.duration < math.inf:
         raise ClefError("--duration must be positive")
     trace = TraceOptions(trace=args.trace, python_sampling_hz=max(0, args.python_sampling),
                          cuda_graph_trace=args.cuda_graph_trace or PRESETS[args.preset].cuda_graph_trace,
                          trace_fork=not args.no_trace_fork,
                          sample=args.sample or None, cpuctxsw=args.cpuctxsw or None, extra=list(args.nsys_arg))
     url = getattr(args, "url", None) or PRESETS[args.preset].url
+    check_url(url, "--url")
+    if args.health_url:
+        check_url(args.health_url, "--health-url")
     return RecordConfig(
         out=out or args.out, server=server, name=args.name, nsys=args.nsys, window=args.window, preset=args.preset,
         url=url, health_url=args.health_url, health_timeout=args.health_timeout, start_path=args.start_path,

@@ -79,6 +79,7 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+MAX_ANSWER = 64 << 20       # bytes of one answer kept: a server that never ends its body must not fill the memory
 
 
 def client_session(limit: int):
@@ -90,16 +91,30 @@ def client_session(limit: int):
                                  headers={"User-Agent": "clef-prof-load"})
 
 
-async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None]:
-    """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came.
+def _first_line(message: str) -> str:
+    """The first line of a parser's message (the next ones draw a caret under the bytes)."""
+    return (message.strip().splitlines() or ["?"])[0].rstrip(":")[:80]
 
-    Redirects are not followed: the latency is that of one answer from the server named."""
+
+async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None]:
+    """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came
+    or none that HTTP can read.
+
+    Redirects are not followed: the latency is that of one answer from the server named. An
+    answer over MAX_ANSWER bytes is not read further (its connection is closed): an error."""
     import aiohttp
+    from aiohttp.http_exceptions import ContentEncodingError
 
     try:
         async with session.post(url, data=body, headers=_HEADERS, allow_redirects=False,
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            return r.status, await r.read(), None
+            data = bytearray()
+            async for chunk in r.content.iter_chunked(1 << 20):
+                data += chunk
+                if len(data) > MAX_ANSWER:
+                    r.close()
+                    return 0, b"", f"answer over {MAX_ANSWER >> 20} MiB"
+            return r.status, bytes(data), None
     except TimeoutError:
         return 0, b"", f"timeout after {timeout_s:g} s"
     except aiohttp.ClientConnectorError as exc:
@@ -108,8 +123,12 @@ async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, b
         return 0, b"", f"cannot connect ({exc.os_error.strerror or exc})"[:160]
     except aiohttp.ServerDisconnectedError:
         return 0, b"", "server disconnected"
-    except aiohttp.ClientPayloadError:      # the answer began, and its body broke off (a server that died)
-        return 0, b"", "answer cut short"
+    except aiohttp.ClientPayloadError as exc:
+        if isinstance(exc.__cause__, ContentEncodingError):     # whole, but not in its Content-Encoding
+            return 0, b"", f"malformed answer ({_first_line(exc.__cause__.message)})"
+        return 0, b"", "answer cut short"      # the answer began, and its body broke off (a server that died)
+    except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the answer; the 400 is aiohttp's own
+        return 0, b"", f"malformed answer ({_first_line(exc.message)})"
     except (aiohttp.ClientError, OSError) as exc:
         if isinstance(exc, ConnectionResetError) or getattr(exc, "errno", None) == errno.ECONNRESET:
             return 0, b"", "connection reset"
@@ -124,18 +143,27 @@ class Completion:
     sent_ns: int = 0      # wall clock when the request was sent
 
 
+def check_url(url: str, option: str = "load") -> urllib.parse.SplitResult:
+    """`url` split, or one ClefError line naming `option`: an http:// or https:// URL with a host
+    and a port in range (checked before any server starts, so that no command fails late)."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
+        if ok:
+            u.hostname.encode("idna")   # a label empty or over 63 characters: the name lookup raises
+    except ValueError:  # that (UnicodeError), a port that is not a number or out of range, a bad [IPv6] host
+        ok = False
+    if not ok:
+        raise ClefError(f"{option}: expected an http:// or https:// URL with a host, not {url!r}")
+    return u
+
+
 class Load:
     """Closed-loop load on a background thread. start(), then stop(); records in .done."""
 
     def __init__(self, settings: LoadSettings):
         self.s = settings
-        u = urllib.parse.urlsplit(settings.url)
-        try:
-            ok = u.scheme in ("http", "https", "") and bool(u.hostname) and (u.port or 0) >= 0
-        except ValueError:  # a port that is not a number, or out of range
-            ok = False
-        if not ok:
-            raise ClefError(f"load: expected an http:// or https:// URL with a host, not {settings.url!r}")
+        u = check_url(settings.url)
         self.url = urllib.parse.urlunsplit((u.scheme or "http", u.netloc, (u.path.rstrip("/") + settings.path) or "/",
                                             "", ""))
         if settings.body_file:
@@ -241,8 +269,8 @@ class Load:
             _, pending = await asyncio.wait(tasks, timeout=self._grace)
             for t in pending:
                 t.cancel()
-            self.cancelled = len(pending)
             self.unfinished = sorted(self._sending.values())
+            self.cancelled = len(self.unfinished)     # not a client pausing after an error it has counted
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _client(self, session, i: int) -> None:
@@ -254,7 +282,8 @@ class Load:
             t0 = time.perf_counter_ns()
             status, data, err = await post(session, self.url, body, self.s.timeout_s)
             if err is None and not 200 <= status < 300:
-                err = f"HTTP {status}: {data[:120].decode('utf-8', 'replace').strip()}"
+                text = data[:120].decode("utf-8", "replace").strip()
+                err = f"HTTP {status}: {text}" if text else f"HTTP {status}"
             t1 = time.perf_counter_ns()
             self.done.append(Completion(time.time_ns(), t1 - t0, err is None, err, sent))
             del self._sending[i]

@@ -75,6 +75,7 @@ class NsysCrashed(CaptureFailed):
 
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
+_NSYS_USAGE = re.compile(r"^usage: nsys \w+ \[<args>\]", re.M)     # after nsys' line on a switch it refused
 
 
 def nsys_crash(text: str) -> str | None:
@@ -202,6 +203,9 @@ class Recording:
                     raise NsysCrashed(f"nsys crashed while starting the server (exit code {self.exit_code}), not the "
                                       f"server: {crash} [log: {self.log_err}]")
                 tail = procs.log_tail(self.log_err) or procs.log_tail(self.log_out) or "(no output)"
+                if _NSYS_USAGE.search(_log_text(self.log_err)):
+                    raise CaptureFailed(f"nsys refused its command line (exit code {self.exit_code}; check --nsys-arg), "
+                                        f"the server never started: {tail} [log: {self.log_err}]")
                 raise CaptureFailed(f"the server exited during start-up: {tail} [log: {self.log_err}]")
             status, text = http("GET", url, timeout=2.0)
             if status == 200:

@@ -1,8 +1,13 @@
 """The streamed analysis gives the same figures whatever the window size, reader threads or
-table order, its lazy row frames equal the ones read at once, and analyze_many keeps order."""
+table order, its lazy row frames equal the ones read at once, and analyze_many keeps order;
+--jobs and $CLEF_PROF_READERS below 1 or not a number are refused in one line."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -13,6 +18,7 @@ from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
 from clef_prof.analyze import parallel
 from clef_prof.analyze.parallel import analyze_many
+from clicheck import assert_one_line, run_main
 
 GPU = ("gpu-q1c16-main", "gpu25-q1c16-pr")
 
@@ -91,3 +97,39 @@ def test_worker_count_policy(tmp_path, monkeypatch):
     assert parallel.worker_count(big, None) == 1
     monkeypatch.setattr(capture_mod, "READERS", 1)
     assert parallel.worker_count(big, None) == 2
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_is_refused(capture, command, jobs):
+    """--jobs 0 or -3 quietly analyzed in one process (and with one capture was not looked at)."""
+    a, b = capture("gpu-q1c16-main"), capture("gpu-q1c16-pr")
+    argv = ["analyze", a, b] if command == "analyze" else ["compare", "--arm", f"main={a}", "--arm", f"pr={b}"]
+    for captures in ((argv,) if command == "compare" else (argv, argv[:2])):
+        p = run_main(*captures, "--jobs", jobs)
+        assert_one_line(p, 1, f"--jobs {jobs}: expected at least 1 process")
+        assert p.stdout == ""
+
+
+def _analyze_with_readers(path, value) -> subprocess.CompletedProcess:
+    """analyze in a fresh process, since export reads $CLEF_PROF_READERS when it is imported."""
+    env = {k: v for k, v in os.environ.items() if k != "CLEF_PROF_READERS"}
+    if value is not None:
+        env["CLEF_PROF_READERS"] = value
+    return subprocess.run([sys.executable, "-m", "clef_prof", "analyze", str(path), "-f", "json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_readers_variable_below_one_or_not_a_number_is_refused(capture, value):
+    """'abc' was an internal ValueError at import; 0 and below quietly read on one thread."""
+    p = _analyze_with_readers(capture("gpu-q1c16-main"), value)
+    assert_one_line(p, 1, f"CLEF_PROF_READERS={value!r}: expected a whole number of reader threads, at least 1")
+    assert "internal error" not in p.stderr and p.stdout == ""
+
+
+def test_readers_variable_changes_no_figure(capture):
+    path = capture("gpu-q1c16-main")
+    default, three = _analyze_with_readers(path, None), _analyze_with_readers(path, " 3 ")
+    assert default.returncode == three.returncode == 0, default.stderr + three.stderr
+    assert json.loads(three.stdout) == json.loads(default.stdout)

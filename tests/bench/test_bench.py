@@ -195,6 +195,15 @@ def test_server_dies_mid_window(tmp_path):
     (["--arm", "a=x", "--arm", "b=y", "--cases", "/nonexistent.json"], "--cases /nonexistent.json"),
     (["--arm", "a=x", "--arm", "b=y", "--check-response", "nomod:f"], "cannot load f from nomod"),
     (["--arm", "a=/nonexistent/server", "--arm", "b=y", "--url", "http://127.0.0.1:9"], "cannot start"),
+    # refused before any server starts (a port out of range was an internal error once the first was up)
+    (["--arm", "a=/nonexistent/server", "--arm", "b=y", "--url", "http://127.0.0.1:99999"],
+     "--url: expected an http:// or https:// URL with a host"),
+    (["--arm", "a=/nonexistent/server", "--arm", "b=y", "--url", "http://[::1"], "--url: expected an http://"),
+    (["--arm", "a=/nonexistent/server", "--arm", "b=y", "--health-url", "ftp://h/health"],
+     "--health-url: expected an http://"),
+    # NaN passed the check and meant no timeout at all; an infinite window was an internal error
+    (["--arm", "a=x", "--arm", "b=y", "--request-timeout", "nan"], "--request-timeout must be positive"),
+    (["--arm", "a=x", "--arm", "b=y", "--window-s", "inf"], "--window-s and --request-timeout must be positive"),
 ])
 def test_bad_input_one_line(args, needle):
     mark = uuid.uuid4().hex

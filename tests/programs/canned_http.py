@@ -2,14 +2,22 @@
 hand (a server framework picks the framing itself and never answers an HTTP/1.1 request with
 an HTTP/1.0 close-delimited body), so the client meets each framing on the wire.
 
-    python canned_http.py     prints the port it listens on, then serves until killed
+    python canned_http.py [HOST]     prints the port it listens on (HOST, default 127.0.0.1), then
+                                     serves until killed
 
 POST /ok (Content-Length), /chunked (two chunks with an extension, then a trailer), /http10
 (HTTP/1.0, the body ends when the connection closes), /close (Connection: close), /error (500
 with a body), /short (the connection closes 10 bytes before Content-Length), /reset (closed
-with no answer), /slow (/ok after 5 s). GET /stats: {"connections": N, "answered": {path: N}}.
+with no answer), /slow (/ok after 5 s). Hostile answers: /bad-status (a status line without a
+code), /bad-chunk-size (a chunk size that is not hex), /bad-gzip (Content-Encoding: gzip on a body
+that is not), /redirect (302 to /ok), /no-content (204), /continue (100 Continue, then /ok),
+/endless-head (headers that never end), /endless-body (a body that never ends: a byte every
+50 ms), /flood (a chunked body that never ends, as fast as it is read), /big (64 MiB of JSON,
+the most the load generator keeps), /gzip (/ok's answer gzipped). GET /stats: {"connections": N,
+"answered": {path: N}}.
 """
 import asyncio
+import gzip
 import json
 import sys
 
@@ -35,6 +43,24 @@ def answer(path: str, body: bytes) -> tuple[bytes, bool]:
         return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc) + 10, doc), False
     if path == "/reset":
         return b"", False
+    if path == "/bad-status":
+        return b"HTTP/1.1 OK\r\nContent-Length: 0\r\n\r\n", False
+    if path == "/bad-chunk-size":
+        return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" + doc + b"\r\n0\r\n\r\n", False
+    if path == "/bad-gzip":
+        return b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True
+    if path == "/big":
+        big = b'"' + b"x" * ((64 << 20) - 2) + b'"'
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big), True
+    if path == "/gzip":
+        z = gzip.compress(answer("/ok", body)[0].split(b"\r\n\r\n", 1)[1])
+        return b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(z), z), True
+    if path == "/redirect":
+        return b"HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n", True
+    if path == "/no-content":
+        return b"HTTP/1.1 204 No Content\r\n\r\n", True
+    if path == "/continue":
+        return b"HTTP/1.1 100 Continue\r\n\r\n" + answer("/ok", body)[0], True
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", True
 
 
@@ -49,6 +75,21 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             if method == "GET" and path == "/stats":
                 doc = json.dumps(STATS).encode()
                 wire, keep = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True
+            elif path == "/endless-head":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n")
+                await writer.drain()
+                await asyncio.sleep(3600)
+            elif path == "/flood":
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while True:
+                    writer.write(b"100000\r\n" + b"x" * 0x100000 + b"\r\n")
+                    await writer.drain()
+            elif path == "/endless-body":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+                while True:
+                    writer.write(b"x")
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
             else:
                 if path == "/slow":
                     await asyncio.sleep(5)
@@ -65,7 +106,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def main() -> None:
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(serve, sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()

@@ -19,6 +19,7 @@ import pytest
 
 from clef_prof.errors import ClefError
 from clef_prof.record import load as loadgen
+from clicheck import assert_one_line, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -98,6 +99,48 @@ def test_post_error_kinds(canned):
     assert post(f"http://127.0.0.1:{free_port()}/ok") == (0, b"", "connection refused")
 
 
+@pytest.mark.parametrize("path, kind", [("/bad-status", "malformed answer (Bad status line)"),
+                                        ("/bad-chunk-size", "malformed answer (Invalid character in chunk size)"),
+                                        ("/bad-gzip", "malformed answer (Can not decode content-encoding: gzip)")])
+def test_malformed_answers_are_their_own_kind(canned, path, kind):
+    """An answer HTTP cannot read is neither a connection error with the HTTP 400 that aiohttp's
+    parser uses internally (the server sent no 400), nor a body cut short when it came whole in a
+    Content-Encoding it is not in; one line, so that errors group by kind."""
+    assert post(canned + path) == (0, b"", kind)
+    s = run_load(canned, 0.3, path=path, concurrency=2).summary()
+    assert s["completions"] == 0 and s["error_kinds"] == {kind: s["errors"]} and s["errors"] >= 2
+
+
+def test_answers_that_are_not_errors_and_redirects(canned):
+    """1xx before the answer is skipped, 204 has no body, and a redirect is not followed (the
+    latency is one answer of the server named): the loop counts it as an HTTP error."""
+    assert post(canned + "/continue") == (200, json.dumps({"path": "/ok", "got": 8}).encode(), None)
+    assert post(canned + "/no-content") == (204, b"", None)
+    assert post(canned + "/redirect") == (302, b"", None)
+    before = stats(canned)["answered"]
+    s = run_load(canned, 0.3, path="/redirect", concurrency=1).summary()
+    after = stats(canned)["answered"]
+    assert after.get("/ok", 0) == before.get("/ok", 0)
+    assert s["error_kinds"] == {"HTTP 302": s["errors"]} and s["errors"] == after["/redirect"] - before["/redirect"]
+
+
+def test_answers_are_kept_up_to_64_mib(canned):
+    """An answer of 64 MiB is read whole; a body that never ends is dropped past 64 MiB (the
+    timeout alone let every client hold what the server sent until then: 2 clients held 1.2 GB
+    in 3 s), and its connection closed, not reused."""
+    status, data, err = post(canned + "/big", timeout_s=60)
+    assert (status, len(data), err) == (200, loadgen.MAX_ANSWER, None) and json.loads(data) == "x" * (len(data) - 2)
+    assert post(canned + "/flood", timeout_s=60) == (0, b"", "answer over 64 MiB")
+    assert post(canned + "/gzip") == (200, json.dumps({"path": "/ok", "got": 8}).encode(), None)
+    s = run_load(canned, 0.5, path="/flood", concurrency=2, timeout_s=60).summary()
+    assert s["error_kinds"] == {"answer over 64 MiB": s["errors"]} and s["errors"] >= 2
+
+
+@pytest.mark.parametrize("path", ["/endless-head", "/endless-body"])
+def test_timeout_covers_headers_and_body_that_never_end(canned, path):
+    assert post(canned + path, timeout_s=0.3) == (0, b"", "timeout after 0.3 s")
+
+
 # --------------------------------------------------------------------------------------------
 # the closed loop
 
@@ -157,6 +200,15 @@ def test_unfinished_requests_are_counted_at_stop(canned):
     assert load.bounds(t0, t0 - 1) == (0, 0)      # sent after the window
 
 
+def test_a_client_pausing_after_an_error_is_not_a_cancelled_request():
+    """After a request that got no answer a client pauses 50 ms; cancelled in that pause at stop,
+    it had no request in flight (the failed one is counted among the errors): only requests in
+    flight count as cancelled, each once."""
+    load = run_load(f"http://127.0.0.1:{free_port()}", 0.3, grace_s=0.0, concurrency=8)
+    assert load.cancelled == len(load.unfinished) < 8
+    assert load.summary()["errors"] == len(load.done) > 0
+
+
 def test_request_body_file_is_sent_every_time(canned, tmp_path):
     body = tmp_path / "body.json"
     body.write_text('{"model": "m", "input": "' + "x" * 100 + '"}')
@@ -167,10 +219,48 @@ def test_request_body_file_is_sent_every_time(canned, tmp_path):
         loadgen.Load(loadgen.LoadSettings(url=canned, body_file=str(body)))
 
 
-@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port"])
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:99999", "http://h:port", "http://[::1",
+                                 "http://[zz]:1", "http://a..b:80", "http://" + "a" * 64 + ".example:80"])
 def test_bad_urls(url):
     with pytest.raises(ClefError, match="expected an http:// or https:// URL"):
         loadgen.Load(loadgen.LoadSettings(url=url))
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--request-timeout", "0", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "-1", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "nan", "--request-timeout must be a positive number of seconds"),
+    ("--request-timeout", "inf", "--request-timeout must be a positive number of seconds"),
+    ("--duration", "-1", "--duration must be a positive number of seconds"),
+    ("--duration", "nan", "--duration must be a positive number of seconds"),
+    ("--duration", "inf", "--duration must be a positive number of seconds")])
+def test_load_cli_refuses_timeouts_and_durations_that_are_not_positive(canned, option, value, needle):
+    """aiohttp reads a timeout of 0, below 0 or NaN as none at all (a request to a server that
+    never answers waited forever), and an infinite one failed every client with OverflowError;
+    an infinite --duration was an internal error, NaN or below 0 ran no load ("in nan s")."""
+    p = run_main("load", "--url", canned, "--request-path", "/ok", "--duration", "0.1", option, value)
+    assert_one_line(p, 1, needle)
+    assert p.stdout == ""
+
+
+def test_urls_that_pass_the_check_reach_the_server(canned):
+    """A path prefix, an IPv6 literal: every request reaches the server at the path meant; a name
+    no lookup finds is counted as an error of each request."""
+    port = canned.rsplit(":", 1)[1]
+    before = stats(canned)["answered"].get("/prefix/ok", 0)
+    load = run_load(f"http://127.0.0.1:{port}/prefix/", 0.2, path="/ok", concurrency=1)
+    s = load.summary()
+    assert load.url == f"http://127.0.0.1:{port}/prefix/ok"
+    assert s["error_kinds"] == {"HTTP 404": s["errors"]} == {"HTTP 404": stats(canned)["answered"]["/prefix/ok"] - before}
+    v6 = subprocess.Popen([sys.executable, str(CANNED), "::1"], stdout=subprocess.PIPE, text=True)
+    try:
+        s = run_load(f"http://[::1]:{int(v6.stdout.readline())}", 0.2, path="/ok", concurrency=2).summary()
+    finally:
+        v6.kill()
+        v6.wait()
+    assert s["completions"] > 0 and s["errors"] == 0
+    s = run_load("http://ä.invalid:80", 0.2, concurrency=1).summary()
+    assert s["completions"] == 0 and s["errors"] > 0 and all(k.startswith("cannot connect") for k in s["error_kinds"])
 
 
 def test_load_counts_refused_connections_as_errors():

@@ -98,6 +98,22 @@ def test_nsys_window_is_launch_start_stop(monkeypatch, tmp_path):
     assert lines[0] == "# window: nsys" and lines[2] == shlex.join(pl.start) + "    # opens the window"
 
 
+@pytest.mark.parametrize("given, start, launch", [
+    (["-s", "cpu"], ["--cpuctxsw=none", "-s", "cpu"], []),
+    (["--sample", "cpu"], ["--cpuctxsw=none", "--sample", "cpu"], []),
+    (["--sample=cpu", "-bdwarf"], ["--cpuctxsw=none", "--sample=cpu", "-bdwarf"], []),
+    (["--cpuctxsw=process-tree", "-t", "nvtx", "--sampling-period", "4000000", "--samples-per=2"],
+     ["--sample=none", "--cpuctxsw=process-tree", "--sampling-period", "4000000", "--samples-per=2"], ["-t", "nvtx"])])
+def test_nsys_window_gives_start_the_switches_only_start_takes(monkeypatch, tmp_path, given, start, launch):
+    """nsys launch refuses --sample, --cpuctxsw, -b/--backtrace, --samples-per-backtrace and
+    --sampling-period ('set it with the start command instead'): under launch + start they go to
+    start with their values, replacing record's own; the rest stays on launch."""
+    _, pl = build(monkeypatch, tmp_path, "--window", "nsys", *(f"--nsys-arg={a}" for a in given))
+    assert pl.start[3:-2] == start
+    assert pl.main == ["nsys", "launch", f"--session-new={pl.session}",
+                       *(f"{k}={v}" for k, v in DEFAULTS.items() if not (launch and k == "--trace")), *launch, *SERVER]
+
+
 @pytest.mark.parametrize("argv, gpu, window, probe, note", [
     ((), False, "nsys", False, "--window auto: nsys (no NVIDIA GPU here)"),
     (("--preset", "vllm"), False, "nsys", False, "--window auto: nsys (no NVIDIA GPU here)"),
@@ -190,6 +206,22 @@ def test_nsys_args_replace_records_switches(monkeypatch, tmp_path, window, given
         {k: v for k, v in DEFAULTS.items() if k != replaced}
 
 
+@pytest.mark.nsys("2023.4")
+@pytest.mark.parametrize("given, ours", [("--cuda-graph=node", "--cuda-graph-trace"),
+                                         ("--python-sampling-f=10", "--python-sampling-frequency"),
+                                         ("--trace-fork=false", "--trace-fork-before-exec"),
+                                         ("--cpuctx=process-tree", "--cpuctxsw")])
+def test_a_prefix_that_nsys_takes_replaces_records_switch(monkeypatch, tmp_path, given, ours):
+    """nsys takes an unambiguous prefix of a switch for the switch ('--cuda-graph' is
+    --cuda-graph-trace), so record leaves its own out for it too: the real nsys runs the
+    command (it refused it as a switch given twice)."""
+    _, pl = build(monkeypatch, tmp_path, "--window", "nvtx", f"--nsys-arg={given}", server=["/bin/true"],
+                  nsys=Nsys.find(str(nsys_path("2023.4"))))
+    assert given in pl.main and not any(a.startswith(ours + "=") for a in pl.main)
+    p = subprocess.run(pl.main, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "more than once" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("given, sample, cpuctxsw", [("-s", None, "none"), ("--sample=cpu", "cpu", "none"),
                                                      ("--cpuctxsw=process-tree", "none", "process-tree")])
 def test_nsys_args_replace_the_sampling_switches(monkeypatch, tmp_path, given, sample, cpuctxsw):
@@ -206,13 +238,34 @@ def test_nsys_args_replace_the_sampling_switches(monkeypatch, tmp_path, given, s
     ("--session-new=mine", "session-new", None),
     ("--capture-range=none", "capture-range", "--window"), ("-c", "capture-range", "--window"),
     ("--capture-range-end=repeat", "capture-range-end", "--capture-range-end"),
-    ("--nvtx-capture=a@b", "nvtx-capture", "--nvtx-capture"), ("-p", "nvtx-capture", "--nvtx-capture")])
+    ("--nvtx-capture=a@b", "nvtx-capture", "--nvtx-capture"), ("-p", "nvtx-capture", "--nvtx-capture"),
+    ("--outp=/tmp/elsewhere", "output", "--out and --name"),         # prefixes, as nsys reads them
+    ("--capture-range-e=repeat", "capture-range-end", "--capture-range-end")])
 def test_switches_the_window_depends_on_are_refused(tmp_path, monkeypatch, given, name, hint):
     monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))          # --dry-run goes on without nsys
     p = run_main("record", "--out", tmp_path / "o", "--dry-run", f"--nsys-arg={given}", "--", *SERVER)
     line = f"record sets nsys' --{name} itself" + (f"; use {hint}" if hint else "")
     assert_one_line(p, 1, line)
     assert p.stderr.strip().endswith(line) and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", ["--url", "--health-url"])
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:port", "ftp://h:1"])
+def test_bad_urls_are_refused_before_anything_runs(tmp_path, monkeypatch, option, url):
+    """Before: a port out of range or an unclosed IPv6 bracket came out of the port probe as an
+    internal ValueError after the plan was printed, and ftp:// waited out --health-timeout."""
+    monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
+    p = run_main("record", "--out", tmp_path / "o", "--dry-run", option, url, "--", *SERVER)
+    assert_one_line(p, 1, f"{option}: expected an http:// or https:// URL with a host, not {url!r}")
+    assert p.stdout == "" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_duration_must_be_positive(tmp_path, monkeypatch, value):
+    """NaN passed `<= 0` (a window of no time), inf overflowed later."""
+    monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
+    p = run_main("record", "--out", tmp_path / "o", "--dry-run", "--duration", value, "--", *SERVER)
+    assert_one_line(p, 1, "--duration must be positive")
 
 
 def test_dry_run_prints_the_plan(tmp_path, monkeypatch):

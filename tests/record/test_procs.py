@@ -252,6 +252,15 @@ def test_stop_group_of_a_child_in_our_group(spawn):
     assert done.returncode == 0
 
 
+def test_stop_group_after_the_leader_was_reaped(spawn):
+    """The leader exited and was reaped; its child lives on in the group: that child is ended."""
+    leader = spawn([PY, "-c", LEADER.replace("time.sleep(300)\n", ""), sleeper_code(), "1"], start_new_session=True)
+    kids = [spawn.track(int(x)) for x in leader.stdout.readline().split()]
+    assert leader.wait(DEADLINE_S) == 0 and procs.read(kids[0]).pgid == leader.pid
+    procs.stop_group(leader, (DEADLINE_S, DEADLINE_S, DEADLINE_S))
+    assert gone(kids) and procs.group_members(leader.pid) == []
+
+
 # --------------------------------------------------------------------------------------------
 # pdeathsig
 

@@ -308,6 +308,20 @@ def test_other_windows_and_clients(tmp_path, mark, variant):
         assert any("python-sampling" in n for n in m["notes"])
 
 
+@pytest.mark.nsys("2023.4")
+def test_nsys_window_with_start_only_switches(tmp_path, mark):
+    """--nsys-arg switches that nsys launch refuses (CPU sampling, context switches) reach nsys
+    start: the capture holds the context switches that record's default --cpuctxsw=none leaves out."""
+    out, port = tmp_path / "cap", free_port()
+    p = record(out, port, *FAST, "-q", "--window", "nsys", "--concurrency", "4", "--nsys-arg=-s", "--nsys-arg=cpu",
+               "--nsys-arg=--cpuctxsw=process-tree", mark=mark)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok" and m["client"]["window"]["completions"] > 0
+    con = sqlite3.connect(out / m["export"])
+    assert con.execute("SELECT count(*) FROM SCHED_EVENTS").fetchone()[0] > 0
+
+
 # --------------------------------------------------------------------------------------------
 # hostile cases: one line, nothing left running
 
@@ -317,6 +331,15 @@ def test_server_exits_at_start(tmp_path, mark):
     one_line(p, 1, "exited during start-up", "simulated start-up failure", "capture.stderr.log")
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert m["status"] == "failed" and m["export"] is None
+
+
+@pytest.mark.nsys("2023.4")
+@pytest.mark.parametrize("given, says", [("--trace=", "the argument for option '--trace' should follow"),
+                                         ("--no-such-switch=1", "--no-such-switch")])
+def test_nsys_refusing_its_command_line_is_not_the_server(tmp_path, mark, given, says):
+    """Said as the server exiting during start-up before, though the server never ran."""
+    p = record(tmp_path / "o", free_port(), *FAST, "-q", "--window", "nvtx", f"--nsys-arg={given}", mark=mark)
+    one_line(p, 1, "nsys refused its command line (exit code 1; check --nsys-arg), the server never started: ", says)
 
 
 @pytest.mark.nsys("2023.4")
