@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ClefError
-from ..record.load import VOCAB, make_bodies, percentile, post
+from ..record.load import KEEP_TEXT, VOCAB, make_bodies, percentile, post
 
 PRESETS = {  # name: (request path, health path)
     "demo": ("/v1/systemone", "/health"),
@@ -152,9 +152,11 @@ def demo_words(response, request):
 # requests and windows
 
 
-async def send(session, url: str, body: bytes, timeout: float, check=None) -> tuple[int, str | None, bytes]:
-    """POST one body: (HTTP status, 0 when no answer came; None or an error kind; the answer)."""
-    status, data, err = await post(session, url, body, timeout)
+async def send(session, url: str, body: bytes, timeout: float, check=None,
+               whole: bool = False) -> tuple[int, str | None, bytes]:
+    """POST one body: (HTTP status, 0 when no answer came; None or an error kind; the answer:
+    whole when it is checked or `whole`, else its first KEEP_TEXT bytes)."""
+    status, data, err = await post(session, url, body, timeout, keep=None if check or whole else KEEP_TEXT)
     if err is None and status >= 300:
         err = f"HTTP {status}"
     elif err is None and check:
@@ -255,7 +257,7 @@ async def fetch_all(session, url: str, bodies: list[bytes], timeout: float, conc
 
     async def one(b: bytes):
         async with sem:
-            _, err, data = await send(session, url, b, timeout)
+            _, err, data = await send(session, url, b, timeout, whole=True)
             return err, data
     return await asyncio.gather(*(one(b) for b in bodies))
 

@@ -79,7 +79,8 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-MAX_ANSWER = 64 << 20       # bytes of one answer kept: a server that never ends its body must not fill the memory
+MAX_ANSWER = 64 << 20       # bytes of one answer kept whole: a server that never ends its body must not fill the memory
+KEEP_TEXT = 4096            # bytes of an answer the load keeps: enough for an error's text
 
 
 def client_session(limit: int):
@@ -96,12 +97,15 @@ def _first_line(message: str) -> str:
     return (message.strip().splitlines() or ["?"])[0].rstrip(":")[:80]
 
 
-async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None]:
+async def post(session, url: str, body: bytes, timeout_s: float,
+               keep: int | None = None) -> tuple[int, bytes, str | None]:
     """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came
     or none that HTTP can read.
 
-    Redirects are not followed: the latency is that of one answer from the server named. An
-    answer over MAX_ANSWER bytes is not read further (its connection is closed): an error."""
+    Redirects are not followed: the latency is that of one answer from the server named. The
+    whole answer is read either way (its latency runs to its last byte); `keep` None keeps it
+    whole, and one over MAX_ANSWER bytes is not read further (its connection is closed): an
+    error; `keep=N` keeps its first N bytes and drops the rest as it arrives, whatever its size."""
     import aiohttp
     from aiohttp.http_exceptions import ContentEncodingError
 
@@ -110,6 +114,9 @@ async def post(session, url: str, body: bytes, timeout_s: float) -> tuple[int, b
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             data = bytearray()
             async for chunk in r.content.iter_chunked(1 << 20):
+                if keep is not None:
+                    data += chunk[:max(0, keep - len(data))]
+                    continue
                 data += chunk
                 if len(data) > MAX_ANSWER:
                     r.close()
@@ -280,7 +287,7 @@ class Load:
             k += self.s.concurrency
             sent = self._sending[i] = time.time_ns()
             t0 = time.perf_counter_ns()
-            status, data, err = await post(session, self.url, body, self.s.timeout_s)
+            status, data, err = await post(session, self.url, body, self.s.timeout_s, keep=KEEP_TEXT)
             if err is None and not 200 <= status < 300:
                 text = data[:120].decode("utf-8", "replace").strip()
                 err = f"HTTP {status}: {text}" if text else f"HTTP {status}"
