@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from httpcheck import call, free_port, REQ
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -74,28 +72,6 @@ def test_report_imports_no_pandas_matplotlib_arrow(capture, tmp_path):
     rc, mods = imported("report", str(capture("gpu-q1c16-main")), "--html", str(out))
     assert rc == 0 and out.read_text().count("<svg") == 3
     assert "numpy" in mods and not mods & (set(HEAVY) - {"rich"}), sorted(mods & set(HEAVY))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(method, url, body=None, timeout=10):
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    req = urllib.request.Request(url, data=data if data is not None else (b"" if method == "POST" else None),
-                                 method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-REQ = {"state": "the patient reports mild pain after surgery", "questions": {
-    "pain": {"type": "boolean", "instructions": "Is there pain?", "criteria": "explicit mention"},
-    "severity": {"type": "score", "instructions": "How severe?", "criteria": "0-1"}}}
 
 
 def test_entry_points_run_without_pandas_numpy_rich(tmp_path):

@@ -137,9 +137,16 @@ async def post(session, url: str, body: bytes, timeout_s: float,
     except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the answer; the 400 is aiohttp's own
         return 0, b"", f"malformed answer ({_first_line(exc.message)})"
     except (aiohttp.ClientError, OSError) as exc:
-        if isinstance(exc, ConnectionResetError) or getattr(exc, "errno", None) == errno.ECONNRESET:
+        if _reset(exc) or _reset(exc.__cause__):    # aiohttp wraps a failed send: "Can not write request body"
             return 0, b"", "connection reset"
         return 0, b"", f"connection error ({type(exc).__name__}: {exc})"[:160]
+
+
+def _reset(exc: BaseException | None) -> bool:
+    """The peer closed the connection (reset, or a broken pipe while the request was sent)."""
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError)) or \
+        getattr(exc, "errno", None) in (errno.ECONNRESET, errno.EPIPE)
+
 
 @dataclass
 class Completion:

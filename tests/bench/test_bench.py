@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,10 @@ import pytest
 from clef_prof.bench import load as bl
 from clef_prof.bench import stats as bs
 from clef_prof.record import procs
+from httpcheck import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "CLEF_TEST_MARK"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def demo(port: int, *args) -> str:

@@ -9,34 +9,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from clef_prof.errors import ClefError
 from clef_prof.record import demo_server as ds, load as loadgen
+from httpcheck import call, free_port, REQ
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(method, url, body=None, timeout=10):
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    req = urllib.request.Request(url, data=data if data is not None else (b"" if method == "POST" else None),
-                                 method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 class Server:
@@ -80,11 +62,6 @@ def server(request):
     yield start
     for s in started:
         s.stop()
-
-
-REQ = {"state": "the patient reports mild pain after surgery", "questions": {
-    "pain": {"type": "boolean", "instructions": "Is there pain?", "criteria": "explicit mention"},
-    "severity": {"type": "score", "instructions": "How severe?", "criteria": "0-1"}}}
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 from clef_prof.errors import ClefError
 from clef_prof.record import load as loadgen
 from clicheck import assert_one_line, run_main
+from httpcheck import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -34,13 +34,6 @@ def canned():
     finally:
         p.kill()
         p.wait()
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then let go)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def stats(url: str) -> dict:

@@ -23,17 +23,12 @@ from pathlib import Path
 import pytest
 
 from clef_prof.analyze.manifest import check_manifest
+from httpcheck import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
 MARK = "CLEF_TEST_MARK"
 FAST = ["--warmup", "1", "--duration", "2"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def leftovers(mark: str) -> list[str]:
