@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import stat
-import tempfile
 import threading
 import urllib.parse
 
@@ -78,20 +78,6 @@ def _term_as_interrupt():
 
 
 @contextlib.contextmanager
-def _signals_held():
-    """SIGINT and SIGTERM held back (delivered on exit) in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-@contextlib.contextmanager
 def atomic_output(path, inputs=()):
     """Yield a temporary path in the output's folder; on success it is renamed to `path`, on any
     failure or interruption (Ctrl-C, SIGTERM) it is removed and nothing appears at `path`."""
@@ -101,15 +87,24 @@ def atomic_output(path, inputs=()):
     with _term_as_interrupt():
         tmp = None
         try:
-            # Ctrl-C or SIGTERM between the file's creation and `tmp` being set would leave it behind:
-            # they wait until it is set, and are raised in the `try` that removes it
-            with _signals_held():
+            # the name is chosen, and held in `tmp`, before the file exists: Ctrl-C or SIGTERM
+            # right after its creation still finds it to remove (a signal mask would not do: it
+            # holds signals back in this thread only, and another one takes them)
+            for _ in range(100):
+                tmp = os.path.join(os.path.dirname(real) or ".",
+                                   f".{os.path.basename(real)}.{secrets.token_hex(4)}.tmp")
                 try:
-                    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp",
-                                               dir=os.path.dirname(real) or ".")
+                    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                    break
+                except FileExistsError:     # another's (a name of 32 random bits): never removed here
+                    tmp = None
+                    continue
                 except OSError as exc:
+                    tmp = None
                     raise ClefError(f"{path}: cannot write ({exc.strerror or exc})") from None
-                os.close(fd)
+            else:
+                tmp = None
+                raise ClefError(f"{path}: cannot write (no free temporary name beside it)")
             yield tmp
             os.chmod(tmp, 0o644)
             os.replace(tmp, real)
