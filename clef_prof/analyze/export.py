@@ -13,7 +13,6 @@ import os
 import re
 import sqlite3
 import threading
-import urllib.parse
 import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from ..errors import CaptureError, ClefError
-from ..safeio import check_regular
+from ..safeio import check_regular, readonly_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
@@ -110,10 +109,6 @@ class AdbcConnection:
         self._db.close()
 
 
-def _uri(path: str) -> str:
-    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
-
-
 def check_file(path: str) -> None:
     """Refuse a path that is missing, not SQLite, or shorter than its header says."""
     if not os.path.exists(path):
@@ -173,7 +168,7 @@ class Export:
         path = os.fspath(path)
         check_file(path)
         try:
-            conn = sqlite3.connect(_uri(path), uri=True)
+            conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{path}: not a readable SQLite database ({exc})") from None
@@ -365,8 +360,9 @@ class Export:
     def _thread_conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = (self._adbc(_uri(self.path)) if self._adbc is not None else
-                                       sqlite3.connect(_uri(self.path), uri=True, check_same_thread=False))
+            uri = readonly_uri(self.path, immutable=True)
+            conn = self._local.conn = (self._adbc(uri) if self._adbc is not None else
+                                       sqlite3.connect(uri, uri=True, check_same_thread=False))
             self._pool_conns.append(conn)
         return conn
 
@@ -375,7 +371,7 @@ class Export:
             conn = self._thread_conn()
         else:
             if self._adbc_conn is None:
-                self._adbc_conn = self._adbc(_uri(self.path))
+                self._adbc_conn = self._adbc(readonly_uri(self.path, immutable=True))
             conn = self._adbc_conn
         return conn.arrow_table(sql)
 

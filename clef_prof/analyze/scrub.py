@@ -142,11 +142,10 @@ def rewrite(src: str, dst: str, edit, what: str = "scrub") -> None:
     """Copy `src` into a temporary file beside `dst`, run `edit(connection)` on the copy in one
     transaction, VACUUM it and rename it to `dst` (nothing appears there on failure). The input is
     only read; an SQLite error names it."""
-    from .export import _uri
-    from ..safeio import atomic_output
+    from ..safeio import atomic_output, readonly_uri
 
     with atomic_output(dst, [src]) as tmp:
-        s = sqlite3.connect(_uri(src), uri=True)
+        s = sqlite3.connect(readonly_uri(src, immutable=True), uri=True)
         d = sqlite3.connect(tmp)
         try:
             try:
@@ -176,10 +175,11 @@ def scrub_file(src: str, dst: str) -> dict:
 
 def check_file_for_secrets(path: str) -> list[Finding]:
     """What the scrub would remove from `path` (read only)."""
-    from .export import _uri, check_file
+    from ..safeio import readonly_uri
+    from .export import check_file
 
     check_file(path)
-    conn = sqlite3.connect(_uri(path), uri=True)
+    conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
     try:
         return list(findings(conn))
     except sqlite3.DatabaseError as exc:
