@@ -432,6 +432,8 @@ def _pair(paired: np.ndarray, call: np.ndarray) -> int:
 
 def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
     """The row-level tables from a keep-mode pass (columns and dtypes as they always were)."""
+    from .window import row_tables
+
     r = calls.rows
     calls_t = Table(start=r["start"], end=r["end"], gtid=r["gtid"], corr=r["corr"], kind=calls.kind,
                     slot=calls.slot.astype(np.int64), batch=calls.batch.astype(np.int64))
@@ -444,13 +446,7 @@ def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
             t[c] = _cat([ch[c] for ch in chunks], dt)
         return t
 
-    transfers, kernels, memset, graphs = (table(t) for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
-    kernels["from_graph"] = kernels["api_kind"] == cu.GRAPH
-    busy_cols = ("gpid", "start", "end", "slot", "batch")
-    parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
-             ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
-    busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
-    return {"calls": calls_t, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
+    return row_tables(calls_t, {t: table(t) for t in cu.GPU_TABLES})
 
 
 def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:

@@ -64,13 +64,19 @@ def window_rows(cap: Export, stages: Stages, t0: int, t1: int, pks=None) -> dict
         for col, fill, dtype in (("slot", n_slots - 1, np.int64), ("batch", -1, np.int64), ("kind", 0, np.int8)):
             v = np.where(call >= 0, window.of(col, call, fill), before.of(col, elsewhere, fill))
             g["api_kind" if col == "kind" else col] = v.astype(dtype)
+    return row_tables(window.table, gpu)
+
+
+def row_tables(calls: Table, gpu: dict[str, Table]) -> dict[str, Table]:
+    """The tables of `Analysis.rows` from the placed calls and the paired GPU tables (by name):
+    `kernels` gain `from_graph`, and `gpu_busy` holds every GPU interval with its kind."""
     transfers, kernels, memset, graphs = (gpu[t] for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE))
     kernels["from_graph"] = kernels["api_kind"] == cu.GRAPH
     busy_cols = ("gpid", "start", "end", "slot", "batch")
     parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
              ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
     busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
-    return {CALL_TABLE: window.table, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
+    return {CALL_TABLE: calls, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
 
 
 def _read(cap: Export, queries: list):
