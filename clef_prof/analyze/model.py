@@ -22,8 +22,15 @@ def _plain(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
+class _Flat:
+    """A dataclass of plain values whose JSON is its fields, in declaration order."""
+
+    def to_json(self) -> dict:
+        return _plain(self)
+
+
 @dataclass
-class CudaCounts:
+class CudaCounts(_Flat):
     """CUDA work placed in one slot (a stage, the batch range, outside stages, the capture): counts
     of API calls and GPU records. Every figure is None when CUDA was not traced; `graph_kernels`
     also when the capture cannot tell them, `graph_executions` without GRAPH_TRACE rows."""
@@ -49,9 +56,6 @@ class CudaCounts:
     def h2d_pinned_pct(self) -> float | None:
         """Pinned H2D copies as % of H2D copies (None without H2D copies)."""
         return None if not self.h2d_copies else 100.0 * self.h2d_pinned / self.h2d_copies
-
-    def to_json(self) -> dict:
-        return _plain(self)
 
 
 @dataclass
@@ -149,12 +153,9 @@ class PerRequest(CudaPerRequest):
     pooler_host_ms: float | None = None
     gpu_busy_ms: float | None = None
 
-    def to_json(self) -> dict:
-        return _plain(self)
-
 
 @dataclass
-class Overlap:
+class Overlap(_Flat):
     """GPU busy (any work of the same process) during each batch's host span; None without CUDA
     trace or batches."""
 
@@ -162,9 +163,6 @@ class Overlap:
     gpu_busy_fraction_p50: float | None = None
     gpu_busy_ms_in_pooler_span_per_request: float | None = None
     gpu_busy_ms_per_request: float | None = None
-
-    def to_json(self) -> dict:
-        return _plain(self)
 
 
 @dataclass
@@ -179,7 +177,7 @@ class Excluded:
 
 
 @dataclass
-class RankFigures:
+class RankFigures(_Flat):
     """One process holding batches: its first rank (replicas share one), whether its batches are the
     ones counted, its own batches, requests, host ms per request and GPU overlap."""
 
@@ -190,9 +188,6 @@ class RankFigures:
     requests: int
     host_ms_per_request: float | None
     gpu_busy_fraction_of_pooler_span: float | None
-
-    def to_json(self) -> dict:
-        return _plain(self)
 
 
 @dataclass
@@ -235,7 +230,7 @@ class CaptureFacts:
 
 
 @dataclass
-class LostRecords:
+class LostRecords(_Flat):
     """Lost CUDA records: launches and copies in batches or stages with no GPU record, memcpy records
     with no API call, batches dropped because CUDA records stop before NVTX."""
 
@@ -244,12 +239,9 @@ class LostRecords:
     memcpy_records_without_call: int
     batches_after_cuda_end: int
 
-    def to_json(self) -> dict:
-        return _plain(self)
-
 
 @dataclass
-class Finding:
+class Finding(_Flat):
     """One rule that fired for one stage or scope. `evidence` holds the rule's own figures, each
     with its denominators (their names differ by rule: README, "Findings")."""
 
@@ -261,9 +253,6 @@ class Finding:
     evidence: dict
     advice: str
     expected: str
-
-    def to_json(self) -> dict:
-        return _plain(self)
 
 
 @dataclass
