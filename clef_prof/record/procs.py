@@ -24,6 +24,9 @@ from dataclasses import dataclass
 ENV_MARK = "CLEF_PROF_RUN"
 
 
+DEAD = ("Z", "X")       # /proc states of a process that has ended (zombie, dead)
+
+
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -38,7 +41,7 @@ class Proc:
 
     @property
     def alive(self) -> bool:
-        return self.state not in ("Z", "X")
+        return self.state not in DEAD
 
 
 def _stat(pid: int) -> tuple[str, str, int, int, int, int] | None:
@@ -238,13 +241,14 @@ def pdeathsig():
         pass
 
 
-def group_members(pgid: int) -> list[Proc]:
-    """Live processes of process group `pgid` (zombies left out)."""
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes of process group `pgid` (zombies left out). stop_group polls
+    it every 50 ms: only /proc/PID/stat is read, not each process's exe and command line."""
     out = []
     for pid in _pids():
-        p = read(pid)
-        if p is not None and p.pgid == pgid and p.alive:
-            out.append(p)
+        st = _stat(pid)
+        if st is not None and st[3] == pgid and st[1] not in DEAD:
+            out.append(pid)
     return out
 
 
