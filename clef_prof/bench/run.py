@@ -88,7 +88,11 @@ class Server:
         """Remember the server's descendants now, and the orphans bench adopted as subreaper."""
         if self.proc is not None:
             with self._tree_lock:
-                self.tree.update([self.proc.pid, *adopted(self.proc.pid, self._before)])
+                orphans = adopted(self.proc.pid, self._before)
+                self.tree.update([self.proc.pid, *orphans])
+                for p in filter(None, map(procs.read, orphans)):
+                    if p.alive:
+                        self.tree.known[p.pid] = p.start
 
     def _watch(self) -> None:
         ticks = 0

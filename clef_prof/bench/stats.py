@@ -135,7 +135,7 @@ def gate_view(case_result: dict) -> dict:
         m = metrics.setdefault(c["metric"], {"metric": c["metric"], "deterministic": False,
                                              "arms": {c["baseline"]: {}}})
         m["arms"][c["arm"]] = {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"]}
+                               "ci_pct": c["ci"], "verdict": c["verdict"]}
     return {"baseline": case_result["baseline"], "metrics": list(metrics.values())}
 
 
