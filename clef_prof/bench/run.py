@@ -1,7 +1,7 @@
 """`clef-prof bench`: the serving A/B without the profiler, with the uncertainty of every change.
 
     clef-prof bench --arm main='clef-prof demo-server --variant main' --arm pr='clef-prof demo-server --variant pr' \\
-                    --rounds 6 --concurrency 8,16 --words 200,1000 --windows 1 --window-s 30 --warmup 10
+                    --rounds 8 --concurrency 8,16 --words 200,1000 --windows 1 --window-s 20 --warmup 10
 
 Per round, a fresh server per arm (in ABBA order across rounds, as `ab` does), no nsys: health,
 warm-up, optional parity bodies, then every case of the matrix (reversed on every other server)

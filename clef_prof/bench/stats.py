@@ -233,6 +233,9 @@ def footer_lines(result: dict) -> list[str]:
                  + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
                  f"of warm-up; order {m['order']}, case order reversed every other server; took "
                  f"{result['duration_s']:.0f} s.")
+    if m.get("from"):
+        lines.append(f"Re-judged from the saved windows of {m['from']} at {100 * m['confidence']:g}% (no server "
+                     "started).")
     low = min(a["servers"] for a in result["arms"].values())
     if low < welch.MIN_UNITS:
         lines.append(f"With {low} server{'s' if low != 1 else ''} in an arm there is no verdict: servers vary from "

@@ -230,6 +230,9 @@ def test_server_dies_mid_window(tmp_path):
     # NaN passed the check and meant no timeout at all; an infinite window was an internal error
     (["--arm", "a=x", "--arm", "b=y", "--request-timeout", "nan"], "--request-timeout must be positive"),
     (["--arm", "a=x", "--arm", "b=y", "--window-s", "inf"], "--window-s and --request-timeout must be positive"),
+    (["--arm", "a=x", "--arm", "b=y", "--cpus", "100000"], "--cpus '100000': CPU 100000 not available here"),
+    (["--arm", "a=x", "--arm", "b=y", "--load-cpus", "3-1"], "--load-cpus '3-1': expected CPU numbers and ranges"),
+    (["--arm", "a=x", "--arm", "b=y", "--confidence", "1"], "--confidence 1.0: expected a fraction in [0.5, 1)"),
 ])
 def test_bad_input_one_line(args, needle):
     mark = uuid.uuid4().hex
@@ -397,3 +400,22 @@ def test_detached_server_child_is_stopped(tmp_path, how):
             break
         time.sleep(0.1)
     assert listening_on(port) == []
+
+
+def test_cpus_pin_every_server_and_the_load_generator(tmp_path):
+    """--cpus: the server's processes (here the shell and the grep it starts) may run on the
+    given CPU only; --load-cpus is recorded, and a CPU in both is noted."""
+    cpu = min(os.sched_getaffinity(0))
+    port, mark = free_port(), uuid.uuid4().hex
+    cmd = f"grep Cpus_allowed_list /proc/self/status > {tmp_path}/$0.txt; exec {demo(port)}"
+    p = bench("--arm", f"a=sh -c {shlex.quote(cmd)} a", "--arm", f"b=sh -c {shlex.quote(cmd)} b",
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 1, "--warmup", 0.2, "--windows", 1, "--window-s", 0.3,
+              "--concurrency", 2, "--cpus", cpu, "--load-cpus", cpu, "-f", "json", "--quiet", mark=mark, timeout=120)
+    assert_nothing_left(mark)
+    assert p.returncode == 0, p.stderr
+    for arm in "ab":
+        assert (tmp_path / f"{arm}.txt").read_text().split() == ["Cpus_allowed_list:", str(cpu)]
+    r = json.loads(p.stdout)
+    assert (r["method"]["cpus"], r["method"]["load_cpus"]) == (str(cpu), str(cpu))
+    assert f"--cpus and --load-cpus share CPUs {cpu}" in " ".join(r["notes"])
+    assert r["cases"][0]["changes"][0]["verdict"] == "too few servers to judge (1 in an arm; 3 needed)"

@@ -431,3 +431,16 @@ def test_exact_multiple():
     assert comparison._exact_multiple(np.array([1, 1]), np.array([1, 3])) is None
     assert comparison._exact_multiple(np.array([1, 0]), np.array([1, 0])) == 1.0
     assert comparison._exact_multiple(np.array([1, 1]), np.array([1, 0])) is None
+
+
+def test_byte_identical_copies_count_once(cap, tmp_path):
+    """A copied capture is the same run: two copies in one arm are one capture, and a note says so."""
+    a, b = tmp_path / "main-1.sqlite", tmp_path / "main-2.sqlite"
+    for p in (a, b):
+        shutil.copyfile(cap["gpu-q1c16-main"], p)
+    arms = collect([], [f"main={a},{b}", f"pr={cap['gpu-q1c16-pr']}"])
+    assert [r.source for r in arms.captures["main"]] == [str(a)]
+    assert arms.notes == [f"arm main: {b} is a byte-identical copy of {a} (the same run, not another): counted once"]
+    # the same bytes in two arms is a self-comparison, not a copy within an arm
+    arms = collect([], [f"main={a}", f"pr={b}"])
+    assert len(arms.captures["pr"]) == 1 and arms.notes == []
