@@ -85,10 +85,15 @@ def summary(aa, shifted) -> dict:
     lo0, hi0, mdc0 = aa[:3]
     lo1, hi1 = shifted[:2]
     true = 100.0 * CHANGE
-    return {"false_positive": float(welch.beyond(lo0, hi0).mean()),
-            "coverage": float(((lo1 <= true) & (true <= hi1)).mean()),
+    false, covered = welch.beyond(lo0, hi0), (lo1 <= true) & (true <= hi1)
+    spread = _spreads(len(lo0))[:, 0]
+    return {"false_positive": float(false.mean()),
+            "coverage": float(covered.mean()),
             "power": float((lo1 > 0).mean()),
-            "mdc_pct": float(np.median(mdc0))}
+            "mdc_pct": float(np.median(mdc0)),
+            # per between-unit spread: (studies, false positives, covered), to pool over designs
+            "by_spread": {float(s): (int((spread == s).sum()), int(false[spread == s].sum()),
+                                     int(covered[spread == s].sum())) for s in SPREADS}}
 
 
 def bench_table(studies: int, seed: int) -> list[tuple]:
@@ -101,6 +106,15 @@ def compare_table(studies: int, seed: int) -> list[tuple]:
     rng = np.random.default_rng(seed)
     return [(n, summary(compare_study(rng, studies, n, 1.0), compare_study(rng, studies, n, 1.0 + CHANGE)))
             for n in COMPARE_DESIGNS]
+
+
+def pooled_by_spread(table) -> dict:
+    """{spread: (studies, false positives, covered)} summed over the designs of a table."""
+    out = {}
+    for row in table:
+        for sp, counts in row[-1]["by_spread"].items():
+            out[sp] = tuple(a + b for a, b in zip(out.get(sp, (0, 0, 0)), counts))
+    return out
 
 
 def power_at(spread: float, studies: int, seed: int) -> list[tuple]:
@@ -130,9 +144,15 @@ def main() -> None:
           f"{', '.join(f'{100 * s:g}%' for s in SPREADS)}, window noise {100 * WINDOW_NOISE:g}%")
     print("| servers per arm | windows | A/A false positives | coverage of +15% | power at +15% | median detectable |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for n, w, r in bench_table(a.studies, a.seed):
+    table = bench_table(a.studies, a.seed)
+    for n, w, r in table:
         print(f"| {n} | {w} | {100 * r['false_positive']:.1f}% | {100 * r['coverage']:.1f}% | "
               f"{100 * r['power']:.0f}% | ±{r['mdc_pct']:.1f}% |")
+    print("\nbench, all designs pooled, per between-server spread:")
+    print("| spread | A/A false positives | coverage of +15% |")
+    print("|---:|---:|---:|")
+    for sp, (n, fp, cov) in pooled_by_spread(table).items():
+        print(f"| {100 * sp:g}% | {100 * fp / n:.1f}% | {100 * cov / n:.1f}% |")
     print(f"\ncompare: {a.studies} studies a design, {BATCHES} batches a capture")
     print("| captures per arm | A/A false positives | coverage of +15% | power at +15% | median detectable |")
     print("|---:|---:|---:|---:|---:|")

@@ -119,8 +119,8 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))
                 alo, ahi, amdc = (float(v) for v in w.absolute(base))
-                c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df), "mdc_pct": mdc,
-                          "mdc_abs": amdc})
+                c.update({"scale": "log" if bool(w.log) else "linear", "mdc_pct": mdc, "mdc_abs": amdc,
+                          "df": float(w.df) if np.isfinite(w.df) else None})
                 if w.judged:
                     c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi))})
             c["verdict"] = too_few(min(n_base, n_arm)) if c["ci_abs"] is None else verdict(*c["ci_abs"])

@@ -328,8 +328,8 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
                 w = welch.unit_interval(units[0], units[1], confidence)
                 lo, hi, mdc = (float(v) for v in w.absolute(b_mean))
                 plo, phi, pmdc = (float(v) if b_mean else None for v in w.pct(b_mean))
-                a.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df), "mdc": mdc,
-                          "mdc_pct": pmdc})
+                a.update({"scale": "log" if bool(w.log) else "linear", "mdc": mdc, "mdc_pct": pmdc,
+                          "df": float(w.df) if np.isfinite(w.df) else None})
                 if w.judged:
                     a.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi],
                               "beyond_noise": bool(welch.beyond(lo, hi))})

@@ -29,6 +29,15 @@ def test_false_positives_and_coverage_at_every_design(table):
         assert 0.93 <= r["coverage"] <= 0.975, (n, w, r)
 
 
+def test_false_positives_and_coverage_at_every_spread(table):
+    """The same, pooled over the designs, at each between-server spread from 0 to 10%."""
+    pooled = SIM.pooled_by_spread(table)
+    assert sorted(pooled) == [0.0, 0.025, 0.05, 0.075, 0.10]
+    for spread, (n, false, covered) in pooled.items():
+        assert n == 12 * STUDIES // 5
+        assert 0.025 <= false / n <= 0.065 and covered / n >= 0.93, (spread, n, false, covered)
+
+
 def test_power_and_detectable_change_grow_with_servers(table):
     """More servers, more power: the stated smallest detectable change falls as it should (about
     1 / sqrt(n) once the t quantile settles), and +15% is found more often."""
