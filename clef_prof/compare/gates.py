@@ -196,7 +196,7 @@ def _verdict(a: dict, m: dict) -> str:
 
 def _verdict_text(a: dict, m: dict) -> str:
     """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
-    v = _verdict(a, m)
+    v = _verdict(a, m).split(" (")[0]          # the counts behind "too few" are in the method lines
     mdc = a.get("mdc_pct")
     if m["deterministic"] or mdc is None or not math.isfinite(mdc):
         return v
