@@ -1,14 +1,15 @@
 """`clef-prof bench`: the serving A/B without the profiler, with the uncertainty of every change.
 
     clef-prof bench --arm main='clef-prof demo-server --variant main' --arm pr='clef-prof demo-server --variant pr' \\
-                    --rounds 2 --concurrency 8,16 --words 200,1000 --windows 2 --window-s 30 --warmup 10
+                    --rounds 8 --concurrency 8,16 --words 200,1000 --windows 1 --window-s 20 --warmup 10
 
 Per round, a fresh server per arm (in ABBA order across rounds, as `ab` does), no nsys: health,
 warm-up, optional parity bodies, then every case of the matrix (reversed on every other server)
 in fixed-length windows. Each window's requests/s, latency percentiles and errors by kind come
-from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the bootstrap
-intervals from `benchstats`. Every server started is stopped, its whole process tree included
-(a marker in its environment, as `record` does), on any failure and on Ctrl-C.
+from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the Welch
+intervals between servers from `stats`. Every server started is stopped, its whole process tree
+included (a marker in its environment and the tree of its descendants, as `record` does; bench
+is their subreaper, so a child that detaches is still found), on any failure and on Ctrl-C.
 """
 from __future__ import annotations
 
@@ -48,9 +49,15 @@ class BenchError(ClefError):
 class Server:
     """A server command started in its own session with a marker in its environment."""
 
-    def __init__(self, argv: list[str], label: str, logs: str, health: str, timeout: float, stop_s: float):
+    def __init__(self, argv: list[str], label: str, logs: str, health: str, timeout: float, stop_s: float,
+                 cpus: set[int] | None = None):
         self.argv, self.label, self.health, self.timeout, self.stop_s = argv, label, health, timeout, stop_s
+        self.cpus = cpus
         self.token = secrets.token_hex(8)
+        self.tree = procs.Tree(self.token)     # every descendant seen, marker or not (`setsid env -i`)
+        self._before: set[int] = set()
+        self._tree_lock = threading.Lock()     # the watch and monitor threads read the tree too
+        self._watcher: threading.Thread | None = None
         self.log_out, self.log_err = os.path.join(logs, label + ".stdout.log"), os.path.join(logs, label + ".stderr.log")
         self.proc: subprocess.Popen | None = None
         self.died = threading.Event()
@@ -62,19 +69,40 @@ class Server:
             raise BenchError(f"port {busy[1]} on {busy[0]} already answers before {self.label} started: another "
                              "server is running there; stop it or point --url at the arms' port")
         env = dict(os.environ, **{procs.ENV_MARK: self.token})
+        self._before = set(procs.children(os.getpid()))
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
             try:
                 self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                             start_new_session=True, preexec_fn=procs.pdeathsig)
+                                             start_new_session=True, preexec_fn=self._preexec)
             except OSError as exc:
                 raise BenchError(f"{self.label}: cannot start {shlex.join(self.argv)}: {exc.strerror or exc}") from None
-        threading.Thread(target=self._watch, name="clef-prof-watch", daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, name="clef-prof-watch", daemon=True)
+        self._watcher.start()
+
+    def _preexec(self) -> None:
+        procs.pdeathsig()
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)      # inherited by every process the server starts
+
+    def track(self) -> None:
+        """Remember the server's descendants now, and the orphans bench adopted as subreaper."""
+        if self.proc is not None:
+            with self._tree_lock:
+                orphans = adopted(self.proc.pid, self._before)
+                self.tree.update([self.proc.pid, *orphans])
+                for p in filter(None, map(procs.read, orphans)):
+                    if p.alive:
+                        self.tree.known[p.pid] = p.start
 
     def _watch(self) -> None:
+        ticks = 0
         while not self._watch_stop.wait(0.1):
             if self.proc.poll() is not None:
                 self.died.set()
                 return
+            ticks += 1
+            if ticks % 10 == 0:             # once a second: a scan of /proc costs a few ms
+                self.track()
 
     def exit_text(self) -> str:
         code = self.proc.poll() if self.proc else None
@@ -87,6 +115,7 @@ class Server:
         while True:
             if self.proc.poll() is not None:
                 raise BenchError(f"{self.label}: the server exited during start-up ({self.exit_text()})")
+            self.track()
             status, text = http("GET", self.health, timeout=2.0)
             if status == 200:
                 return time.monotonic() - t0
@@ -97,20 +126,51 @@ class Server:
             time.sleep(0.25)
 
     def pids(self) -> list[int]:
-        return [p.pid for p in procs.marked(self.token)]
+        with self._tree_lock:
+            return sorted(p.pid for p in self.tree.left())
 
     def stop(self) -> list[str]:
         """SIGINT its group, then SIGTERM, SIGKILL; then every marked process. Notes on what it took."""
         self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(5.0)
         notes = []
+        if self.proc is not None:
+            self.track()
         if self.proc is not None and self.proc.poll() is None:
             procs.stop_group(self.proc, (self.stop_s, self.stop_s / 2, 5.0))
             if self.proc.returncode is not None and self.proc.returncode == -signal.SIGKILL:
                 notes.append(f"{self.label}: did not stop on SIGINT or SIGTERM; killed")
-        left = procs.terminate_marked(self.token)
+        left = procs.terminate_marked(self.token, tree=self.tree)
         if left:
             notes.append(f"{self.label}: processes that could not be ended: {procs.describe(left)}")
+        for pid in self.tree.known:                 # orphans bench adopted as subreaper: no zombies left
+            if self.proc is None or pid != self.proc.pid:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except (ChildProcessError, OSError):
+                    pass
         return notes
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def subreaper(on: bool) -> None:
+    """Linux: make this process the reaper of its orphaned descendants, so that a server's child
+    that detaches (`setsid`, a double fork) is re-parented here, not to init, and `Tree` still
+    finds it under bench. Best effort: elsewhere the marker and the tree's memory remain."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+    except Exception:
+        pass
+
+
+def adopted(server_pid: int, before: set[int]) -> list[int]:
+    """This process's children that are neither the server nor there before it started: the
+    orphans of the server's tree that bench adopted as subreaper (one server runs at a time)."""
+    return [p for p in procs.children(os.getpid()) if p != server_pid and p not in before]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,8 +318,7 @@ def run(args) -> dict:
         raise BenchError("--window-s and --request-timeout must be positive, --warmup not negative")
     if args.parity < 0 or args.parity_tol < 0:
         raise BenchError("--parity and --parity-tol must not be negative")
-    if args.bootstrap < 100 or not 0.5 <= args.confidence < 1:
-        raise BenchError("--bootstrap needs at least 100 replicates and --confidence a fraction in [0.5, 1)")
+    check_stats_options(args)
     if (args.preset == "raw") != bool(args.body):
         raise BenchError("--preset raw needs --body FILE, and --body needs --preset raw")
     raw = bl.read_raw_bodies(args.body) if args.body else None
@@ -270,6 +329,8 @@ def run(args) -> dict:
     check_url(args.url, "--url")
     if args.health_url:
         check_url(args.health_url, "--health-url")
+    check_outputs(args)
+    server_cpus, load_cpus = parse_cpus(args.cpus, "--cpus"), parse_cpus(args.load_cpus, "--load-cpus")
     path, health_path = bl.PRESETS[args.preset]
     base_url = args.url.rstrip("/")
     url = base_url + (args.path or path)
@@ -281,6 +342,10 @@ def run(args) -> dict:
     if not gpu_present():
         notes.append("no NVIDIA GPU here: device memory, clocks, utilisation and temperature not measured")
     runs = schedule(names, args.rounds, args.order)
+    _say(args, estimate(len(runs), len(names), len(cases), args))
+    if server_cpus and load_cpus and server_cpus & load_cpus:
+        notes.append(f"--cpus and --load-cpus share CPUs {_cpu_text(server_cpus & load_cpus)}: the load generator "
+                     "competes with the servers there")
     servers, windows, answers = [], [], {}
     bodies: dict[int, list[bytes]] | None = None
     parity_bodies: list[bytes] = []
@@ -288,12 +353,16 @@ def run(args) -> dict:
     ok = False
     old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)} \
         if threading.current_thread() is threading.main_thread() else {}
+    own_cpus = os.sched_getaffinity(0) if load_cpus else None
+    subreaper(True)
     try:
+        if load_cpus:
+            os.sched_setaffinity(0, load_cpus)      # this process runs the load generator
         for k, (rnd, arm) in enumerate(runs):
             served[arm] = served.get(arm, 0) + 1
             order = list(range(len(cases)))[::-1 if k % 2 else 1]
             label = f"{k + 1:02d}-{arm}-r{rnd}"
-            srv = Server(dict(arms)[arm], label, logs, health, args.health_timeout, args.stop_timeout)
+            srv = Server(dict(arms)[arm], label, logs, health, args.health_timeout, args.stop_timeout, server_cpus)
             meta = {"seq": k + 1, "arm": arm, "round": rnd, "server": served[arm], "case_order": order,
                     "command": dict(arms)[arm], "log": srv.log_err}
             servers.append(meta)
@@ -324,6 +393,9 @@ def run(args) -> dict:
                 notes += srv.stop()
         ok = True
     finally:
+        subreaper(False)
+        if own_cpus:
+            os.sched_setaffinity(0, own_cpus)
         for s, h in old.items():
             signal.signal(s, h)
         if not ok and args.out:
@@ -331,17 +403,96 @@ def run(args) -> dict:
                                                       "servers": servers, "windows": windows, "notes": notes})
         elif ok and not args.out:
             shutil.rmtree(logs, ignore_errors=True)
-    return _result(args, names, dict(arms), cases, servers, windows, answers, parity_bodies, gates, notes,
-                   time.monotonic() - t_start)
+    parity = _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None
+    design = {"rounds": args.rounds, "order": args.order, "windows": args.windows, "window_s": args.window_s,
+              "warmup_s": args.warmup, "seed": args.seed, "cpus": _cpu_text(server_cpus),
+              "load_cpus": _cpu_text(load_cpus)}
+    return _result(names, dict(arms), cases, servers, windows, parity, gates, args.gate_on, args.confidence, design,
+                   notes, time.monotonic() - t_start)
+
+
+def check_outputs(args) -> None:
+    """Refuse, before any server starts, a report (-o) or an --out folder's bench.json that would
+    be written over an input (--body, --cases) or that cannot be written."""
+    from ..safeio import check_output
+
+    inputs = [p for p in (args.body, args.cases) if p]
+    try:
+        if args.output:
+            check_output(args.output, inputs)
+        if args.out:
+            if os.path.exists(args.out) and not os.path.isdir(args.out):
+                raise BenchError(f"--out {args.out}: not a folder")
+            bj = os.path.join(args.out, "bench.json")
+            if os.path.isdir(args.out):
+                check_output(bj, inputs)
+            elif any(os.path.realpath(bj) == os.path.realpath(i) for i in inputs):
+                raise BenchError(f"{bj}: is an input of this command; refusing to write over it")
+            if args.output and os.path.realpath(args.output) == os.path.realpath(bj):
+                raise BenchError(f"-o {args.output}: --out writes its own bench.json there; give another path")
+    except ClefError as exc:
+        raise BenchError(str(exc)) from None
+
+
+def parse_cpus(text: str | None, what: str) -> set[int] | None:
+    """`0-3,6` to {0, 1, 2, 3, 6}, every CPU one this process may run on."""
+    if not text:
+        return None
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            a, b = int(lo), int(hi) if hi else int(lo)
+            if a < 0 or b < a:
+                raise ValueError
+            cpus.update(range(a, b + 1))
+    except ValueError:
+        raise BenchError(f"{what} {text!r}: expected CPU numbers and ranges, e.g. 2-7 or 0,2,4") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise BenchError(f"{what} {text!r}: CPU {_cpu_text(cpus - allowed)} not available here (this process may "
+                         f"run on {_cpu_text(allowed)})")
+    return cpus
+
+
+def _cpu_text(cpus) -> str | None:
+    """{0, 1, 2, 5} to '0-2,5'."""
+    if not cpus:
+        return None
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def estimate(n_servers: int, n_arms: int, n_cases: int, args) -> str:
+    """The run's length before it starts: measured time per server, start-up not counted."""
+    per = args.warmup + n_cases * args.windows * args.window_s
+    total = n_servers * per
+    return (f"{n_servers} servers ({n_servers // n_arms} per arm) × ({args.warmup:g} s warm-up + {n_cases} case"
+            f"{'s' if n_cases != 1 else ''} × {args.windows} window{'s' if args.windows != 1 else ''} × "
+            f"{args.window_s:g} s) ≈ {_duration(total)}, plus each server's start-up")
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def _interrupt(signum, frame):
     raise Interrupted()
 
 
-def _result(args, names, commands, cases, servers, windows, answers, parity_bodies, gates, notes, duration) -> dict:
+def _result(names, commands, cases, servers, windows, parity, gates, gate_on: str, confidence: float, design: dict,
+            notes, duration) -> dict:
+    """The report from the windows: per case each arm's figures and the changes with their verdicts.
+    `design`: how the windows were measured (rounds, order, windows, window_s, warmup_s, seed, cpus)."""
     from . import stats as bs
     from ..compare.gates import evaluate_gates
+    from ..compare.welch import MIN_UNITS
 
     base = names[0]
     out_cases = []
@@ -349,14 +500,17 @@ def _result(args, names, commands, cases, servers, windows, answers, parity_bodi
         per_arm = {n: [w for w in windows if w["case"] == ci and w["arm"] == n] for n in names}
         c = {"case": case.as_dict(), "label": case.label(), "baseline": base,
              "arms": {n: bs.arm_figures(ws) for n, ws in per_arm.items()},
-             "changes": bs.changes(per_arm, base, args.bootstrap, args.seed, ci, args.confidence)}
+             "changes": bs.changes(per_arm, base, confidence)}
         out_cases.append(c)
+    notes = list(notes)
     if any(w.get("device_memory_peak_mib") is not None for w in windows) and \
             all(w.get("server_device_memory_peak_mib") is None for w in windows):
-        notes.append("NVML listed no process of the servers (another PID namespace?): whole-device memory only")
+        note = "NVML listed no process of the servers (another PID namespace?): whole-device memory only"
+        if note not in notes:
+            notes.append(note)
     verdicts = []
     for c in out_cases:
-        for v in evaluate_gates(gates, bs.gate_view(c), args.gate_on):
+        for v in evaluate_gates(gates, bs.gate_view(c), gate_on):
             verdicts.append({"case": c["label"], **v})
     load = "; ".join(t for t, on in (
         ("closed loop: C clients each with one request in flight", any(not c.rate for c in cases)),
@@ -366,16 +520,64 @@ def _result(args, names, commands, cases, servers, windows, answers, parity_bodi
         "schema": bs.SCHEMA, "status": "ok", "baseline": base,
         "arms": {n: {"command": commands[n], "servers": sum(1 for s in servers if s["arm"] == n)} for n in names},
         "cases": out_cases,
-        "parity": _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None,
+        "parity": parity,
         "gates": verdicts,
         "servers": servers,
-        "method": {"B": args.bootstrap, "seed": args.seed, "confidence": args.confidence, "rounds": args.rounds,
-                   "order": args.order, "windows": args.windows, "window_s": args.window_s, "warmup_s": args.warmup,
-                   "load": load, "gate_on": args.gate_on,
-                   "interval": "two-level percentile bootstrap: servers within each arm, then windows within each "
-                               "drawn server; ci in % of the baseline, ci_abs in the metric's unit"},
+        "method": {**design, "confidence": confidence, "load": load, "gate_on": gate_on,
+                   "min_servers": MIN_UNITS,
+                   "interval": "Welch t between the arms' servers (each server's figure = its windows' ratio of sums, "
+                               "on logs where positive, Satterthwaite df); ci in % of the baseline (exp(CI) - 1), "
+                               "ci_abs in the metric's unit (baseline figure × ci / 100); no interval below "
+                               f"{MIN_UNITS} servers per arm; mdc: the smallest change detected 80% of the time"},
         "notes": notes, "duration_s": round(duration, 1),
     }
+
+
+def rejudge(args) -> dict:
+    """The report of an earlier run recomputed from its saved windows (`--from DIR`), with this
+    run's --confidence, --fail-if and --gate-on: no server is started."""
+    from ..compare.gates import parse_gate
+    from .stats import METRICS
+
+    path = args.from_dir
+    if os.path.isdir(path):
+        path = os.path.join(path, "bench.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+    except OSError as exc:
+        raise BenchError(f"--from {args.from_dir}: cannot read {path} ({exc.strerror or exc}); give the --out "
+                         "folder of a bench run or its JSON report") from None
+    except ValueError as exc:
+        raise BenchError(f"--from {path}: not JSON ({exc})") from None
+    if not isinstance(saved, dict) or not str(saved.get("schema", "")).startswith("clef-prof/bench/"):
+        raise BenchError(f"--from {path}: not a report of clef-prof bench (no clef-prof/bench schema)")
+    if saved.get("status") != "ok":
+        raise BenchError(f"--from {path}: that run did not finish (status {saved.get('status')!r}): its windows "
+                         "do not cover every server and case")
+    try:
+        cases = [bl.Case(int(c["case"]["concurrency"]), int(c["case"]["words"]), int(c["case"]["questions"]),
+                     c["case"]["rate"]) for c in saved["cases"]]
+        windows = sorted((w for c in saved["cases"] for a in c["arms"].values() for w in a["windows"]),
+                         key=lambda w: w["seq"])
+        names = list(saved["arms"])
+        commands = {n: a["command"] for n, a in saved["arms"].items()}
+        design = {k: saved["method"][k] for k in ("rounds", "order", "windows", "window_s", "warmup_s")}
+        design.update({"seed": saved["method"].get("seed"), "cpus": saved["method"].get("cpus"),
+                       "load_cpus": saved["method"].get("load_cpus"), "from": os.path.abspath(path)})
+        servers = saved["servers"]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise BenchError(f"--from {path}: the report lacks its windows, cases or method (written by another "
+                         "version?)") from None
+    gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    check_stats_options(args)
+    return _result(names, commands, cases, servers, windows, saved.get("parity"), gates, args.gate_on,
+                   args.confidence, design, saved.get("notes", []), float(saved.get("duration_s", 0.0)))
+
+
+def check_stats_options(args) -> None:
+    if not 0.5 <= args.confidence < 1:
+        raise BenchError(f"--confidence {args.confidence}: expected a fraction in [0.5, 1), e.g. 0.95")
 
 
 def write_json(path: str, obj) -> None:

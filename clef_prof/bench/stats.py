@@ -1,9 +1,12 @@
 """`clef-prof bench` figures: per case and arm, the changes from the baseline with their intervals.
 
 Throughput of an arm = Σ completions / Σ elapsed s over its windows; latency p50/p99 = the mean
-of the windows' percentiles. The interval of a change comes from compare's two-level bootstrap
-(`bootstrap.resampled_sums`): servers resampled within each arm, then windows within each
-drawn server; B replicates, seeded per case, percentile interval.
+of the windows' percentiles. A fresh server is the unit that varies: each server's figure is the
+same ratio of sums over its own windows, and the interval of a change is Welch's t interval
+between the arms' servers on the log of those figures (`compare.welch`), reported in % of the
+baseline as exp(CI) - 1 and in the metric's unit as the baseline figure times that. Below
+`welch.MIN_UNITS` servers in an arm there is no verdict; every verdict states the smallest
+change its design could detect.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..compare.resample import percentile_interval, ratio, resampled_sums
+from ..compare import welch
 
 METRICS = {  # name: (numerator column, denominator column, unit)
     "throughput_rps": ("completions", "elapsed_s", "req/s"),
@@ -20,7 +23,7 @@ METRICS = {  # name: (numerator column, denominator column, unit)
     "latency_ms_p99": ("latency_ms_p99", None, "ms"),
     "latency_ms_mean": ("latency_ms_mean", None, "ms"),
 }
-SCHEMA = "clef-prof/bench/1"
+SCHEMA = "clef-prof/bench/2"
 
 
 def _blocks(windows: list[dict], metric: str) -> list[np.ndarray]:
@@ -35,11 +38,21 @@ def _blocks(windows: list[dict], metric: str) -> list[np.ndarray]:
     return [np.array(rows, dtype=np.float64) for _, rows in sorted(by_server.items())]
 
 
+def server_values(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Each server's figure: Σ numerator / Σ denominator over its windows (the last axis)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return num.sum(-1) / den.sum(-1)
+
+
 def _point(blocks: list[np.ndarray]) -> float | None:
     if not blocks:
         return None
     x = np.concatenate(blocks)
-    return float(x[:, 0].sum() / x[:, 1].sum()) if x[:, 1].sum() else None
+    return float(server_values(x[:, 0], x[:, 1])) if x[:, 1].sum() else None
+
+
+def _per_server(blocks: list[np.ndarray]) -> list[float]:
+    return [float(server_values(b[:, 0], b[:, 1])) for b in blocks]
 
 
 def _peak(windows: list[dict], key: str):
@@ -50,6 +63,7 @@ def _peak(windows: list[dict], key: str):
 def arm_figures(windows: list[dict]) -> dict:
     """An arm's figures in one case, from its windows."""
     out = {m: _point(_blocks(windows, m)) for m in METRICS}
+    per_server = _per_server(_blocks(windows, "throughput_rps"))
     rates = [w["throughput_rps"] for w in windows]
     kinds: dict[str, int] = {}
     for w in windows:
@@ -65,24 +79,30 @@ def arm_figures(windows: list[dict]) -> dict:
         "errors": {"count": sum(w["errors"] for w in windows), "kinds": kinds},
         "servers": len({w["server"] for w in windows}), "window_count": len(windows),
         "window_range_rps": [min(rates), max(rates)] if rates else None,
+        "server_rps": per_server, "server_spread_pct": welch.spread_pct(per_server),
         "flags": sorted({f for w in windows for f in w.get("flags", [])}),
         "windows": windows,
     })
     return out
 
 
-def changes(case_windows: dict[str, list[dict]], baseline: str, n_boot: int, seed: int, case_index: int,
-            confidence: float) -> list[dict]:
-    """Each metric's change from the baseline for every other arm, with its bootstrap interval."""
+def too_few(n: int) -> str:
+    return f"too few servers to judge ({n} in an arm; {welch.MIN_UNITS} needed)"
+
+
+def verdict(lo: float, hi: float) -> str:
+    return "beyond noise" if welch.beyond(lo, hi) else "within noise"
+
+
+def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: float) -> list[dict]:
+    """Each metric's change from the baseline for every other arm, with Welch's interval between
+    the arms' servers (servers = units; see the module's docstring)."""
     names = list(case_windows)
-    rngs = {n: np.random.default_rng(s) for n, s in
-            zip(names, np.random.SeedSequence([seed, case_index]).spawn(len(names)))}
     out = []
     for metric in METRICS:
         blocks = {n: _blocks(case_windows[n], metric) for n in names}
         if not all(blocks.values()):
             continue
-        est = {n: ratio(resampled_sums(rngs[n], blocks[n], n_boot), 0, 1) for n in names}
         base = _point(blocks[baseline])
         for n in names:
             if n == baseline:
@@ -90,17 +110,21 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, n_boot: int, see
             value = _point(blocks[n])
             change = value - base
             pct = 100.0 * change / base if base else None
-            ci = ci_abs = None
-            if min(sum(len(b) for b in blocks[a]) for a in (n, baseline)) >= 2:     # no spread in one window
-                ci_abs = percentile_interval(est[n] - est[baseline], confidence)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ci = percentile_interval(100.0 * (est[n] / est[baseline] - 1.0), confidence)
-            beyond = ci_abs is not None and (ci_abs[0] > 0 or ci_abs[1] < 0)
-            out.append({"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
-                        "baseline_value": base, "value": value, "change": change, "change_pct": pct,
-                        "ci": None if ci is None else list(ci), "ci_abs": None if ci_abs is None else list(ci_abs),
-                        "verdict": "no interval (one window)" if ci_abs is None else
-                        "beyond noise" if beyond else "within noise"})
+            n_base, n_arm = len(blocks[baseline]), len(blocks[n])
+            c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
+                 "baseline_value": base, "value": value, "change": change, "change_pct": pct,
+                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None,
+                 "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
+            if min(n_base, n_arm) >= 2:
+                w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
+                lo, hi, mdc = (float(v) for v in w.pct(base))
+                alo, ahi, amdc = (float(v) for v in w.absolute(base))
+                c.update({"scale": "log" if bool(w.log) else "linear", "mdc_pct": mdc, "mdc_abs": amdc,
+                          "df": float(w.df) if np.isfinite(w.df) else None})
+                if w.judged:
+                    c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi))})
+            c["verdict"] = too_few(min(n_base, n_arm)) if c["ci_abs"] is None else verdict(*c["ci_abs"])
+            out.append(c)
     return out
 
 
@@ -111,7 +135,7 @@ def gate_view(case_result: dict) -> dict:
         m = metrics.setdefault(c["metric"], {"metric": c["metric"], "deterministic": False,
                                              "arms": {c["baseline"]: {}}})
         m["arms"][c["arm"]] = {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"]}
+                               "ci_pct": c["ci"], "verdict": c["verdict"]}
     return {"baseline": case_result["baseline"], "metrics": list(metrics.values())}
 
 
@@ -135,6 +159,13 @@ def _pct(v) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{v:+.2f}%"
 
 
+def verdict_text(c: dict) -> str:
+    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
+    if c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
+        return c["verdict"]
+    return f"{c['verdict']} (detects ±{c['mdc_pct']:.1f}%)"
+
+
 def rows(result: dict) -> list[list[str]]:
     """Table rows: C | words / questions | req/s base → arm | change | CI | p50 | p99 | peak device MiB | verdict."""
     out = []
@@ -154,7 +185,7 @@ def rows(result: dict) -> list[list[str]]:
                         f"{_pct(t['ci'][0])} … {_pct(t['ci'][1])}" if t and t["ci"] else "—",
                         f"{_num(a['latency_ms_p50'])} → {_num(b['latency_ms_p50'])}",
                         f"{_num(a['latency_ms_p99'])} → {_num(b['latency_ms_p99'])}", dev,
-                        t["verdict"] if t else "—"])
+                        verdict_text(t) if t else "—"])
     return out
 
 
@@ -173,6 +204,10 @@ def footer_lines(result: dict) -> list[str]:
                            f"{_n(a['window_count'], 'window')} of {_n(a['servers'], 'server')}"
                            for n, a in case["arms"].items() if a["window_range_rps"])
         lines.append(f"{case['label']}: window means {ranges}")
+        spread = "; ".join(f"{n} {a['server_spread_pct']:.1f}%" for n, a in case["arms"].items()
+                           if a.get("server_spread_pct") is not None)
+        if spread:
+            lines.append(f"{case['label']}: spread between servers (sd of log req/s): {spread}")
         for n, a in case["arms"].items():
             if a["errors"]["count"]:
                 kinds = ", ".join(f"{k}: {v}" for k, v in sorted(a["errors"]["kinds"].items()))
@@ -190,16 +225,22 @@ def footer_lines(result: dict) -> list[str]:
                          + (f", numbers within {par['tolerance']:g}" if par["tolerance"] else ", exactly"))
     m = result["method"]
     lines.append(f"Method: requests/s = Σ completions / Σ elapsed s (drained requests included) over the windows; "
-                 f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: seeded two-level bootstrap "
-                 f"(servers within arms, then windows within servers), B = {m['B']}, seed {m['seed']}; beyond noise "
-                 f"= the interval excludes 0. Servers per arm: "
+                 f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: Welch t between the arms' "
+                 f"servers (each server's figure over its windows, on logs, Satterthwaite df), shown as exp(CI) - 1; "
+                 f"beyond noise = the interval excludes 0; 'detects' = the smallest change this design finds 80% of "
+                 f"the time at the measured spread. Servers per arm: "
                  + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
                  + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
                  f"of warm-up; order {m['order']}, case order reversed every other server; took "
                  f"{result['duration_s']:.0f} s.")
-    if any(a["servers"] == 1 for a in result["arms"].values()):
-        lines.append("With one server in an arm, the interval covers window-to-window noise, not server-to-server "
-                     "variation: run more rounds for that.")
+    if m.get("from"):
+        lines.append(f"Re-judged from the saved windows of {m['from']} at {100 * m['confidence']:g}% (no server "
+                     "started).")
+    low = min(a["servers"] for a in result["arms"].values())
+    if low < welch.MIN_UNITS:
+        lines.append(f"With {low} server{'s' if low != 1 else ''} in an arm there is no verdict: servers vary from "
+                     f"start to start more than windows do, and {welch.MIN_UNITS} per arm is the least that gives "
+                     f"an interval that holds its confidence (run more --rounds).")
     lines += [f"note: {n}" for n in result["notes"]]
     return lines
 

@@ -11,9 +11,11 @@ from .options import add_threshold_option, check_jobs, emit, stage_config
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "compare", help="compare arms of captures (main vs a PR): per-request metrics, bootstrap intervals, gates",
+        "compare", help="compare arms of captures (main vs a PR): per-request metrics, intervals, gates",
         description="Compare the per-request metrics of arms of captures; the first arm is the baseline. "
-                    "Each arm's figure, the change, and a seeded two-level bootstrap interval of the change.")
+                    "Each arm's figure, the change, a Welch t interval of the change between the arms' captures "
+                    "(a verdict from 3 captures per arm, with the smallest change it could detect), and a "
+                    "labelled within-capture bootstrap interval (batch noise of these captures only).")
     p.add_argument("folders", nargs="*", metavar="DIR",
                    help="a folder written by `clef-prof ab` (one subfolder per capture, manifest.json naming its "
                         "arm and export)")
@@ -32,8 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--gate-on", choices=["ci", "point"], default="ci",
                    help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
                         "default) or when the point change is (point); exact counts always use the exact change")
-    p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B", help="bootstrap replicates (default 2000)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B",
+                   help="replicates of the within-capture bootstrap (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the within-capture bootstrap (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--jobs", "-j", type=int,
                    help="processes analyzing captures, each holding one analysis (default: as analyze, one per "

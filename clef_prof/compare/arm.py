@@ -156,4 +156,47 @@ def collect(folders: list[str], arm_specs: list[str], baseline: str | None = Non
         raise CompareError(f"compare needs two arms, {have} given: --arm main=A.sqlite --arm pr=B.sqlite, "
                            "or a folder written by `clef-prof ab`")
     names = [first] + [n for n in order if n != first]
+    for n in names:
+        caps[n] = _distinct(n, caps[n], notes)
     return Arms(names, {n: caps[n] for n in names}, notes)
+
+
+def _distinct(arm: str, refs: list[CaptureRef], notes: list[str]) -> list[CaptureRef]:
+    """The captures of an arm less byte-identical copies (a copied export or report is the same run,
+    not another one: counted twice it would shrink the interval between runs). Only files of equal
+    size are hashed."""
+    def files(r: CaptureRef) -> list[str]:
+        return [p for p in dict.fromkeys((r.export, r.source)) if os.path.isfile(p) and not p.endswith(".json")]
+
+    by_size: dict[tuple[str, int], list[tuple[CaptureRef, str]]] = {}
+    for r in refs:
+        for p in files(r):
+            by_size.setdefault((os.path.splitext(p)[1], os.path.getsize(p)), []).append((r, p))
+    seen: dict[str, CaptureRef] = {}
+    dropped: set[int] = set()
+    for group in by_size.values():
+        if len({id(r) for r, _ in group}) < 2:
+            continue
+        for r, p in group:
+            digest = _sha256(p)
+            if digest is None or id(r) in dropped:
+                continue
+            first = seen.setdefault(digest, r)
+            if first is not r:
+                dropped.add(id(r))
+                notes.append(f"arm {arm}: {r.source} is a byte-identical copy of {first.source} (the same run, not "
+                             "another): counted once")
+    return [r for r in refs if id(r) not in dropped]
+
+
+def _sha256(path: str) -> str | None:
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()

@@ -1,14 +1,19 @@
 """`compare`'s engine: analyze the captures of each arm, refuse what cannot be compared, and put
-every per-request metric of analyze side by side with a bootstrap interval for the change.
+every per-request metric of analyze side by side with an interval for the change.
 
 Every metric is a ratio of sums over batch instances: sum(numerator) / sum(denominator) per arm,
 e.g. `stages.transfer.host_ms_per_request` = sum(transfer ns) / sum(batch size) / 1e6, which is
-exactly analyze's figure for one capture and the pooled figure for several. The interval is a
-two-level bootstrap (captures within an arm, then batch instances within each drawn capture; see
-`bootstrap`), the percentile interval of (arm - baseline) over independent replicates of the two
-arms. A count that is the same multiple of the batch size in every batch of every capture of an
-arm (9 H2D copies per request, 15 head launches per request) is deterministic in that arm; when
-it is so in every arm the figures are exact and carry no interval.
+exactly analyze's figure for one capture and the pooled figure for several.
+
+A capture is the unit that varies from run to run. The verdict comes from the per-capture values
+of the metric (each capture's own ratio of sums): Welch's t interval between the arms (`welch`;
+on logs where every value is positive, else on the values), from 3 captures per arm; below that
+the verdict is "too few captures to judge". Every metric also carries the within-capture
+bootstrap interval (`resample`: batch instances resampled within each capture, captures kept),
+labelled so: it covers the batch-to-batch noise of the recorded runs, not run-to-run variation.
+A count that is the same multiple of the batch size in every batch of every capture of an arm
+(9 H2D copies per request, 15 head launches per request) is deterministic in that arm; when it
+is so in every arm the figures are exact and carry no interval.
 """
 from __future__ import annotations
 
@@ -232,6 +237,13 @@ def _exact_multiple(num: np.ndarray, den: np.ndarray) -> float | None:
     return None
 
 
+def capture_values(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """A capture's figure of a metric: Σ numerator / Σ denominator over its batches (the last
+    axis) times the metric's scale: the unit value of compare's verdict."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return num.sum(-1) / den.sum(-1) * scale
+
+
 def _pct(change: float | None, base: float | None) -> float | None:
     if change is None or base is None:
         return None
@@ -243,6 +255,7 @@ def _pct(change: float | None, base: float | None) -> float | None:
 def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig = StageConfig(), n_boot: int = 2000,
             seed: int = 0, confidence: float = 0.95) -> dict:
     """The comparison as the JSON contract (see README, Compare)."""
+    from . import welch
     from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
 
     stages = tuple(config.stages)
@@ -285,7 +298,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
                     mean = k
             exact[n] = k is not None
             a = {"mean": mean, "captures": len(blocks[n]), "instances": int(len(x)),
-                 "per_capture": [float(b[:, i_num].sum() / b[:, i_den].sum() * m.scale) if b[:, i_den].sum() else None
+                 "per_capture": [float(capture_values(b[:, i_num], b[:, i_den], m.scale)) if b[:, i_den].sum() else None
                                  for b in blocks[n]]}
             if m.kind == "host_ms":
                 per_batch_ms = x[:, i_num] / NS_PER_MS
@@ -298,19 +311,34 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
         b_mean = entry["arms"][base]["mean"]
         for n in names[1:]:
             change = entry["arms"][n]["mean"] - b_mean
-            pct = _pct(change, b_mean)
+            a = entry["arms"][n]
+            a.update({"change": change, "change_pct": _pct(change, b_mean), "ci": None, "ci_pct": None,
+                      "ci_within": None, "ci_within_pct": None, "scale": None, "df": None, "mdc": None,
+                      "mdc_pct": None, "beyond_noise": change != 0 if deterministic else False})
             if deterministic:
-                ci = ci_pct = None
-                beyond = change != 0
-            else:
-                ci = percentile_interval(est[n] - est[base], confidence)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ci_pct = percentile_interval(100.0 * (est[n] / est[base] - 1.0), confidence)
-                beyond = ci is not None and (ci[0] > 0 or ci[1] < 0)
-            entry["arms"][n].update({"change": change, "change_pct": pct, "ci": None if ci is None else list(ci),
-                                     "ci_pct": None if ci_pct is None else list(ci_pct), "beyond_noise": beyond})
+                a["verdict"] = "exact change" if change != 0 else "exact"
+                continue
+            ci = percentile_interval(est[n] - est[base], confidence)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ci_pct = percentile_interval(100.0 * (est[n] / est[base] - 1.0), confidence)
+            a.update({"ci_within": None if ci is None else list(ci), "ci_within_pct": None if ci_pct is None
+                      else list(ci_pct)})
+            units = [[v for v in entry["arms"][x]["per_capture"] if v is not None] for x in (base, n)]
+            if min(map(len, units)) >= 2:
+                w = welch.unit_interval(units[0], units[1], confidence)
+                lo, hi, mdc = (float(v) for v in w.absolute(b_mean))
+                plo, phi, pmdc = (float(v) if b_mean else None for v in w.pct(b_mean))
+                a.update({"scale": "log" if bool(w.log) else "linear", "mdc": mdc, "mdc_pct": pmdc,
+                          "df": float(w.df) if np.isfinite(w.df) else None})
+                if w.judged:
+                    a.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi],
+                              "beyond_noise": bool(welch.beyond(lo, hi))})
+            low = min(map(len, units))
+            a["verdict"] = (("beyond noise" if a["beyond_noise"] else "within noise") if a["ci"] is not None else
+                            f"too few captures to judge ({low} in an arm; {welch.MIN_UNITS} needed)")
         first = entry["arms"][names[1]]
-        entry.update({k: first[k] for k in ("change", "change_pct", "ci", "ci_pct", "beyond_noise")})
+        entry.update({k: first[k] for k in ("change", "change_pct", "ci", "ci_pct", "beyond_noise", "verdict",
+                                            "ci_within", "ci_within_pct", "mdc", "mdc_pct")})
         out_metrics.append(entry)
 
     warnings = [f"{n} ({ref.label}): {w}" for n in names for ref, d in zip(arms.captures[n], data[n])
@@ -332,8 +360,13 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
         "schema": SCHEMA,
         "baseline": base,
         "arms": arms_out,
-        "method": {"bootstrap": "two-level percentile (captures within an arm, then batch instances within each "
-                                "drawn capture); metric = sum(numerator) / sum(denominator) over the resampled batches",
+        "method": {"interval": "Welch t between the arms' per-capture values (each capture's sum(numerator) / "
+                               "sum(denominator); on logs where every value is positive, reported as exp(CI) - 1; "
+                               f"Satterthwaite df); no verdict below {welch.MIN_UNITS} captures per arm; mdc: the "
+                               "smallest change detected 80% of the time at the measured spread",
+                   "min_captures": welch.MIN_UNITS,
+                   "bootstrap": "within-capture percentile bootstrap (batch instances resampled within each capture, "
+                                "captures kept): ci_within, batch noise of these runs only",
                    "B": n_boot, "seed": seed, "confidence": confidence,
                    "exact": "a count that is one multiple of the batch size in every batch of every capture of "
                             "every arm is exact: no interval"},

@@ -63,8 +63,11 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
 
     Exact (deterministic) metrics compare their exact change. Others, with gate_on="ci" (the
     default), fire only when the whole confidence interval of the change is beyond the threshold:
-    the interval's low end for > and >=, its high end for < and <=. gate_on="point" uses the
-    point change instead (noisier: a host-time gate may then fire on noise).
+    the interval's low end for > and >=, its high end for < and <=. Below 3 units (captures,
+    servers) per arm there is no such interval: compare then uses its within-capture interval
+    (basis "within": batch noise of the recorded runs only, labelled so), bench does not fire
+    (basis "too few"). gate_on="point" uses the point change instead (noisier: a host-time gate
+    may then fire on noise).
     """
     by_name = {m["metric"]: m for m in comp["metrics"]}
     out = []
@@ -80,17 +83,24 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
             if point is None:          # % of a zero baseline: +/- infinity
                 point = math.copysign(math.inf, a["change"]) if a["change"] else 0.0
             ci = a["ci_pct"] if g.pct else a["ci"]
+            within = a.get("ci_within_pct") if g.pct else a.get("ci_within")
             if entry["deterministic"]:
                 basis, value = "exact", point
-            elif gate_on == "point" or ci is None:
+            elif gate_on == "point":
                 basis, value = "point", point
-            else:
+            elif ci is not None:
                 basis, value = "ci", ci[0] if g.op in (">", ">=") else ci[1]
-            fired = bool(_OPS[g.op](value, g.value))
+            elif within is not None:
+                basis, value = "within", within[0] if g.op in (">", ">=") else within[1]
+            else:
+                basis, value = "too few", None
+            fired = value is not None and bool(_OPS[g.op](value, g.value))
             out.append({"gate": g.text, "metric": g.metric, "arm": arm, "baseline": comp["baseline"],
-                        "op": g.op, "fired": fired, "basis": basis, "value": value if math.isfinite(value) else None,
+                        "op": g.op, "fired": fired, "basis": basis,
+                        "value": value if value is not None and math.isfinite(value) else None,
                         "threshold": g.value, "pct": g.pct, "change": a["change"], "change_pct": a["change_pct"],
-                        "ci": a["ci"], "ci_pct": a["ci_pct"]})
+                        "ci": a["ci"], "ci_pct": a["ci_pct"], "ci_within": a.get("ci_within"),
+                        "ci_within_pct": a.get("ci_within_pct"), "verdict": a.get("verdict")})
     return out
 
 
@@ -109,11 +119,17 @@ def gate_line(v: dict, kind: str) -> str:
     shown = "inf" if v["value"] is None else _fmt_change(v["value"], kind, pct)
     if v["basis"] == "exact":
         how = f"exact change {_fmt_change(point, kind, pct)}{'' if v['fired'] else ' is not'} {thr}"
-    elif v["basis"] == "ci":
-        lo, hi = v["ci_pct"] if pct else v["ci"]
+    elif v["basis"] in ("ci", "within"):
+        lo, hi = (v["ci_pct"] if pct else v["ci"]) if v["basis"] == "ci" else \
+            (v["ci_within_pct"] if pct else v["ci_within"])
         end = "low" if v["op"] in (">", ">=") else "high"
-        how = (f"change {_fmt_change(point, kind, pct)}, CI [{_fmt_change(lo, kind, pct)}, {_fmt_change(hi, kind, pct)}]:"
-               f" its {end} end {shown}{'' if v['fired'] else ' is not'} {thr}")
+        label = "CI" if v["basis"] == "ci" else "within-capture CI (batch noise of these captures only: too few " \
+                                                "captures to judge run-to-run noise)"
+        how = (f"change {_fmt_change(point, kind, pct)}, {label} [{_fmt_change(lo, kind, pct)}, "
+               f"{_fmt_change(hi, kind, pct)}]: its {end} end {shown}{'' if v['fired'] else ' is not'} {thr}")
+    elif v["basis"] == "too few":
+        return (f"gate not judged: {v['gate']} — {v['arm']} vs {v['baseline']}: {v.get('verdict') or 'too few units'}"
+                f" (point change {_fmt_change(point, kind, pct)}; --gate-on point gates on it)")
     else:
         how = f"point change {shown}{'' if v['fired'] else ' is not'} {thr}"
     return f"gate {'fired' if v['fired'] else 'passed'}: {v['gate']} — {v['arm']} vs {v['baseline']}: {how}"
@@ -175,29 +191,49 @@ def _shown(comp: dict, show_all: bool) -> tuple[list[dict], int]:
 def _verdict(a: dict, m: dict) -> str:
     if m["deterministic"]:
         return "exact" if a["change"] == 0 else "exact change"
-    return "beyond noise" if a["beyond_noise"] else "within noise"
+    return a["verdict"]
+
+
+def _verdict_text(a: dict, m: dict) -> str:
+    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
+    v = _verdict(a, m).split(" (")[0]          # the counts behind "too few" are in the method lines
+    mdc = a.get("mdc_pct")
+    if m["deterministic"] or mdc is None or not math.isfinite(mdc):
+        return v
+    return f"{v} (detects ±{mdc:.1f}%)"
+
+
+def _interval(a: dict) -> tuple[list | None, list | None, str]:
+    """(ci, ci_pct, label): the interval between captures, else the labelled within-capture one."""
+    if a["ci"] is not None:
+        return a["ci"], a["ci_pct"], ""
+    if a.get("ci_within") is not None:
+        return a["ci_within"], a.get("ci_within_pct"), "within-capture "
+    return None, None, ""
 
 
 def _ci_text(a: dict, kind: str) -> str:
-    if a["ci"] is None:
+    ci, ci_pct, label = _interval(a)
+    if ci is None:
         return "exact" if a.get("change") is not None else "—"
-    lo, hi = a["ci"]
-    txt = f"[{_fmt_change(lo, kind)}, {_fmt_change(hi, kind)}]"
-    if a["ci_pct"] is not None:
-        plo, phi = a["ci_pct"]
+    lo, hi = ci
+    txt = f"{label}[{_fmt_change(lo, kind)}, {_fmt_change(hi, kind)}]"
+    if ci_pct is not None:
+        plo, phi = ci_pct
         txt += f" ({_fmt_change(plo, kind, True)} … {_fmt_change(phi, kind, True)})"
     return txt
 
 
 def _ci_short(a: dict, kind: str) -> str:
     """The interval in % of the baseline where it has one, else in the metric's unit."""
-    if a["ci"] is None:
+    ci, ci_pct, label = _interval(a)
+    if ci is None:
         return "exact"
-    if a["ci_pct"] is not None:
-        lo, hi = a["ci_pct"]
-        return f"{_fmt_change(lo, kind, True)} … {_fmt_change(hi, kind, True)}"
-    lo, hi = a["ci"]
-    return f"{_fmt_change(lo, kind)} … {_fmt_change(hi, kind)}"
+    if ci_pct is not None:
+        lo, hi = ci_pct
+        return f"{label}{_fmt_change(lo, kind, True)} … {_fmt_change(hi, kind, True)}"
+    lo, hi = ci
+    return f"{label}{_fmt_change(lo, kind)} … {_fmt_change(hi, kind)}"
 
 
 def method_lines(comp: dict) -> list[str]:
@@ -205,14 +241,18 @@ def method_lines(comp: dict) -> list[str]:
     arms = comp["arms"]
     who = "; ".join(f"{n}: {a['captures']} capture{'s' if a['captures'] != 1 else ''}, {a['batches']:,} batch "
                     f"instances, {a['requests']:,} requests" for n, a in arms.items())
-    lines = [f"Method: seeded two-level bootstrap (captures resampled within each arm, then batch instances within "
-             f"each drawn capture; a metric per request = Σ metric / Σ requests over the resampled batches), "
-             f"B = {meth['B']}, seed {meth['seed']}, {100 * meth['confidence']:g}% percentile interval of the change. "
-             f"{who}. Exact: counts that are one multiple of the batch size in every batch of every capture, "
-             f"shown without interval. p50/p99: host ms per batch instance."]
-    if any(a["captures"] == 1 for a in arms.values()):
-        lines.append("With one capture in an arm, its interval covers batch-to-batch noise within one run, not "
-                     "run-to-run variation: record several captures per arm for that.")
+    low = min(a["captures"] for a in arms.values())
+    lines = [f"Method: a capture is the unit that varies from run to run: {100 * meth['confidence']:g}% Welch t "
+             f"interval of the change between the arms' per-capture values (a metric per request = Σ metric / "
+             f"Σ requests over each capture's batches; on logs where every value is positive, shown as exp(CI) - 1; "
+             f"Satterthwaite df); beyond noise = the interval excludes 0; 'detects' = the smallest change this design "
+             f"finds 80% of the time at the measured spread. {who}. Exact: counts that are one multiple of the batch "
+             f"size in every batch of every capture, shown without interval. p50/p99: host ms per batch instance."]
+    if low < meth.get("min_captures", 3):
+        lines.append(f"With {low} capture{'s' if low != 1 else ''} in an arm there is no verdict (too few captures to "
+                     f"judge; {meth.get('min_captures', 3)} per arm needed): the interval shown is the within-capture "
+                     f"bootstrap (batch instances resampled within each capture, B = {meth['B']}, seed {meth['seed']}), "
+                     "which covers batch-to-batch noise within these runs, not run-to-run variation.")
     return lines
 
 
@@ -250,7 +290,8 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
             verdict = _verdict(a, m)
             if verdict in ("beyond noise", "exact change"):
                 ch = f"**{ch}**"
-            out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | {verdict} |")
+            out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | "
+                       f"{md(_verdict_text(a, m))} |")
         out.append("")
     if hidden:
         out += [f"{hidden} metrics that are exactly 0 in every arm are not shown (`--all` shows them).", ""]
@@ -301,19 +342,22 @@ def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
                 t.add_column("unit", no_wrap=True)
             for h in (escape(base), escape(arm), "Δ", "Δ %", f"{conf} CI of Δ") + (("p50", "p99") if pq else ()):
                 t.add_column(h, justify="right", overflow="fold")
+            t.add_column("verdict", overflow="fold")
             for m in group:
                 b, a = m["arms"][base], m["arms"][arm]
                 k, ex = m["kind"], m["deterministic"]
                 verdict = _verdict(a, m)
-                style = {"beyond noise": "bold", "exact change": "bold", "within noise": "dim"}.get(verdict)
+                style = {"beyond noise": "bold", "exact change": "bold", "within noise": "dim"}.get(verdict, "dim")
                 cells = [escape(m["metric"])] + ([] if pq else [_UNITS[k]])
                 cells += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex), _fmt_change(a["change"], k),
                           _fmt_change(a["change_pct"], k, True), _ci_short(a, k)]
                 if pq:
                     cells += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
+                cells.append(escape(_verdict_text(a, m)))
                 t.add_row(*cells, style=style)
             console.print(t)
-        console.print("bold: beyond noise (the interval excludes 0) or an exact change · dim: within noise",
+        console.print("bold: beyond noise (the interval excludes 0) or an exact change · dim: within noise or too "
+                      "few captures to judge",
                       style="dim", highlight=False)
     if hidden:
         console.print(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).")

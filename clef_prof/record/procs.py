@@ -105,6 +105,16 @@ def marked(token: str, name: str = ENV_MARK) -> list[Proc]:
     return out
 
 
+def children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is `pid` (one scan of /proc/PID/stat)."""
+    out = []
+    for p in _pids():
+        st = _stat(p)
+        if st is not None and st[2] == pid and st[1] not in DEAD:
+            out.append(p)
+    return out
+
+
 def descendants(pids) -> list[Proc]:
     """Every live descendant of `pids` (by parent id, from one scan of /proc)."""
     children: dict[int, list[Proc]] = {}

@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clef_prof.bench import load as bl
@@ -52,14 +53,15 @@ FAST = ["--warmup", "0.5", "--windows", "2", "--window-s", "1", "--quiet"]
 
 @pytest.fixture(scope="module")
 def ab(tmp_path_factory):
-    """main (4 ms a request) vs slow (5 ms), 2 rounds, a closed-loop and an open-loop case, parity."""
+    """main (4 ms a request) vs slow (5 ms), 3 rounds (the fewest that give a verdict), a
+    closed-loop and an open-loop case, parity."""
     tmp = tmp_path_factory.mktemp("bench")
     port, mark = free_port(), uuid.uuid4().hex
     cases = tmp / "cases.json"
     cases.write_text(json.dumps([{"concurrency": 8, "words": 50}, {"concurrency": 8, "words": 200, "rate": 100}]))
     p = bench("--arm", f"main={demo(port, '--variant', 'main', '--delay-ms', 4)}",
               "--arm", f"slow={demo(port, '--variant', 'main', '--delay-ms', 5)}",
-              "--url", f"http://127.0.0.1:{port}", "--rounds", 2, "--cases", cases, *FAST, "--parity", 8,
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 3, "--cases", cases, *FAST, "--parity", 8,
               "--check-response", "clef_prof.bench.load:demo_words", "--fail-if", "throughput_rps < -2%",
               "--fail-if", "latency_ms_p99 < -50%", "--format", "json", "-o", tmp / "bench.json", "--out", tmp / "run",
               mark=mark)
@@ -69,11 +71,12 @@ def ab(tmp_path_factory):
 
 def test_order_abba_and_case_reversal(ab):
     p, r, tmp = ab
-    assert [(s["arm"], s["round"]) for s in r["servers"]] == [("main", 1), ("slow", 1), ("slow", 2), ("main", 2)]
-    assert [s["case_order"] for s in r["servers"]] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert [(s["arm"], s["round"]) for s in r["servers"]] == [("main", 1), ("slow", 1), ("slow", 2), ("main", 2),
+                                                              ("main", 3), ("slow", 3)]
+    assert [s["case_order"] for s in r["servers"]] == [[0, 1], [1, 0]] * 3
     # the windows ran in that order: per server, its cases in its case order, 2 windows each
     windows = sorted((w for c in r["cases"] for a in c["arms"].values() for w in a["windows"]), key=lambda w: w["seq"])
-    assert [w["seq"] for w in windows] == list(range(1, 17))
+    assert [w["seq"] for w in windows] == list(range(1, 25))
     for s in r["servers"]:
         ran = [(w["case"], w["window"]) for w in windows if w["server_seq"] == s["seq"]]
         assert ran == [(c, n) for c in s["case_order"] for n in (1, 2)]
@@ -81,7 +84,9 @@ def test_order_abba_and_case_reversal(ab):
     assert sorted(f.name for f in (tmp / "run").glob("*.stderr.log")) == ["01-main-r1.stderr.log",
                                                                          "02-slow-r1.stderr.log",
                                                                          "03-slow-r2.stderr.log",
-                                                                         "04-main-r2.stderr.log"]
+                                                                         "04-main-r2.stderr.log",
+                                                                         "05-main-r3.stderr.log",
+                                                                         "06-slow-r3.stderr.log"]
 
 
 def test_slower_server_detected_and_gated(ab):
@@ -90,10 +95,22 @@ def test_slower_server_detected_and_gated(ab):
     t = next(c for c in closed["changes"] if c["metric"] == "throughput_rps")
     assert t["verdict"] == "beyond noise" and t["ci"][1] < 0 and t["change_pct"] < -8, t
     assert t["ci"][0] <= t["change_pct"] <= t["ci"][1]
+    # the interval in req/s is the baseline's figure times the one in %, not the point change
+    base = t["baseline_value"]
+    assert t["ci_abs"] == pytest.approx([base * t["ci"][0] / 100, base * t["ci"][1] / 100], rel=1e-12)
+    assert t["ci_abs"][0] < t["change"] < t["ci_abs"][1]
+    assert t["servers"] == [3, 3] and 0 < t["mdc_pct"] < 100
     for a in closed["arms"].values():
-        assert a["servers"] == 2 and a["window_count"] == 4 and a["errors"]["count"] == 0
+        assert a["servers"] == 3 and a["window_count"] == 6 and a["errors"]["count"] == 0
         lo, hi = a["window_range_rps"]
         assert lo <= a["throughput_rps"] <= hi
+        # each server's figure is its windows' Σ completions / Σ elapsed, and the spread is theirs
+        per = {}
+        for w in a["windows"]:
+            c, e = per.get(w["server"], (0, 0.0))
+            per[w["server"]] = (c + w["completions"], e + w["elapsed_s"])
+        assert a["server_rps"] == pytest.approx([c / e for _, (c, e) in sorted(per.items())], rel=1e-12)
+        assert a["server_spread_pct"] == pytest.approx(100 * np.std(np.log(a["server_rps"]), ddof=1), rel=1e-9)
     fired = [g for g in r["gates"] if g["fired"]]
     assert [(g["gate"], g["case"]) for g in fired] == [("throughput_rps < -2%", closed["label"])]
     assert p.returncode == 1 and "gate fired: throughput_rps < -2%" in p.stderr and "Traceback" not in p.stderr
@@ -114,15 +131,29 @@ def test_open_loop_same_schedule_for_every_server(ab):
 
 
 def test_self_comparison_holds_zero(ab):
-    """The same windows as two arms: every interval holds 0 (seeded, so exactly reproducible)."""
+    """The same windows as two arms: every interval holds 0 with the width the servers' spread
+    gives it (not a collapsed [0, 0]): Welch on 3 + 3 equal servers is a t with 4 df, half-width
+    t(0.975, 4) * sd * sqrt(2/3) on the log scale (2.7764: the t table's value)."""
     _, r, _ = ab
-    for ci, case in enumerate(r["cases"]):
+    for case in r["cases"]:
         ws = case["arms"]["main"]["windows"]
-        ch = bs.changes({"a": ws, "b": [dict(w) for w in ws]}, "a", 2000, 0, ci, 0.95)
+        ch = bs.changes({"a": ws, "b": [dict(w) for w in ws]}, "a", 0.95)
         assert {c["metric"] for c in ch} == set(bs.METRICS)
         for c in ch:
-            assert c["change"] == 0 and c["ci"][0] <= 0 <= c["ci"][1] and c["verdict"] == "within noise", c
-        assert ch == bs.changes({"a": ws, "b": ws}, "a", 2000, 0, ci, 0.95)
+            assert c["change"] == 0 and c["verdict"] == "within noise", c
+            lo, hi = c["ci"]
+            per_server = {}
+            for w in ws:
+                per_server.setdefault(w["server"], []).append(w[bs.METRICS[c["metric"]][0]])
+            if c["metric"] == "throughput_rps":
+                values = case["arms"]["main"]["server_rps"]
+            else:
+                values = [np.mean(v) for _, v in sorted(per_server.items())]
+            half = 2.7764 * np.std(np.log(values), ddof=1) * np.sqrt(2 / 3)
+            assert half > 0
+            assert (lo, hi) == (pytest.approx(100 * np.expm1(-half), rel=1e-4),
+                                pytest.approx(100 * np.expm1(half), rel=1e-4)), c
+        assert ch == bs.changes({"a": ws, "b": ws}, "a", 0.95)
 
 
 def test_parity_and_markdown(ab):
@@ -132,7 +163,8 @@ def test_parity_and_markdown(ab):
                                                                                        "slow": (8, 8)}
     md = bs.render_markdown(r)
     assert "| C | words / questions | req/s main → slow | change | 95% CI | p50 ms | p99 ms | peak device MiB |" in md
-    assert "outputs matched (slow vs main server 1): 8 of 8 on 2 servers, exactly" in md
+    assert "outputs matched (slow vs main server 1): 8 of 8 on 3 servers, exactly" in md
+    assert "beyond noise (detects ±" in md and "spread between servers (sd of log req/s): main " in md
     assert "beyond noise" in md and "8 @ 100/s" in md
 
 
@@ -198,6 +230,9 @@ def test_server_dies_mid_window(tmp_path):
     # NaN passed the check and meant no timeout at all; an infinite window was an internal error
     (["--arm", "a=x", "--arm", "b=y", "--request-timeout", "nan"], "--request-timeout must be positive"),
     (["--arm", "a=x", "--arm", "b=y", "--window-s", "inf"], "--window-s and --request-timeout must be positive"),
+    (["--arm", "a=x", "--arm", "b=y", "--cpus", "100000"], "--cpus '100000': CPU 100000 not available here"),
+    (["--arm", "a=x", "--arm", "b=y", "--load-cpus", "3-1"], "--load-cpus '3-1': expected CPU numbers and ranges"),
+    (["--arm", "a=x", "--arm", "b=y", "--confidence", "1"], "--confidence 1.0: expected a fraction in [0.5, 1)"),
 ])
 def test_bad_input_one_line(args, needle):
     mark = uuid.uuid4().hex
@@ -215,3 +250,172 @@ def test_checks_and_differences():
     assert bl.first_difference({"a": [1.0, 2.0]}, {"a": [1.0, 2.0005]}, 1e-3) is None
     assert bl.first_difference({"a": [1.0, 2.0]}, {"a": [1.0, 2.0005]}, 0) == "$.a[1]: 2.0 != 2.0005"
     assert bl.first_difference({"a": 1}, {"b": 1}, 0) == "$: keys ['a'] != ['b']"
+
+
+# ---------------------------------------------------------------------------------------------
+# the statistics on constructed windows (by-hand oracles)
+
+
+def win(server: int, completions: int, elapsed: float, p50: float = 10.0) -> dict:
+    return {"server": server, "completions": completions, "elapsed_s": elapsed, "throughput_rps": completions / elapsed,
+            "latency_ms_p50": p50, "latency_ms_p90": p50, "latency_ms_p99": p50, "latency_ms_mean": p50,
+            "errors": 0, "error_kinds": {}}
+
+
+def test_throughput_is_a_ratio_of_sums():
+    """Windows of unequal length: 100 in 10 s and 300 in 20 s make 400 / 30 = 13.33 req/s, not the
+    mean of the windows' 10 and 15 req/s (12.5); per server and per arm alike."""
+    ws = [win(1, 100, 10.0), win(1, 300, 20.0), win(2, 150, 10.0), win(2, 150, 30.0)]
+    a = bs.arm_figures(ws)
+    assert a["server_rps"] == pytest.approx([400 / 30, 300 / 40])
+    assert a["throughput_rps"] == pytest.approx(700 / 70)
+    ch = bs.changes({"a": ws, "b": [dict(w, completions=2 * w["completions"]) for w in ws]}, "a", 0.95)
+    t = next(c for c in ch if c["metric"] == "throughput_rps")
+    assert (t["baseline_value"], t["value"]) == (pytest.approx(10.0), pytest.approx(20.0))
+
+
+def test_no_verdict_below_three_servers():
+    """2 servers an arm: no interval and no verdict, even for a doubling with little spread; 3: a verdict."""
+    two = [win(s, c, 10.0) for s, c in ((1, 1000), (2, 1010))]
+    doubled = [dict(w, completions=2 * w["completions"]) for w in two]
+    (t,) = [c for c in bs.changes({"a": two, "b": doubled}, "a", 0.95) if c["metric"] == "throughput_rps"]
+    assert t["ci"] is None and t["ci_abs"] is None and t["beyond_noise"] is False
+    assert t["verdict"] == "too few servers to judge (2 in an arm; 3 needed)"
+    assert t["mdc_pct"] > 0                    # 2 + 2 servers still measure a spread
+    three = two + [win(3, 990, 10.0)]
+    (t,) = [c for c in bs.changes({"a": three, "b": [dict(w, completions=2 * w["completions"]) for w in three]},
+                                  "a", 0.95) if c["metric"] == "throughput_rps"]
+    assert t["verdict"] == "beyond noise" and t["ci"][0] > 90
+
+
+def test_an_interval_ending_at_zero_holds_zero():
+    assert bs.verdict(0.0, 4.0) == bs.verdict(-4.0, 0.0) == "within noise"
+    assert bs.verdict(1e-12, 4.0) == bs.verdict(-4.0, -1e-12) == "beyond noise"
+
+
+def test_gate_not_judged_below_three_servers():
+    from clef_prof.compare.gates import evaluate_gates, gate_line, parse_gate
+
+    two = [win(s, c, 10.0) for s, c in ((1, 1000), (2, 1010))]
+    case = {"baseline": "a", "changes": bs.changes({"a": two, "b": [dict(w, completions=w["completions"] // 2)
+                                                                    for w in two]}, "a", 0.95)}
+    g = parse_gate("throughput_rps < -2%", {m: m for m in bs.METRICS})
+    (v,) = evaluate_gates([g], bs.gate_view(case), "ci")
+    assert v["fired"] is False and v["basis"] == "too few"
+    assert gate_line(v, "").startswith("gate not judged: throughput_rps < -2% — b vs a: too few servers to judge")
+    (v,) = evaluate_gates([g], bs.gate_view(case), "point")
+    assert v["fired"] is True and v["basis"] == "point"
+
+
+# ---------------------------------------------------------------------------------------------
+# --from: the report again from saved windows
+
+
+def test_from_rejudges_saved_windows(ab, capsys):
+    from clef_prof.cli.app import main
+
+    _, r, tmp = ab
+    gates = ["--fail-if", "throughput_rps < -2%", "--fail-if", "latency_ms_p99 < -50%"]
+    assert main(["bench", "--from", str(tmp / "run"), *gates, "-f", "json"]) == 1      # the same gate fires again
+    again = json.loads(capsys.readouterr().out)
+    assert again["cases"] == r["cases"] and again["gates"] == r["gates"]
+    assert again["method"]["from"] == str(tmp / "run" / "bench.json")
+    assert main(["bench", "--from", str(tmp / "run"), "--confidence", "0.8", "-f", "json"]) == 0
+    at80 = json.loads(capsys.readouterr().out)
+    assert at80["gates"] == [] and at80["method"]["confidence"] == 0.8
+    for c95, c80 in zip(r["cases"], at80["cases"]):
+        for a, b in zip(c95["changes"], c80["changes"]):
+            assert (a["metric"], a["change"]) == (b["metric"], b["change"])
+            assert a["ci"][0] < b["ci"][0] < b["ci"][1] < a["ci"][1]            # narrower, same centre
+
+
+def test_from_refusals(ab, tmp_path):
+    _, r, tmp = ab
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"schema": "clef-prof/bench/2", "status": "failed", "windows": []}))
+    for args, needle in (
+            (["--from", failed], "that run did not finish"),
+            (["--from", tmp_path / "none"], "cannot read"),
+            (["--from", tmp / "run", "--arm", "a=x"], "--from re-judges saved windows: give no --arm or --out"),
+            (["--from", tmp / "run", "-o", tmp / "run" / "bench.json"], "is an input of this command")):
+        p = bench(*args, mark=uuid.uuid4().hex, timeout=60)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert p.returncode == 1 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert json.loads((tmp / "run" / "bench.json").read_text())["cases"] == r["cases"]
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs and processes
+
+
+def test_output_onto_an_input_refused_before_any_server(tmp_path):
+    body = tmp_path / "body.json"
+    body.write_text('{"state": "x", "questions": {"q0": {"type": "boolean"}}}')
+    cases = tmp_path / "cases.json"
+    cases.write_text('[{"concurrency": 1}]')
+    port = free_port()
+    for args in ((["--preset", "raw", "--body", body, "--path", "/v1/systemone", "-o", body]),
+                 (["--cases", cases, "-o", cases]), (["--cases", tmp_path / "bench.json", "--out", tmp_path])):
+        if args[-1] == tmp_path:
+            (tmp_path / "bench.json").write_text('[{"concurrency": 1}]')
+        before = {f: f.read_bytes() for f in tmp_path.iterdir()}
+        mark = uuid.uuid4().hex
+        p = bench("--arm", f"a={demo(port)}", "--arm", f"b={demo(port)}", "--url", f"http://127.0.0.1:{port}",
+                  *args, mark=mark, timeout=60)
+        assert_nothing_left(mark)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("bench: ")]
+        assert p.returncode == 1 and len(lines) == 1 and "is an input of this command" in lines[0], p.stderr
+        assert "server 1/" not in p.stderr                     # refused before any server started
+        assert {f: f.read_bytes() for f in tmp_path.iterdir()} == before
+
+
+def listening_on(port: int) -> list[str]:
+    """Command lines of live processes that name this port (the demo servers take --port N)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        p = procs.read(int(pid))
+        if p is not None and p.alive and f"--port {port}" in p.cmdline:
+            out.append(f"{pid}: {p.cmdline}")
+    return out
+
+
+@pytest.mark.parametrize("how", ["helper", "double fork"])
+def test_detached_server_child_is_stopped(tmp_path, how):
+    """A server command whose real server drops the marker and leaves the session (`setsid env -i`),
+    under a helper shell that waits for it or (double fork) already re-parented away from it: each
+    server is ended, so the next one gets the port, and nothing is left."""
+    port = free_port()
+    inner = f"setsid env -i PATH={os.environ['PATH']} PYTHONPATH={ROOT} {demo(port)}"
+    cmd = f"{inner} & wait" if how == "helper" else f"({inner} &); sleep 600"
+    mark = uuid.uuid4().hex
+    p = bench("--arm", f"a=sh -c {shlex.quote(cmd)}", "--arm", f"b=sh -c {shlex.quote(cmd)}",
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 1, "--warmup", 0.2, "--windows", 1,
+              "--window-s", 0.5, "--concurrency", 2, "--quiet", mark=mark, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert "already answers" not in p.stderr
+    for _ in range(50):
+        if not listening_on(port):
+            break
+        time.sleep(0.1)
+    assert listening_on(port) == []
+
+
+def test_cpus_pin_every_server_and_the_load_generator(tmp_path):
+    """--cpus: the server's processes (here the shell and the grep it starts) may run on the
+    given CPU only; --load-cpus is recorded, and a CPU in both is noted."""
+    cpu = min(os.sched_getaffinity(0))
+    port, mark = free_port(), uuid.uuid4().hex
+    cmd = f"grep Cpus_allowed_list /proc/self/status > {tmp_path}/$0.txt; exec {demo(port)}"
+    p = bench("--arm", f"a=sh -c {shlex.quote(cmd)} a", "--arm", f"b=sh -c {shlex.quote(cmd)} b",
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 1, "--warmup", 0.2, "--windows", 1, "--window-s", 0.3,
+              "--concurrency", 2, "--cpus", cpu, "--load-cpus", cpu, "-f", "json", "--quiet", mark=mark, timeout=120)
+    assert_nothing_left(mark)
+    assert p.returncode == 0, p.stderr
+    for arm in "ab":
+        assert (tmp_path / f"{arm}.txt").read_text().split() == ["Cpus_allowed_list:", str(cpu)]
+    r = json.loads(p.stdout)
+    assert (r["method"]["cpus"], r["method"]["load_cpus"]) == (str(cpu), str(cpu))
+    assert f"--cpus and --load-cpus share CPUs {cpu}" in " ".join(r["notes"])
+    assert r["cases"][0]["changes"][0]["verdict"] == "too few servers to judge (1 in an arm; 3 needed)"

@@ -20,7 +20,7 @@ from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_
 from clef_prof.cli.app import main
 from clef_prof.analyze.inputs import InputError
 from clef_prof.errors import CaptureError
-from clef_prof.compare.gates import evaluate_gates, parse_gate, render_markdown
+from clef_prof.compare.gates import evaluate_gates, gate_line, parse_gate, render_markdown
 from clef_prof.analyze.stages import StageConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,10 +85,12 @@ def test_host_times_carry_intervals(main_vs_pr, cap):
     for stage, direction in (("transfer", -1), ("index", +1)):
         m = metric(main_vs_pr, f"stages.{stage}.host_ms_per_request")
         assert not m["deterministic"]
-        lo, hi = m["ci"]
+        # one capture per arm: no verdict between runs, only the labelled within-capture interval
+        assert m["ci"] is None and m["ci_pct"] is None and m["beyond_noise"] is False
+        assert m["verdict"] == "too few captures to judge (1 in an arm; 3 needed)"
+        lo, hi = m["ci_within"]
         assert lo < m["change"] < hi
         assert (hi < 0) if direction < 0 else (lo > 0)          # transfer faster, index slower in pr
-        assert m["beyond_noise"] is True
         # one capture per arm: the arm's figure is analyze's figure
         assert m["arms"]["main"]["mean"] == pytest.approx(
             res["gpu-q1c16-main"].stages[stage].host_ms_per_request, rel=1e-12)
@@ -124,7 +126,7 @@ def test_seeded_reproducible(cap):
     b = run(f"main={cap['gpu-q1c16-main']}", f"pr={cap['gpu-q1c16-pr']}", seed=7)
     c = run(f"main={cap['gpu-q1c16-main']}", f"pr={cap['gpu-q1c16-pr']}", seed=8)
     name = "stages.head.host_ms_per_request"
-    assert metric(a, name)["ci"] == metric(b, name)["ci"] != metric(c, name)["ci"]
+    assert metric(a, name)["ci_within"] == metric(b, name)["ci_within"] != metric(c, name)["ci_within"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,12 +138,11 @@ def test_self_comparison_contains_zero(cap, which):
     comp = run(f"a={cap[which]}", f"b={cap[which]}")
     for m in comp["metrics"]:
         assert m["change"] == 0
-        if m["deterministic"]:
-            assert m["ci"] is None
-        else:
-            lo, hi = m["ci"]
-            assert lo <= 0 <= hi, m["metric"]
-            assert not m["beyond_noise"]
+        assert m["ci"] is None and not m["beyond_noise"]
+        if not m["deterministic"]:
+            lo, hi = m["ci_within"]
+            assert lo < 0 < hi, m["metric"]
+            assert m["verdict"].startswith("too few captures to judge")
 
 
 def test_two_captures_per_arm(cap):
@@ -152,7 +153,8 @@ def test_two_captures_per_arm(cap):
     assert h2d["arms"]["pr"]["mean"] == 3.0 and h2d["ci"] is None            # exact in both captures
     t = metric(comp, "stages.transfer.host_ms_per_request")
     assert t["arms"]["pr"]["instances"] == 276 + 277 and len(t["arms"]["pr"]["per_capture"]) == 2
-    assert t["ci"][1] < 0
+    assert t["ci"] is None and t["verdict"] == "too few captures to judge (1 in an arm; 3 needed)"
+    assert t["ci_within"][1] < 0
     assert any("different nsys versions" in n for n in comp["notes"])
 
 
@@ -193,10 +195,12 @@ def test_gate_on_ci_ignores_noise_point_does_not(main_vs_pr):
     assert evaluate_gates([g], main_vs_pr, "point")[0]["fired"] is True
     up = parse_gate("stages.index.host_ms_per_request > +5%", comparison.known_names(CFG.stages))
     v = evaluate_gates([up], main_vs_pr)[0]
-    assert v["fired"] and v["basis"] == "ci" and v["value"] == metric(main_vs_pr, up.metric)["ci_pct"][0]
+    # one capture per arm: the gate reads the within-capture interval, and says so
+    assert v["fired"] and v["basis"] == "within" and v["value"] == metric(main_vs_pr, up.metric)["ci_within_pct"][0]
+    assert "within-capture CI (batch noise of these captures only" in gate_line(v, "host_ms")
     below = parse_gate("per_request.pooler_host_ms <= -0.1", comparison.known_names(CFG.stages))
     v = evaluate_gates([below], main_vs_pr)[0]
-    assert v["fired"] and v["value"] == metric(main_vs_pr, "per_request.pooler_host_ms")["ci"][1]
+    assert v["fired"] and v["value"] == metric(main_vs_pr, "per_request.pooler_host_ms")["ci_within"][1]
 
 
 def test_gate_alias(main_vs_pr):
@@ -384,7 +388,8 @@ def test_markdown_on_slices():
     assert "### clef-prof compare: main → pr" in md
     assert "| `per_request.h2d_copies` | 9 → 3 | **-6 (-66.7%)** | exact |" in md
     assert "| `stages.head.kernel_launches_per_request` | 15 → 15 | +0 (+0.0%) | exact |" in md
-    assert "B = 2000, seed 0, 95% percentile interval" in md
+    assert "within-capture bootstrap (batch instances resampled within each capture, B = 2000, seed 0)" in md
+    assert "| too few captures to judge |" in md and "With 1 capture in an arm there is no verdict" in md
     assert "main: 1 capture, 48 batch instances, 256 requests; pr: 1 capture, 80 batch instances, 436 requests" in md
     assert "`stages.index.h2d_copies_per_request`" not in md          # exactly 0 in both: hidden
     assert "`stages.index.h2d_copies_per_request`" in render_markdown(comp, show_all=True)
@@ -402,15 +407,14 @@ def test_bootstrap_one_capture_resamples_batches():
     assert s[:, 1].std() > 0
 
 
-def test_bootstrap_two_levels():
+def test_bootstrap_keeps_every_capture():
+    """Within-capture: each capture is in every replicate once, only its batches are redrawn."""
     a = np.column_stack([np.ones(10), np.full(10, 1.0)])
-    b = np.column_stack([np.ones(30), np.full(30, 3.0)])
+    b = np.column_stack([np.ones(30), np.arange(30.0)])
     s = resampled_sums(np.random.default_rng(2), [a, b], 4000)
-    # captures drawn with replacement: 2 x a, a + b, or 2 x b
-    assert set(np.unique(s[:, 0])) == {20.0, 40.0, 60.0}
-    ratio = s[:, 1] / s[:, 0]
-    assert set(np.round(np.unique(ratio), 12)) == {1.0, 2.5, 3.0}
-    assert (ratio == 2.5).mean() == pytest.approx(0.5, abs=0.05)
+    assert (s[:, 0] == 40).all()
+    assert s[:, 1].min() >= 10 and s[:, 1].std() > 0
+    assert s[:, 1].mean() == pytest.approx(10 + 435, rel=0.01)        # 10 * 1 + sum(0..29)
 
 
 def test_arm_streams_and_interval():
@@ -427,3 +431,16 @@ def test_exact_multiple():
     assert comparison._exact_multiple(np.array([1, 1]), np.array([1, 3])) is None
     assert comparison._exact_multiple(np.array([1, 0]), np.array([1, 0])) == 1.0
     assert comparison._exact_multiple(np.array([1, 1]), np.array([1, 0])) is None
+
+
+def test_byte_identical_copies_count_once(cap, tmp_path):
+    """A copied capture is the same run: two copies in one arm are one capture, and a note says so."""
+    a, b = tmp_path / "main-1.sqlite", tmp_path / "main-2.sqlite"
+    for p in (a, b):
+        shutil.copyfile(cap["gpu-q1c16-main"], p)
+    arms = collect([], [f"main={a},{b}", f"pr={cap['gpu-q1c16-pr']}"])
+    assert [r.source for r in arms.captures["main"]] == [str(a)]
+    assert arms.notes == [f"arm main: {b} is a byte-identical copy of {a} (the same run, not another): counted once"]
+    # the same bytes in two arms is a self-comparison, not a copy within an arm
+    arms = collect([], [f"main={a}", f"pr={b}"])
+    assert len(arms.captures["pr"]) == 1 and arms.notes == []
