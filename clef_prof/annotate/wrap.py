@@ -102,7 +102,8 @@ class _Passthrough:
 
     def __new__(cls, wrapped, make):
         # a class of its own whose __call__ is the ranged function: a call costs no extra frame
-        own = type(cls.__name__, (cls,), {"__slots__": (), "__call__": staticmethod(make(wrapped))})
+        own = type(cls.__name__, (cls,), {"__slots__": (), "__call__": staticmethod(make(wrapped)),
+                                          "__doc__": _FORWARDED["__doc__"], "__module__": _FORWARDED["__module__"]})
         self = object.__new__(own)
         object.__setattr__(self, "__wrapped__", wrapped)
         object.__setattr__(self, "_clef_make", make)
@@ -130,14 +131,16 @@ class _Passthrough:
         return self.__wrapped__.__reduce_ex__(protocol)
 
     __class__ = property(lambda self: type(self.__wrapped__))
-    __doc__ = property(lambda self: self.__wrapped__.__doc__)          # type: ignore[assignment]
-    __module__ = property(lambda self: self.__wrapped__.__module__)    # type: ignore[assignment]
+
+
+# class attributes that every class sets for itself, so that a lookup never reaches __getattr__
+_FORWARDED = {name: property(lambda self, name=name: getattr(self.__wrapped__, name))
+              for name in ("__doc__", "__module__")}
 
 
 class _BindingPassthrough(_Passthrough):
-    # A _Passthrough of a callable that binds like a method (an `lru_cache` function in a
-    # class): bound the way the wrapped object binds, the range kept. (No docstring: __doc__
-    # is the wrapped object's.)
+    """A _Passthrough of a callable that binds like a method (an `lru_cache` function in a
+    class): bound the way the wrapped object binds, the range kept."""
 
     __slots__ = ()
 
