@@ -314,10 +314,14 @@ def exit_by_signal() -> None:
     KeyboardInterrupt, die of SIGINT, as CPython does (its SIG_DFL, then kill)."""
     if not _interrupted:
         return
+    import gc
+    import io
     import signal
-    for stream in (sys.stdout, sys.stderr):
+    # the interpreter's finalization, which the signal cuts short, would flush every file left open
+    for f in [sys.stdout, sys.stderr, *(o for o in gc.get_objects() if isinstance(o, io.IOBase))]:
         try:
-            stream.flush()
+            if not f.closed:
+                f.flush()
         except Exception:
             pass
     signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -7,9 +7,9 @@ import sys
 
 from ..annotate.check import CheckResult, check_targets, command_main, command_python
 from ..annotate.envform import environment, format_env
-from ..annotate.registry import ENV_LENIENT, ENV_VERBOSE
 from ..annotate.mainhook import matches_main
 from ..annotate.nsys_json import nsys_analyze_hint, nsys_annotations
+from ..annotate.registry import ENV_LENIENT, ENV_VERBOSE
 from ..annotate.wrap import say
 from ..errors import ClefError, SpecError
 

@@ -151,8 +151,8 @@ def test_check_by_path_sees_that_the_script_cannot_import_its_package(tmp_path):
 
 @pytest.mark.parametrize("launch", ["module", "script"])
 def test_sigint_death_passes_through(tmp_path, launch):
-    """An uncaught KeyboardInterrupt kills the interpreter with SIGINT after the exit handlers;
-    under inject too (it used to exit 130 for a script)."""
+    """An uncaught KeyboardInterrupt kills the interpreter with SIGINT after the exit handlers
+    and with open files flushed; under inject too (it used to exit 130 for a script)."""
     plain = run_plainpy(launch, tmp_path / "plain.json", "--interrupt", inject=False)
     p = run_plainpy(launch, tmp_path / "inj.json", "--interrupt")
     assert plain.returncode == -signal.SIGINT, plain.stderr
@@ -160,6 +160,7 @@ def test_sigint_death_passes_through(tmp_path, launch):
     assert "KeyboardInterrupt" in p.stderr and "clef-prof" not in p.stderr
     for name in ("plain", "inj"):
         assert (tmp_path / f"{name}.json.atexit").read_text() == "atexit"
+        assert (tmp_path / f"{name}.json.open").read_text() == "unflushed"
 
 
 def main_run(tmp_path, source, targets, *extra, check=True):

@@ -1,18 +1,19 @@
 """Ordinary Python that inject must leave working, run as `python plainpy/server.py` or
 `python -m plainpy.server` (from tests/programs):
 
-    ... --batches N --out facts.json [--loop N] [--interrupt]
+    ... --batches N --out facts.json [--interrupt]
 
 Every target of plainpy.toml is a shape that broke inject once: an `lru_cache` function
 (`tokenize`: the program reads its `cache_info()`), a staticmethod, a classmethod and a
 `cached_property` (on `Pooler`), a callable instance (`handle`, whose class first stands as a
 `None` placeholder), a class that redefines the name it first imported (`Encoder`, which calls
 the imported one through super()), a coroutine function (`respond`), and `report`, defined
-inside `if __name__ == "__main__":`. A top-level loop of --loop iterations runs between the
-definitions and the main guard. Each function counts its own calls in CALLS; the facts
+inside `if __name__ == "__main__":`. A top-level loop ($PLAINPY_LOOP iterations) runs between
+the definitions and the main guard. Each function counts its own calls in CALLS; the facts
 (counts, cache_info, which targets carry clef-prof's mark) go to --out. --interrupt ends the
-program by an uncaught KeyboardInterrupt after writing the facts (an exit handler writes
-`atexit` into OUT.atexit).
+program by an uncaught KeyboardInterrupt (SIGINT) after writing the facts; an exit handler writes
+`atexit` into OUT.atexit, and OUT.open is left open with `unflushed` in its buffer, for the
+interpreter's finalization to flush.
 """
 import argparse
 import asyncio
@@ -125,6 +126,9 @@ def main(report):
              "respond_is_coroutine": asyncio.iscoroutinefunction(respond), "marked": marked()}
     report(facts, a.out)
     if a.interrupt:
+        global left_open
+        left_open = open(a.out + ".open", "w")
+        left_open.write("unflushed")
         os.kill(os.getpid(), signal.SIGINT)
         signal.pause()
 
