@@ -97,14 +97,20 @@ def _check_child(argv: list[str]) -> None:
         return modules[key]
 
     def in_guard(b, mod) -> str | None:
-        """Run the main guard's definition of `b`'s first name in `mod` (the command's main code):
-        None when there is none, "" when it ran, else why it could not run out of the program."""
-        first = b.target.qualname.split(".", 1)[0]
+        """Run the main guard's definition of `b`'s first name in `mod` (the command's main code)
+        when the top level leaves the target unresolved: None when there is none (or no need),
+        "" when it ran, else why it could not run out of the program."""
+        first, *rest = b.target.qualname.split(".")
+        obj = vars(mod).get(first)
+        for name in rest[:-1]:
+            obj = getattr(obj, name, None)
+        if first in vars(mod) and (not rest or hasattr(obj, rest[-1])):
+            return None
         is_main = (b.target.path is not None or main is not None and
                    matches_main(b.target, main[1] if main[0] == "module" else None,
                                 main[1] if main[0] == "script" else None))
         filename = getattr(mod, "__file__", None)
-        if not is_main or first in vars(mod) or not filename:
+        if not is_main or not filename:
             return None
         try:
             with open(filename, "rb") as fh:

@@ -137,6 +137,21 @@ def _bound_names(node, out: set) -> set:
     return out
 
 
+def _block_names(body) -> set:
+    """The names the statements of `body` (and their blocks, not function or class bodies) bind."""
+    out: set = set()
+    for stmt in body:
+        _bound_names(stmt, out)
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in _BLOCKS:
+                out |= _block_names(getattr(stmt, field, None) or ())
+            for h in getattr(stmt, "handlers", ()):
+                out |= _block_names(h.body)
+            for c in getattr(stmt, "cases", ()):
+                out |= _block_names(c.body)
+    return out
+
+
 def _is_main_guard(stmt) -> bool:
     """`if __name__ == "__main__":` (either way round)."""
     t = stmt.test if isinstance(stmt, ast.If) else None
@@ -164,9 +179,10 @@ def main_code(source, filename: str, entries: list):
         if b.where in st.pending:
             st.pending[b.where] = f"{filename} ran, but defined no {b.target.qualname} at its top level"
 
-    def call(func, at):
+    def call(func, at, *more):
+        extra = "".join(f", {m!r}" for m in more)
         node = ast.parse(f"__import__('clef_prof.annotate.mainhook', None, None, ('{func}',))"
-                         f".{func}({key}, globals())").body[0]
+                         f".{func}({key}, globals(){extra})").body[0]
         for n in ast.walk(node):
             n.lineno = n.end_lineno = at.end_lineno
             n.col_offset = n.end_col_offset = 0
@@ -192,8 +208,10 @@ def main_code(source, filename: str, entries: list):
                     block = getattr(stmt, field, None)
                     if isinstance(block, list) and block:
                         block = fill(block)
-                        if field == "body" and (header or _is_main_guard(stmt)):
-                            block.insert(0, call("_main_settle" if _is_main_guard(stmt) else "_main_bound", stmt))
+                        if field == "body" and _is_main_guard(stmt):   # names the guard binds may wait
+                            block.insert(0, call("_main_settle", stmt, sorted(_block_names(block) & names)))
+                        elif field == "body" and header:
+                            block.insert(0, call("_main_bound", stmt))
                         setattr(stmt, field, block)
                 for h in getattr(stmt, "handlers", ()):
                     h.body = fill(h.body)
@@ -221,13 +239,13 @@ def _main_bound(key: int, g: dict) -> None:
             t.update(g, value)
 
 
-def _main_settle(key: int, g: dict) -> None:
+def _main_settle(key: int, g: dict, later: tuple = ()) -> None:
     """At the main guard and at the end of the main module: catch up on bindings no hook saw
     (`globals()[...] =`, a function's `global`), then report each target whose name is bound to
-    something it does not resolve in."""
+    something it does not resolve in, except names in `later` (which the guard binds itself)."""
     _main_bound(key, g)
     for t in _main_runs.get(key, ()):
-        if t.failure is not None and t.b.where in t.state.pending:
+        if t.failure is not None and t.first not in later and t.b.where in t.state.pending:
             failure, t.failure = t.failure, None
             t.state.report(t.b, failure)
 

@@ -193,6 +193,29 @@ def test_placeholder_never_defined_refused_by_check_and_run(tmp_path):
     assert (tmp_path / "ran").read_text() == "ran"
 
 
+PLACEHOLDER_THEN_GUARD = """
+    import sys
+    Handler = None
+    if __name__ == "__main__":
+        class Handler:
+            def run(self):
+                return hasattr(Handler.run, "__clef_prof__")
+        open(sys.argv[1], "w").write(str(Handler().run()))
+"""
+
+
+def test_placeholder_defined_in_the_main_guard(tmp_path):
+    """`None` at the top level, the class in the main guard: the check runs the guard's class
+    statement and passes; the run waits for the guard's definition and wraps it."""
+    p = main_run(tmp_path, PLACEHOLDER_THEN_GUARD, {"head": "Handler.run"}, "--check")
+    assert p.returncode == 0 and p.stderr.splitlines() == [
+        f"clef-prof: {tmp_path / 'spec.toml'}: 1 of 1 targets import and wrap in {sys.executable} (1 in the main "
+        f"module {tmp_path / 'srv.py'}, wrapped as their definitions run)"], p.stderr
+    p = main_run(tmp_path, PLACEHOLDER_THEN_GUARD, {"head": "Handler.run"})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert (tmp_path / "ran").read_text() == "True"
+
+
 GUARD_NEEDS_STATE = """
     import sys
     if __name__ == "__main__":
