@@ -67,8 +67,9 @@ class _MainTarget:
         self.seen, self.applied, self.failure = _MISSING, None, None
 
     def update(self, g: dict, value) -> None:
-        """The first name is now bound to `value`: move the wrapper onto it."""
-        if self.applied is not None and value is not _MISSING:
+        """The first name is now bound to `value` (again, or to something new): wrap the
+        target below it, moving the wrapper off the object the name meant before."""
+        if value is not self.seen and value is not _MISSING and self.applied is not None:
             if not isinstance(self.applied.owner, _Namespace):
                 self.applied.undo()          # a class or module the name no longer means
             self.applied = None
@@ -76,13 +77,15 @@ class _MainTarget:
         if value is _MISSING:
             return
         try:
-            self.applied = self.state.apply(self.b, _Namespace(g))
+            p = self.state.apply(self.b, _Namespace(g))
         except TargetError as exc:
             self.failure = exc
             if self.b.where in self.state.pending:
                 self.state.pending[self.b.where] = f"{exc.problem} (as the main module left it)"
             return
         self.failure = None
+        if p is not None:
+            self.applied = p
         self.seen = g.get(self.first, _MISSING)   # a top-level function: now its wrapper
 
 
@@ -135,6 +138,25 @@ def _bound_names(node, out: set) -> set:
             if isinstance(child, ast.AST) and not isinstance(child, ast.stmt):
                 _bound_names(child, out)
     return out
+
+
+def _header_nodes(stmt):
+    """The expression nodes of `stmt` that run in its scope (not its blocks, nested functions
+    or classes)."""
+    todo = [c for f, v in ast.iter_fields(stmt) if f not in _BLOCKS
+            for c in (v if isinstance(v, list) else [v]) if isinstance(c, ast.AST) and not isinstance(c, ast.stmt)]
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, _SCOPES):
+            todo.extend(ast.iter_child_nodes(n))
+
+
+def _root(node):
+    """`a` of `a.b[c].d`, or None."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _block_names(body) -> set:
@@ -192,6 +214,10 @@ def main_code(source, filename: str, entries: list):
         found = _bound_names(stmt, set())
         return bool(found & names) or "*" in found
 
+    def sets_attribute(stmt) -> bool:   # `Embedder.run = ...`, `app.handler = ...`
+        return any(isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) and
+                   _root(n) in names for n in _header_nodes(stmt))
+
     def fill(body, top=False):
         out, i = [], 0
         if top:   # the docstring and `from __future__` imports stay first
@@ -222,6 +248,8 @@ def main_code(source, filename: str, entries: list):
             out.append(stmt)
             if header or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and binds(stmt):
                 out.append(call("_main_bound", stmt))
+            elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and sets_attribute(stmt):
+                out.append(call("_main_bound", stmt, True))
         return out
 
     tree.body = fill(tree.body, top=True)
@@ -230,12 +258,14 @@ def main_code(source, filename: str, entries: list):
     return compile(tree, filename, "exec", dont_inherit=True)
 
 
-def _main_bound(key: int, g: dict) -> None:
+def _main_bound(key: int, g: dict, recheck: bool = False) -> None:
     """Called by the main module's code after a statement that can bind a target's first name:
-    wrap each target whose first name is bound to another object than before."""
+    wrap each target whose first name is bound to another object than before, or that did not
+    resolve yet; with `recheck` (after an attribute was set below a target's first name), every
+    target (one already wrapped costs a lookup)."""
     for t in _main_runs.get(key, ()):
         value = g.get(t.first, _MISSING)
-        if value is not t.seen:
+        if value is not t.seen or t.failure is not None or recheck:
             t.update(g, value)
 
 
@@ -243,7 +273,7 @@ def _main_settle(key: int, g: dict, later: tuple = ()) -> None:
     """At the main guard and at the end of the main module: catch up on bindings no hook saw
     (`globals()[...] =`, a function's `global`), then report each target whose name is bound to
     something it does not resolve in, except names in `later` (which the guard binds itself)."""
-    _main_bound(key, g)
+    _main_bound(key, g, True)
     for t in _main_runs.get(key, ()):
         if t.failure is not None and t.first not in later and t.b.where in t.state.pending:
             failure, t.failure = t.failure, None

@@ -216,6 +216,27 @@ def test_placeholder_defined_in_the_main_guard(tmp_path):
     assert (tmp_path / "ran").read_text() == "True"
 
 
+ATTRIBUTE_SET_LATER = """
+    import sys
+    class App:
+        pass
+    app = App()
+    def handler(x):
+        return x
+    app.handle = handler
+    if __name__ == "__main__":
+        open(sys.argv[1], "w").write(str(hasattr(app.handle, "__clef_prof__")))
+"""
+
+
+def test_attribute_set_after_its_name_is_bound(tmp_path):
+    """`app.handle` resolves only once `app.handle = ...` ran: no error when `app` is bound, the
+    wrapper set after the attribute is; the check (final state) and the run agree."""
+    p = main_run(tmp_path, ATTRIBUTE_SET_LATER, {"head": "app.handle"})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert (tmp_path / "ran").read_text() == "True"
+
+
 GUARD_NEEDS_STATE = """
     import sys
     if __name__ == "__main__":
@@ -243,9 +264,9 @@ def test_hook_cost_does_not_grow_with_a_top_level_loop(monkeypatch, tmp_path):
     for name in calls:
         real = getattr(mainhook, name)
 
-        def counted(key, g, real=real, name=name):
+        def counted(key, g, *more, real=real, name=name):
             calls[name] += 1
-            real(key, g)
+            real(key, g, *more)
         monkeypatch.setattr(mainhook, name, counted)
     monkeypatch.setattr(registry, "_installed", {})
     monkeypatch.setattr(registry, "_states", {})
