@@ -11,8 +11,8 @@ import sys
 
 from ..errors import SpecError
 from .envform import PKG_DIR, STARTUP_DIR
-from .importhook import ENV_LENIENT
-from .mainhook import ENV_MAIN, matches_main, python_launch
+from .registry import ENV_LENIENT
+from .mainhook import ENV_MAIN, guard_definitions, matches_main, python_launch
 from .startup import ENV_SPEC
 from .wrap import TargetError, prepare
 
@@ -30,13 +30,16 @@ _CHECK_SNIPPET = (
 
 def _check_child(argv: list[str]) -> None:
     """In a fresh interpreter: import each target of the spec (the command's main script by
-    its path), wrap it, and write what fails (and each target's kind) as JSON. The module
-    being imported is written to OUT.progress first, so that a hang or a hard exit is named."""
+    its path), wrap it, and write what fails (and each target's kind) as JSON. sys.path[0] is
+    what the command's gets (a script's own folder while a script loads), so a script that
+    cannot import its own package fails here as it would there. A target the main code defines
+    inside `if __name__ == "__main__":` is checked by running that definition beside the
+    module's top level. The module being imported is written to OUT.progress first, so that a
+    hang or a hard exit is named."""
     import json
     spec_path, out_path, path0, main_kind, main_value = argv
     main = (main_kind, main_value) if main_kind else None
-    if path0:
-        sys.path.insert(0, path0)
+    sys.path[0] = path0 or os.getcwd()       # `python -c` put the current folder there
     from .spec import load
     errors, warnings, kinds = [], [], {}
     try:
@@ -45,6 +48,18 @@ def _check_child(argv: list[str]) -> None:
         errors.append(str(exc))
         spec = None
     modules = {}
+
+    def run_script(script):
+        saved = sys.path[0]
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        try:
+            s = importlib.util.spec_from_file_location("__clef_prof_main__", script)
+            mod = importlib.util.module_from_spec(s)
+            sys.modules[s.name] = mod
+            s.loader.exec_module(mod)
+            return mod
+        finally:
+            sys.path[0] = saved
 
     def load_module(b):
         t = b.target
@@ -67,11 +82,7 @@ def _check_child(argv: list[str]) -> None:
             if script is not None:
                 if not os.path.isfile(script):
                     raise ModuleNotFoundError(f"no such file {script}", name=None)
-                s = importlib.util.spec_from_file_location("__clef_prof_main__", script)
-                mod = importlib.util.module_from_spec(s)
-                sys.modules[s.name] = mod
-                s.loader.exec_module(mod)
-                modules[key] = ("ok", mod)
+                modules[key] = ("ok", run_script(script))
             else:
                 modules[key] = ("ok", importlib.import_module(t.module))
         except ModuleNotFoundError as exc:
@@ -85,6 +96,35 @@ def _check_child(argv: list[str]) -> None:
             modules[key] = ("soft", f"importing {key} raised {type(exc).__name__}: {exc}")
         return modules[key]
 
+    def in_guard(b, mod) -> str | None:
+        """Run the main guard's definition of `b`'s first name in `mod` (the command's main code)
+        when the top level leaves the target unresolved: None when there is none (or no need),
+        "" when it ran, else why it could not run out of the program."""
+        first, *rest = b.target.qualname.split(".")
+        obj = vars(mod).get(first)
+        for name in rest[:-1]:
+            obj = getattr(obj, name, None)
+        if first in vars(mod) and (not rest or hasattr(obj, rest[-1])):
+            return None
+        is_main = (b.target.path is not None or main is not None and
+                   matches_main(b.target, main[1] if main[0] == "module" else None,
+                                main[1] if main[0] == "script" else None))
+        filename = getattr(mod, "__file__", None)
+        if not is_main or not filename:
+            return None
+        try:
+            with open(filename, "rb") as fh:
+                code = guard_definitions(fh.read(), filename, {first})
+        except OSError:
+            return None
+        if code is None:
+            return None
+        try:
+            exec(code, vars(mod))
+        except Exception as exc:  # noqa: BLE001 - the definition needs what the guard sets first
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
     for b in (spec.bindings() if spec is not None else ()):
         state, val = load_module(b)
         problem = None
@@ -93,6 +133,12 @@ def _check_child(argv: list[str]) -> None:
         elif state in ("soft", "error"):
             problem, soft = val, state == "soft"
         else:
+            guard = in_guard(b, val)
+            if guard:
+                warnings.append(f"spec {spec.path} {b.where}: {b.target}: defined inside the main guard from "
+                                f"what the guard sets first ({guard}): wrapped when it runs, not checked here")
+                kinds[b.where] = "main guard, unchecked"
+                continue
             try:
                 p = prepare(b, spec, val)
                 if p is not None:
@@ -124,7 +170,7 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
     exe = shutil.which(command[0]) or command[0]
     if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
         main, _ = python_launch(command[1:], cwd)
-        return exe, (os.path.dirname(main[1]) if main and main[0] == "script" else cwd)
+        return exe, (os.path.dirname(os.path.realpath(main[1])) if main and main[0] == "script" else cwd)
     try:
         with open(exe, "rb") as fh:
             first = fh.readline(512).decode("utf-8", "replace").strip()
@@ -132,13 +178,14 @@ def command_python(command: list[str], cwd: str | None = None) -> tuple[str | No
         return None, None
     if first.startswith("#!") and "python" in first:
         words = first[2:].split()
+        here = os.path.dirname(os.path.realpath(exe))      # a script's sys.path[0]
         if words and os.path.basename(words[0]) == "env":
             words = [w for w in words[1:] if not w.startswith("-")]
             if not words:
                 return None, None
-            return shutil.which(words[0]), None
+            return shutil.which(words[0]), here
         if words and "python" in os.path.basename(words[0]):
-            return words[0], None
+            return words[0], here
     return None, None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from .importhook import ENV_LENIENT, ENV_VERBOSE
+from .registry import ENV_LENIENT, ENV_VERBOSE
 from .startup import ENV_SPEC
 
 ENV_PKG = "CLEF_PROF_PKG"              # the clef_prof package directory the hook loads

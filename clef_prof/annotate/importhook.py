@@ -7,22 +7,16 @@ wrapped at once. Standard library only: it runs in every profiled process."""
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import threading
 
-from ..errors import SpecError
-from .wrap import TargetError, flag, prepare, say
+from . import mainhook, registry
+from .registry import ENV_VERBOSE
+from .wrap import TargetError, flag
 
-ENV_LENIENT = "CLEF_PROF_LENIENT"      # 1: warn and skip unresolvable targets
-ENV_VERBOSE = "CLEF_PROF_VERBOSE"      # 1: one stderr line per installed wrapper
-EXIT_UNRESOLVED = 1
-
-_lock = threading.RLock()
+_lock = registry.lock
 _hooks: dict[str, list] = {}          # module name -> callbacks(module), run after it is imported
 _busy = threading.local()
-_installed: dict[str, object] = {}     # spec path -> Spec, specs installed in this process
-_states: dict[str, "_State"] = {}      # spec path -> its _State
 _finder = None
 
 
@@ -45,7 +39,6 @@ class _HookLoader:
     def get_code(self, fullname):
         """The module's code; for a main module with targets (`runpy` runs `-m` and workers
         through this), compiled to wrap them as their definitions run."""
-        from . import mainhook
         loader = self._clef_loader
         get_filename = getattr(loader, "get_filename", None)
         entries = mainhook.main_bindings(fullname, get_filename(fullname) if get_filename else None)
@@ -140,54 +133,6 @@ def hook_module(name: str) -> None:
 
 
 
-def report_error(on_error: str, err: SpecError) -> None:
-    """Raise `err`, or print it as one line and go on ("warn") or end the process ("exit")."""
-    if on_error == "raise":
-        raise err
-    message = str(err)
-    if on_error == "warn":
-        say(f"clef-prof inject: warning: {message}; skipped ({ENV_LENIENT}=1)")
-        return
-    say(f"clef-prof inject: error: {message} (set {ENV_LENIENT}=1 to skip unresolvable targets)")
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    os._exit(EXIT_UNRESOLVED)
-
-
-class _State:
-    """One installed spec in this process: how to report, and why each target is not wrapped
-    yet (None once wrapped; left out once a line about it was printed)."""
-
-    def __init__(self, spec, on_error: str, verbose: bool):
-        self.spec, self.on_error, self.verbose = spec, on_error, verbose
-        self.pending = {b.where: (f"{b.target.path} was never run" if b.target.path else
-                                  f"module {b.target.module} was never imported") for b in spec.bindings()}
-
-    def report(self, b, err: SpecError) -> None:
-        self.pending.pop(b.where, None)
-        report_error(self.on_error, err)
-
-    def wrap(self, b, module) -> None:
-        """Wrap binding `b` in `module` (a module, or a main module's namespace)."""
-        try:
-            p = prepare(b, self.spec, module)
-        except TargetError as exc:
-            self.report(b, exc)
-            return
-        if p is not None:
-            try:
-                p.apply()
-            except (AttributeError, TypeError) as exc:
-                self.report(b, TargetError(self.spec.path, b.where, str(b.target), f"cannot be replaced: {exc}"))
-                return
-            if self.verbose:
-                say(f"clef-prof inject[{os.getpid()}]: {b.where} {b.target} ({p.kind}) -> {b.role} range "
-                     f"{b.name!r} in domain {self.spec.domain!r}")
-        if b.where in self.pending:
-            self.pending[b.where] = None
-
 
 def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
     """Wrap `spec`'s targets in this process, now or when their modules are imported, or (in
@@ -201,12 +146,9 @@ def install(spec, on_error: str = "raise", verbose: bool | None = None) -> None:
         raise ValueError(f"on_error={on_error!r}")
     if verbose is None:
         verbose = flag(ENV_VERBOSE)
-    key = os.path.abspath(spec.path) if spec.path and not spec.path.startswith("<") else f"{spec.path}#{id(spec)}"
-    with _lock:
-        if key in _installed:
-            return
-        _installed[key] = spec
-        state = _states[key] = _State(spec, on_error, verbose)
+    state = registry.register(spec, on_error, verbose)
+    if state is None:
+        return
     by_module: dict[str, list] = {}
     for b in spec.bindings():
         if b.target.path is None:
@@ -256,14 +198,3 @@ def _child_check(child: str, bindings, state):
         state.report(b, TargetError(state.spec.path, b.where, str(b.target), problem + more))
     return hook
 
-
-def installed() -> list:
-    """The specs installed in this process."""
-    with _lock:
-        return list(_installed.values())
-
-
-def states() -> list:
-    """The installed specs' states (`_State`) in this process."""
-    with _lock:
-        return list(_states.values())

@@ -10,9 +10,17 @@ _PALETTE = ("0x1f77b4", "0xff7f0e", "0x2ca02c", "0xd62728", "0x9467bd", "0x8c564
 
 
 # nsys 2023.4 wraps `attrgetter("Class.method")(module)` in a plain function and sets it on the
-# class: a classmethod then gets the instance as an extra argument (TypeError) and a staticmethod
-# called through an instance gets `self`. Such targets are left out of the JSON.
-NSYS_UNSAFE_KINDS = ("classmethod", "staticmethod")
+# class: a classmethod then gets the instance as an extra argument (TypeError), a staticmethod
+# called through an instance gets `self`, a property or cached_property stops being one, and a
+# callable that is not a function (an lru_cache function, a callable instance) loses its own
+# attributes (`cache_info`). Such targets are left out of the JSON, with the reason.
+NSYS_UNSAFE_KINDS = {
+    "classmethod": "calls through an instance get it as an extra argument (TypeError)",
+    "staticmethod": "calls through an instance get self as an extra argument",
+    "property": "reading it would give the function, not the value",
+    "cached_property": "reading it would give the function, not the value",
+    "callable": "the object's own attributes (an lru_cache's cache_info, an instance's state) would be gone",
+}
 
 
 def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[str]]:
@@ -20,8 +28,8 @@ def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[
     `--python-functions-trace` later), and one line per target left out of it.
 
     One block per target, the range's name (stage or batch) as NVTX category; nsys names each
-    range `module.qualname`. `kinds` (from check_targets) marks classmethods and staticmethods,
-    which nsys's wrapper breaks: those are left out."""
+    range `module.qualname`. `kinds` (from check_targets) marks the kinds nsys's wrapper breaks
+    (NSYS_UNSAFE_KINDS): those are left out."""
     blocks, left_out = [], []
     names = [spec.batch_name, *spec.stages]
     for b in spec.bindings():
@@ -35,10 +43,9 @@ def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[
                             f"coroutine is created, before it runs; left out of the JSON")
             continue
         if kind in NSYS_UNSAFE_KINDS:
-            why = ("calls through an instance get it as an extra argument (TypeError)" if kind == "classmethod"
-                   else "calls through an instance get self as an extra argument")
-            left_out.append(f"{b.where}: {b.target} is a {kind}: nsys would replace it by a plain function "
-                            f"({why}); left out of the JSON")
+            what = "a callable that is not a function" if kind == "callable" else f"a {kind}"
+            left_out.append(f"{b.where}: {b.target} is {what}: nsys would replace it by a plain function "
+                            f"({NSYS_UNSAFE_KINDS[kind]}); left out of the JSON")
             continue
         color = _PALETTE[names.index(b.name) % len(_PALETTE)]
         what = (f"batch range {b.name!r} (nsys cannot carry its size: analyze with --requests)"

@@ -24,22 +24,39 @@ import os
 import sys
 
 from ..errors import SpecError
-from . import importhook, mainhook
-from .importhook import ENV_LENIENT
+from . import importhook, mainhook, registry
+from .registry import ENV_LENIENT
 from .wrap import flag, say
 
 ENV_SPEC = "CLEF_PROF_SPEC"            # absolute path of the stage spec TOML
 
 
-def _report_pending() -> None:
-    """At exit: one stderr line per target this process never wrapped (and said nothing about)."""
+def _at_exit() -> None:
+    """The process's last exit handler (registered before the program's own): one stderr line
+    per target this process never wrapped (and said nothing about); then, for a script that
+    ended by KeyboardInterrupt, death by SIGINT."""
     pid = os.getpid()
-    for st in importhook.states():
+    for st in registry.states():
         for b in st.spec.bindings():
             why = st.pending.get(b.where)
             if why:
                 say(f"clef-prof inject[{pid}]: warning: {b.where} {b.target} was never wrapped in this "
                     f"process: {why}")
+    mainhook.exit_by_signal()
+
+
+def _hook_main(argv: list[str]) -> None:
+    """Reach the targets in the main code that `argv` (the interpreter's, without its path)
+    runs: a `-m` module through the finder (and in its workers, through $CLEF_PROF_MAIN), a
+    script through the `cpython.run_file` audit hook, workers of a script through run_path."""
+    launch = mainhook.python_launch(argv)[0]
+    if launch and launch[0] == "module":
+        os.environ[mainhook.ENV_MAIN] = launch[1]
+    elif launch and mainhook.main_bindings(None, launch[1]):
+        sys.addaudithook(mainhook._RunFile())
+    if os.environ.get(mainhook.ENV_MAIN):
+        importhook.hook_module(os.environ[mainhook.ENV_MAIN])
+    importhook.when_imported("runpy", mainhook._patch_runpy)
 
 
 def install_from_env() -> None:
@@ -53,9 +70,9 @@ def install_from_env() -> None:
     try:
         spec = load(path)
     except SpecError as exc:
-        importhook.report_error("warn" if lenient else "exit", exc)
+        registry.report_error("warn" if lenient else "exit", exc)
         return
     importhook.install(spec, on_error="warn" if lenient else "exit")
     import atexit
-    atexit.register(_report_pending)
-    mainhook.hook_main(list(getattr(sys, "orig_argv", ()))[1:])   # Python >= 3.10
+    atexit.register(_at_exit)
+    _hook_main(list(getattr(sys, "orig_argv", ()))[1:])   # Python >= 3.10

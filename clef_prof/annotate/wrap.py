@@ -24,9 +24,6 @@ class TargetError(SpecError):
         self.spec_path, self.where, self.target, self.problem = spec_path, where, target, problem
         super().__init__(f"spec {spec_path} {where}: {target}: {problem}")
 
-    def short(self) -> str:
-        return f"{self.where} {self.target}: {self.problem}"
-
 
 def flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
@@ -45,35 +42,116 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.WrapperDescriptorType, types.Me
                 types.ClassMethodDescriptorType, types.MethodWrapperType)
 
 
-def _unwrap_kind(raw, owner_is_class: bool):
-    """(kind, function to wrap) of a raw attribute, or raise TargetError-worthy ValueError."""
+def _unwrap_kind(raw):
+    """(kind, callable to wrap) of a raw attribute, or raise a TargetError-worthy ValueError."""
     if isinstance(raw, staticmethod):
         return "staticmethod", raw.__func__
     if isinstance(raw, classmethod):
         return "classmethod", raw.__func__
     if inspect.isfunction(raw):
-        return ("method" if owner_is_class else "function"), raw
+        return "function", raw
     if isinstance(raw, property):
-        raise ValueError("is a property, not a callable")
+        if raw.fget is None:
+            raise ValueError("is a property without a getter")
+        return "property", raw.fget
+    if isinstance(raw, functools.cached_property):
+        return "cached_property", raw.func
+    if isinstance(raw, type):
+        raise ValueError("is a class; a wrapper would replace it by a function (isinstance and subclasses "
+                         "would break): name the method to time (Class.__init__, Class.__call__)")
     if not callable(raw):
         raise ValueError(f"is not callable (a {type(raw).__name__})")
     if isinstance(raw, _C_CALLABLES):
         raise ValueError(f"is implemented in C (a {type(raw).__name__}): C code and names bound before "
                          f"never call a wrapper; name the Python function that calls it")
-    if owner_is_class and hasattr(raw, "__get__") and not inspect.isbuiltin(raw) and not isinstance(raw, type):
-        raise ValueError(f"is a {type(raw).__name__} descriptor; inject wraps functions, methods, "
-                         f"classmethods, staticmethods and coroutines")
     return "callable", raw
 
 
-def _async_kind(func) -> str:
-    if inspect.isasyncgenfunction(func):
-        return "asyncgen"
-    if inspect.isgeneratorfunction(func):
-        return "generator"
-    if inspect.iscoroutinefunction(func):
-        return "async"
+def _flavour(obj) -> str:
+    """sync, async (a coroutine function), generator or asyncgen: what calling `obj` gives,
+    looking through bound methods, partials, `__wrapped__` (lru_cache) and `__call__`."""
+    for _ in range(16):
+        if inspect.isasyncgenfunction(obj):
+            return "asyncgen"
+        if inspect.isgeneratorfunction(obj):
+            return "generator"
+        if inspect.iscoroutinefunction(obj):
+            return "async"
+        if inspect.isfunction(obj):
+            return "sync"
+        if inspect.ismethod(obj):
+            obj = obj.__func__
+        elif isinstance(obj, functools.partial):
+            obj = obj.func
+        elif getattr(obj, "__wrapped__", None) is not None:
+            obj = obj.__wrapped__
+        elif inspect.isfunction(getattr(type(obj), "__call__", None)):
+            obj = type(obj).__call__
+        else:
+            return "sync"
     return "sync"
+
+
+class _Passthrough:
+    """The wrapper set in place of a callable that is not a plain function (an `lru_cache`
+    function, a callable instance, a `partial`, a bound method): a call goes through `call`,
+    the range; every other attribute is the wrapped object's (`cache_info`, `cache_clear`, its
+    own attributes and methods, `isinstance`), so the code that uses them keeps working."""
+
+    __slots__ = ("__wrapped__", "_clef_make", "__clef_prof__", "__weakref__")
+
+    def __new__(cls, wrapped, make):
+        # a class of its own whose __call__ is the ranged function: a call costs no extra frame
+        own = type(cls.__name__, (cls,), {"__slots__": (), "__call__": staticmethod(make(wrapped)),
+                                          "__doc__": _FORWARDED["__doc__"], "__module__": _FORWARDED["__module__"]})
+        self = object.__new__(own)
+        object.__setattr__(self, "__wrapped__", wrapped)
+        object.__setattr__(self, "_clef_make", make)
+        return self
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+    def __setattr__(self, name, value):
+        if name == MARK:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.__wrapped__, name, value)
+
+    def __delattr__(self, name):
+        delattr(self.__wrapped__, name)
+
+    def __dir__(self):
+        return dir(self.__wrapped__)
+
+    def __repr__(self):
+        return repr(self.__wrapped__)
+
+    def __reduce_ex__(self, protocol):
+        return self.__wrapped__.__reduce_ex__(protocol)
+
+    __class__ = property(lambda self: type(self.__wrapped__))
+
+
+# class attributes that every class sets for itself, so that a lookup never reaches __getattr__
+_FORWARDED = {name: property(lambda self, name=name: getattr(self.__wrapped__, name))
+              for name in ("__doc__", "__module__")}
+
+
+class _BindingPassthrough(_Passthrough):
+    """A _Passthrough of a callable that binds like a method (an `lru_cache` function in a
+    class): bound the way the wrapped object binds, the range kept."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, objtype=None):
+        wrapped = self.__wrapped__
+        bound = type(wrapped).__get__(wrapped, obj, objtype)
+        if bound is wrapped:
+            return self
+        if isinstance(bound, types.MethodType) and bound.__func__ is wrapped:
+            return types.MethodType(self, bound.__self__)
+        return _Passthrough(bound, self._clef_make)
 
 
 class _ArgGetter:
@@ -165,14 +243,23 @@ def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, r
 
 
 class Prepared:
-    """A resolved target and the wrapper to set: `apply()` sets it."""
+    """A resolved target and the wrapper to set: `apply()` sets it, `undo()` puts the original
+    attribute back (when the wrapper is still there)."""
 
-    def __init__(self, binding, owner, attr: str, kind: str, new, flavour: str = "sync"):
-        self.binding, self.owner, self.attr, self.kind, self.new = binding, owner, attr, kind, new
+    def __init__(self, binding, owner, attr: str, kind: str, raw, new, flavour: str = "sync"):
+        self.binding, self.owner, self.attr, self.kind = binding, owner, attr, kind
+        self.raw, self.new = raw, new
         self.flavour = flavour          # "sync" or "async" (a coroutine function)
 
     def apply(self) -> None:
         setattr(self.owner, self.attr, self.new)
+
+    def undo(self) -> None:
+        try:
+            if inspect.getattr_static(self.owner, self.attr, None) is self.new:
+                setattr(self.owner, self.attr, self.raw)
+        except (AttributeError, TypeError):
+            pass
 
 
 def _resolve_attr(module, qualname: str):
@@ -197,37 +284,59 @@ def _resolve_attr(module, qualname: str):
     return owner, name, raw
 
 
+def _ranged(binding, spec, func, flavour: str):
+    """The function that runs a call of `func` inside the binding's range."""
+    from . import api as ann
+    callee = func            # its signature places the batch target's arguments
+    if not inspect.isfunction(func) and flavour == "async":
+        async def func(*args, **kwargs):
+            return await callee(*args, **kwargs)
+    if binding.role == "batch":
+        size = _ArgGetter(callee, binding.size_arg) if binding.size_arg else None
+        rids = _ArgGetter(callee, binding.request_ids_arg) if binding.request_ids_arg else None
+        return _make_batch_wrapper(func, binding.name, spec.domain, size, rids)
+    return ann.stage(binding.name, spec.domain)(func)
+
+
 def prepare(binding, spec, module) -> Prepared | None:
     """Resolve `binding` in the imported `module` and build its wrapper (not yet set).
 
-    None when the target is already wrapped. Raises TargetError with one line naming it.
+    A plain function gets a function (functools.wraps: name, docstring, `__dict__`,
+    `__wrapped__`); any other callable a _Passthrough that keeps all its attributes; a
+    staticmethod, classmethod, property or cached_property stays one, around the wrapped
+    callable. None when the target is already wrapped. Raises TargetError with one line
+    naming it.
     """
     t = binding.target
     try:
         owner, attr, raw = _resolve_attr(module, t.qualname)
-        owner_is_class = isinstance(owner, type)
-        kind, func = _unwrap_kind(raw, owner_is_class)
+        kind, func = _unwrap_kind(raw)
         if getattr(func, MARK, None) is not None:
             return None
-        flavour = _async_kind(func)
+        flavour = _flavour(func)
         if flavour in ("generator", "asyncgen"):
             raise ValueError(f"is a{'n async' if flavour == 'asyncgen' else ''} generator function; a range "
                              f"around it would only cover creating the generator (annotate its body "
                              f"with clef_prof.stage instead)")
-        if binding.role == "batch":
-            size = _ArgGetter(func, binding.size_arg) if binding.size_arg else None
-            rids = _ArgGetter(func, binding.request_ids_arg) if binding.request_ids_arg else None
-            wrapper = _make_batch_wrapper(func, binding.name, spec.domain, size, rids)
+        if inspect.isfunction(func):
+            wrapper = _ranged(binding, spec, func, flavour)
         else:
-            from . import api as ann
-            wrapper = ann.stage(binding.name, spec.domain)(func)
+            cls = _BindingPassthrough if hasattr(type(func), "__get__") else _Passthrough
+            wrapper = cls(func, lambda f: _ranged(binding, spec, f, flavour))
     except ValueError as exc:
         raise TargetError(spec.path, binding.where, str(t), str(exc)) from None
     setattr(wrapper, MARK, (binding.role, binding.name))
-    if kind == "staticmethod" or (kind == "callable" and owner_is_class):
+    if kind == "staticmethod":
         new = staticmethod(wrapper)
     elif kind == "classmethod":
         new = classmethod(wrapper)
+    elif kind == "property":
+        new = raw.getter(wrapper)
+    elif kind == "cached_property":
+        new = type(raw)(wrapper)
+        new.__set_name__(owner, raw.attrname or attr)
     else:
         new = wrapper
-    return Prepared(binding, owner, attr, kind, new, flavour)
+    if kind == "function" and isinstance(owner, type):
+        kind = "method"
+    return Prepared(binding, owner, attr, kind, raw, new, "async" if flavour == "async" else "sync")

@@ -7,10 +7,10 @@ import sys
 
 from ..annotate.check import CheckResult, check_targets, command_main, command_python
 from ..annotate.envform import environment, format_env
-from ..annotate.importhook import ENV_LENIENT, ENV_VERBOSE
 from ..annotate.mainhook import matches_main
 from ..annotate.nsys_json import nsys_analyze_hint, nsys_annotations
-from ..annotate.wrap import TargetError, say
+from ..annotate.registry import ENV_LENIENT, ENV_VERBOSE
+from ..annotate.wrap import say
 from ..errors import ClefError, SpecError
 
 
@@ -71,9 +71,26 @@ def _check_or_raise(spec, python, path0, timeout, strict_top_level, lenient, mai
     elif len(res.errors) == 1:
         raise res.errors[0]
     elif res.errors:
-        parts = [e.short() if isinstance(e, TargetError) else str(e) for e in res.errors]
-        raise SpecError(f"spec {spec.path}: {len(parts)} unresolvable targets: " + "; ".join(parts))
+        for e in res.errors:          # one line per target, then the count
+            say(f"clef-prof: error: {e}")
+        raise SpecError(f"spec {spec.path}: {len(res.errors)} of {len(spec.bindings())} targets cannot be "
+                        f"wrapped (one line each above)")
     return res
+
+
+def _refuse_input(out: str, spec) -> None:
+    """--emit-nsys-json onto one of its inputs (the spec, a script a target names) is refused."""
+    if not os.path.exists(out):
+        return
+    inputs = [spec.path, *(b.target.path for b in spec.bindings() if b.target.path)]
+    for path in inputs:
+        try:
+            same = os.path.samefile(out, path)
+        except OSError:
+            same = False
+        if same:
+            raise ClefError(f"--emit-nsys-json {out!r} is {'the spec' if path == spec.path else 'a target script'} "
+                            f"it reads: refused (write the JSON elsewhere)")
 
 
 def cmd_inject(args) -> int:
@@ -88,6 +105,8 @@ def cmd_inject(args) -> int:
                             f"{'--emit-nsys-json' if args.emit_nsys_json else '--print-env'}")
     if args.emit_nsys_json:
         import json
+        if args.emit_nsys_json != "-":
+            _refuse_input(args.emit_nsys_json, spec)
         kinds = None
         if not args.no_check:
             res = _check_or_raise(spec, args.python or sys.executable, os.getcwd(), args.check_timeout,

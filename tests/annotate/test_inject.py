@@ -27,7 +27,7 @@ import pytest
 from clicheck import assert_one_line
 from recording import profile
 
-from clef_prof.annotate import check, envform, importhook, wrap
+from clef_prof.annotate import check, envform, importhook, registry, wrap
 from clef_prof.annotate.spec import from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,8 @@ def nvtx_events(monkeypatch):
 def clean_hooks(monkeypatch):
     """install() state is process-wide: give each test its own and take the finder out after."""
     monkeypatch.setattr(importhook, "_hooks", {})
-    monkeypatch.setattr(importhook, "_installed", {})
+    monkeypatch.setattr(registry, "_installed", {})
+    monkeypatch.setattr(registry, "_states", {})
     monkeypatch.setattr(importhook, "_finder", None)
     before = list(sys.meta_path)
     yield
@@ -240,7 +241,9 @@ def test_batch_size_arg_must_be_a_parameter(make_pkg):
     ("server:parse_schemaX", SERVER, "server has no attribute 'parse_schemaX'"),
     ("server:Nope.run", SERVER, "server has no attribute 'Nope'"),
     ("server:LIMIT", SERVER + "\nLIMIT = 3\n", "is not callable (a int)"),
-    ("server:Pooler.size", SERVER + "\nPooler.size = property(lambda s: 1)\n", "is a property, not a callable"),
+    ("server:Pooler.size", SERVER + "\nPooler.size = property(None, lambda s, v: None)\n",
+     "is a property without a getter"),
+    ("server:Pooler", SERVER, "is a class; a wrapper would replace it by a function"),
     ("server:gen", SERVER + "\ndef gen():\n    yield 1\n", "is a generator function"),
     ("server:agen", SERVER + "\nasync def agen():\n    yield 1\n", "is an async generator function"),
 ])
@@ -381,7 +384,7 @@ def test_env_form_chains_existing_sitecustomize(tmp_path):
     env = injected_env(base_pythonpath=str(theirs))
     assert env["PYTHONPATH"].split(os.pathsep) == [envform.STARTUP_DIR, str(theirs)]
     code = ("import builtins, sys, helper_mod\n"
-            "import clef_prof.annotate.importhook as i\n"
+            "import clef_prof.annotate.registry as i\n"
             "print(getattr(builtins, 'THEIR_SITECUSTOMIZE_RAN', False), helper_mod.VALUE, len(i.installed()))\n")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

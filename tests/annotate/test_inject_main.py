@@ -68,7 +68,12 @@ def test_check_follows_the_command(tmp_path):
     assert "6 of 6 targets import and wrap" in p.stderr and "(3 in the main module" in p.stderr
     p = run_cli("inject", "--spec", FILE_SPEC, "--check", "--", sys.executable, "-m", "embedsrv.server",
                 cwd=PROGRAMS, env=clean_env(PYTHONPATH=str(ROOT)))
-    assert_one_line(p, 1, "3 unresolvable targets", "the command runs -m embedsrv.server, not this file")
+    lines = p.stderr.splitlines()               # one line per target, then the count
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert [line.split(": ")[2].split()[-1] for line in lines[:-1]] == [
+        "[batch].target", "[stages].head", "[stages].encode"], p.stderr
+    assert all("the command runs -m embedsrv.server, not this file" in line for line in lines[:-1]), p.stderr
+    assert lines[-1] == f"clef-prof: error: spec {FILE_SPEC}: 3 of 6 targets cannot be wrapped (one line each above)"
     p = run_cli("inject", "--spec", SPEC, "--", sys.executable, "-I", "embedsrv/server.py", cwd=PROGRAMS,
                 env=clean_env(PYTHONPATH=str(ROOT)))
     assert_one_line(p, 1, "runs Python with -I", "no target would be wrapped")

@@ -1,0 +1,1 @@
+"""Ordinary Python for clef-prof inject's tests (server.py)."""
