@@ -26,7 +26,7 @@ from .attribute import Placer, slots
 from .export import Export
 from .arrays import percentile, unique
 from .columns import Table
-from ..errors import CaptureError
+from ..errors import CaptureError, shown
 from .metrics import NS_PER_MS, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
 from .overlap import BusyStream, Unordered, span_union
@@ -145,17 +145,17 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
         step("schema")
         if not cap.has("NVTX_EVENTS"):
             if not cap.tables:
-                raise CaptureError(f"{path}: an empty SQLite database, not an nsys export")
+                raise CaptureError(f"{shown(path)}: an empty SQLite database, not an nsys export")
             if not (cap.export_meta or cap.has("StringIds")):
-                raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
-            raise CaptureError(f"{path}: {validate.no_nvtx_table(cap)}")
+                raise CaptureError(f"{shown(path)}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
+            raise CaptureError(f"{shown(path)}: {validate.no_nvtx_table(cap)}")
         cap.require("NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "domainId"), "NVTX ranges need them")
         try:
             analysis = _analyze(cap, config, requests, step, rows)
         except CaptureError as exc:
-            if str(exc).startswith(path):
+            if str(exc).startswith(shown(path)):
                 raise
-            raise CaptureError(f"{path}: {exc}") from None
+            raise CaptureError(f"{shown(path)}: {exc}") from None
     _check_manifest(analysis)
     return analysis
 
