@@ -119,8 +119,9 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     for code, name in enumerate(config.stages):
         stage_code[names.match(name) & ~is_batch] = code
 
+    # a range with no end (open at the capture end, or damaged) is cut, and holds no other
     nested = np.zeros(len(r), dtype=bool)
-    whole = is_batch & ~reversed_
+    whole = is_batch & ~reversed_ & (r.end >= 0)
     nested[whole] = nested_ranges(r.take(whole), names.codes[whole])
     cut_mask &= ~nested         # a nested range is counted as nested; its outermost one may be cut
     open_ = cut_mask & ~reversed_
@@ -175,11 +176,11 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
 def nested_ranges(r, name_codes: np.ndarray) -> np.ndarray:
     """Which ranges lie inside an earlier-starting (or equal, longer) range of the same thread:
     push/pop ranges inside any range of the thread, start/end ranges inside a range of the same
-    thread and name. A range with no end (read -1) holds everything after its start."""
+    thread and name. Of two with the same start and end, the first (in `r`'s order) holds the other."""
     n = len(r)
     if n < 2:
         return np.zeros(n, dtype=bool)
-    end = np.where(r.end < 0, np.iinfo(np.int64).max, r.end)
+    end = r.end
     _, thread = np.unique(r.gtid, return_inverse=True)
     _, same_name = np.unique(thread.astype(np.int64) * (int(name_codes.max()) + 1) + name_codes, return_inverse=True)
     return np.where(r.push_pop, _inside(thread, r.start, end), _inside(same_name, r.start, end))
