@@ -11,7 +11,7 @@ import stat
 import threading
 import urllib.parse
 
-from .errors import ClefError
+from .errors import ClefError, shown
 
 
 def readonly_uri(path, immutable: bool = False) -> str:
@@ -25,13 +25,13 @@ def check_regular(path, what: str = "input") -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ClefError(f"{path}: no such file") from None
+        raise ClefError(f"{shown(path)}: no such file") from None
     except OSError as exc:
-        raise ClefError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+        raise ClefError(f"{shown(path)}: cannot read the {what} ({exc.strerror or exc})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise ClefError(f"{path}: is a directory, not a file")
+        raise ClefError(f"{shown(path)}: is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
-        raise ClefError(f"{path}: not a regular file (a FIFO, socket or device); give the {what} as a file")
+        raise ClefError(f"{shown(path)}: not a regular file (a FIFO, socket or device); give the {what} as a file")
 
 
 def check_output(path, inputs=()) -> None:
@@ -46,18 +46,18 @@ def check_output(path, inputs=()) -> None:
             with contextlib.suppress(OSError):
                 same = os.path.samefile(src, path)
         if same:
-            raise ClefError(f"{path}: is an input of this command ({src}); refusing to write over it")
+            raise ClefError(f"{shown(path)}: is an input of this command ({shown(src)}); refusing to write over it")
     if os.path.lexists(path):
         try:
             st = os.stat(path)
         except OSError:
-            raise ClefError(f"{path}: a dangling link; refusing to write through it") from None
+            raise ClefError(f"{shown(path)}: a dangling link; refusing to write through it") from None
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise ClefError(f"{path}: {kind}; refusing to write over it")
+            raise ClefError(f"{shown(path)}: {kind}; refusing to write over it")
     folder = os.path.dirname(real) or "."
     if not os.path.isdir(folder):
-        raise ClefError(f"{path}: the folder {os.path.dirname(path) or '.'} does not exist")
+        raise ClefError(f"{shown(path)}: the folder {shown(os.path.dirname(path) or '.')} does not exist")
 
 
 @contextlib.contextmanager
@@ -101,10 +101,10 @@ def atomic_output(path, inputs=()):
                     continue
                 except OSError as exc:
                     tmp = None
-                    raise ClefError(f"{path}: cannot write ({exc.strerror or exc})") from None
+                    raise ClefError(f"{shown(path)}: cannot write ({exc.strerror or exc})") from None
             else:
                 tmp = None
-                raise ClefError(f"{path}: cannot write (no free temporary name beside it)")
+                raise ClefError(f"{shown(path)}: cannot write (no free temporary name beside it)")
             yield tmp
             os.chmod(tmp, 0o644)
             os.replace(tmp, real)
@@ -122,4 +122,4 @@ def write_text(path, text: str, inputs=()) -> None:
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError as exc:
-            raise ClefError(f"{path}: cannot write ({exc.strerror or exc})") from None
+            raise ClefError(f"{shown(path)}: cannot write ({exc.strerror or exc})") from None

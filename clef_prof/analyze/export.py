@@ -23,7 +23,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import CaptureError, ClefError
+from ..errors import CaptureError, ClefError, shown
 from ..safeio import check_regular, readonly_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -112,19 +112,19 @@ class AdbcConnection:
 def check_file(path: str) -> None:
     """Refuse a path that is missing, not SQLite, or shorter than its header says."""
     if not os.path.exists(path):
-        raise CaptureError(f"{path}: no such file")
+        raise CaptureError(f"{shown(path)}: no such file")
     if os.path.isdir(path):
-        raise CaptureError(f"{path}: is a directory, not an nsys SQLite export")
+        raise CaptureError(f"{shown(path)}: is a directory, not an nsys SQLite export")
     check_regular(path, "nsys SQLite export")
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as fh:
             header = fh.read(100)
     except OSError as exc:
-        raise CaptureError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        raise CaptureError(f"{shown(path)}: cannot be read ({exc.strerror or exc})") from None
     if len(header) < 100 or header[:16] != SQLITE_MAGIC:
         hint = " (an .nsys-rep? export it with: nsys export --type sqlite FILE)" if path.endswith(".nsys-rep") else ""
-        raise CaptureError(f"{path}: not an SQLite database{hint}")
+        raise CaptureError(f"{shown(path)}: not an SQLite database{hint}")
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
@@ -132,13 +132,13 @@ def check_file(path: str) -> None:
     valid_for = header[92:96]
     if pages and change_counter == valid_for and size < pages * page_size:
         raise CaptureError(
-            f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes): "
+            f"{shown(path)}: truncated SQLite file ({size} of {pages * page_size} bytes): "
             "the export or copy did not finish")
     for suffix in ("-journal", "-wal"):
         side = path + suffix
         if os.path.isfile(side) and os.path.getsize(side) > 0:
             raise CaptureError(
-                f"{path}: another process is writing it ({os.path.basename(side)} beside it); read it once that "
+                f"{shown(path)}: another process is writing it ({os.path.basename(side)} beside it); read it once that "
                 "process has finished, or analyze a copy made after it finished")
 
 
@@ -171,7 +171,7 @@ class Export:
             conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise CaptureError(f"{path}: not a readable SQLite database ({exc})") from None
+            raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
         big = READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES)
         return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None)
 

@@ -1,15 +1,22 @@
-"""Results kept per input file, keyed on the file's real path, size and mtime (so an edited or
-replaced export is read anew) plus what else shaped the result; least recently used dropped."""
+"""Results kept per input file, keyed on the file's real path, size, mtime and a hash of its
+first MiB (so an edited or replaced export is read anew, also one replaced by a copy that keeps
+an older mtime: `cp -p`, `rsync -a`, `tar`) plus what else shaped the result; least recently
+used dropped."""
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import threading
 from collections import OrderedDict
 
 
+HEAD = 1 << 20       # bytes hashed from the start of a file (an SQLite header's change counter is in it)
+
+
 class FileCache:
     """An LRU of up to `size` results; thread-safe. `key(path, *extra)` is None for a path that
-    cannot be stat'ed, and such results are not kept."""
+    cannot be read or is not a regular file, and such results are not kept."""
 
     def __init__(self, size: int):
         self.size = size
@@ -19,10 +26,14 @@ class FileCache:
     @staticmethod
     def key(path: str, *extra) -> tuple | None:
         try:
-            st = os.stat(path)
+            if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO would block the read
+                return None
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                head = hashlib.sha256(fh.read(HEAD)).hexdigest()
         except OSError:
             return None
-        return (os.path.realpath(path), st.st_size, st.st_mtime_ns, *extra)
+        return (os.path.realpath(path), st.st_size, st.st_mtime_ns, head, *extra)
 
     def get(self, key):
         if key is None:

@@ -7,17 +7,23 @@ and compare. Standard library only (the CLI imports it to build its parser).
 - a folder: its `manifest.json`, else its only capture (an `.nsys-rep`, or a `*.sqlite` export
   that is not one's export); several candidates are named in the error;
 - an `.nsys-rep` report: exported once with nsys (found as `record` finds it), beside the
-  report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable; the export is
-  reused while it is newer than the report.
+  report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable (or holds a
+  NAME.sqlite that clef-prof did not make, or something else of that name). The export carries
+  the report's identity (its size and a SHA-256 of its first and last MiB, in a table
+  CLEF_PROF_REPORT), and is reused only while the report has that identity: a report replaced by
+  another, older one (`cp -p`, `rsync -a`, `tar`) is exported again, whatever the mtimes say.
 """
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
+import sqlite3
+import stat
 import sys
 
 from ..config import MANIFEST
-from ..errors import ClefError
+from ..errors import ClefError, shown
 from .manifest import read as read_manifest
 
 REPORT_EXT = ".nsys-rep"
@@ -35,10 +41,10 @@ def from_manifest(path: str) -> tuple[str, dict]:
     if not (isinstance(export, str) and export) and isinstance(report, str) and report.endswith(REPORT_EXT):
         return export_report(os.path.normpath(os.path.join(folder, report))), data
     if not isinstance(export, str) or not export:
-        raise InputError(f"{path}: the manifest has no \"export\" key naming its SQLite export")
+        raise InputError(f"{shown(path)}: the manifest has no \"export\" key naming its SQLite export")
     export = os.path.join(folder, export)
     if not os.path.exists(export):
-        raise InputError(f"{path}: its export {export} does not exist")
+        raise InputError(f"{shown(path)}: its export {shown(export)} does not exist")
     return os.path.normpath(export), data
 
 
@@ -56,8 +62,8 @@ def resolve(path: str) -> tuple[str, dict | None]:
             return resolve(found[0])
         if found:
             names = ", ".join(os.path.basename(f) for f in found)
-            raise InputError(f"{path}: a folder with {len(found)} candidate captures ({names}); name one")
-        raise InputError(f"{path}: a folder with no {MANIFEST}, .sqlite export or {REPORT_EXT} report in it")
+            raise InputError(f"{shown(path)}: a folder with {len(found)} candidate captures ({names}); name one")
+        raise InputError(f"{shown(path)}: a folder with no {MANIFEST}, .sqlite export or {REPORT_EXT} report in it")
     if path.endswith(".json"):
         return from_manifest(path)
     if path.endswith(REPORT_EXT):
@@ -69,47 +75,123 @@ def cache_dir() -> str:
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "clef-prof")
 
 
-def _fresh(export: str, report: str) -> bool:
-    return os.path.isfile(export) and os.path.getmtime(export) >= os.path.getmtime(report)
+IDENTITY_TABLE = "CLEF_PROF_REPORT"
+HASHED = 1 << 20            # bytes hashed at each end of a report
+
+
+def report_identity(report: str) -> tuple[int, str]:
+    """(size, SHA-256 of the first and last MiB) of a report: what tells two reports apart
+    without reading a multi-GB file, whatever their mtimes."""
+    h = hashlib.sha256()
+    with open(report, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        h.update(fh.read(HASHED))
+        if size > HASHED:
+            fh.seek(max(HASHED, size - HASHED))
+            h.update(fh.read(HASHED))
+    return size, h.hexdigest()
+
+
+def _stamp(export: str, identity: tuple[int, str]) -> None:
+    """Record the report's identity in its export (a table of one row)."""
+    con = sqlite3.connect(export)
+    try:
+        with con:
+            con.execute(f"CREATE TABLE IF NOT EXISTS {IDENTITY_TABLE} (size INTEGER, sha256 TEXT)")
+            con.execute(f"DELETE FROM {IDENTITY_TABLE}")
+            con.execute(f"INSERT INTO {IDENTITY_TABLE} VALUES (?, ?)", identity)
+    finally:
+        con.close()
+
+
+def _stamped(export: str) -> tuple[int, str] | None:
+    """The report identity an export carries; None for an export clef-prof did not make (or not
+    a readable SQLite file)."""
+    from ..safeio import readonly_uri
+
+    try:
+        if not stat.S_ISREG(os.stat(export).st_mode):
+            return None
+        con = sqlite3.connect(readonly_uri(export), uri=True)
+        try:
+            row = con.execute(f"SELECT size, sha256 FROM {IDENTITY_TABLE}").fetchone()
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return None
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def _writable_file(path: str) -> bool:
+    """Can `path` be (re)written by renaming a new file onto it: absent, or a regular file, in a
+    writable folder."""
+    folder = os.path.dirname(path)
+    if not os.access(folder, os.W_OK):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def export_report(report: str) -> str:
-    """The SQLite export of an `.nsys-rep`: an up-to-date one beside it or in the cache, else a
-    new one made with `nsys export` (said in one line on stderr)."""
-    import hashlib
+    """The SQLite export of an `.nsys-rep`: one beside it or in the cache that carries the
+    report's identity, else a new one made with `nsys export` (said in one line on stderr),
+    beside the report when clef-prof may write there, else in the cache."""
     import shlex
     import subprocess
 
     from ..nsys import NsysMissing, locate
 
     if not os.path.isfile(report):
-        raise InputError(f"{report}: no such file")
+        raise InputError(f"{shown(report)}: no such file")
+    try:
+        identity = report_identity(report)
+    except OSError as exc:
+        raise InputError(f"{shown(report)}: cannot read the report ({exc.strerror or exc})") from None
     stem = os.path.basename(report)[: -len(REPORT_EXT)]
     folder = os.path.dirname(os.path.abspath(report))
     beside = os.path.join(folder, stem + ".sqlite")
     key = hashlib.sha256(os.path.abspath(report).encode()).hexdigest()[:12]
     cached = os.path.join(cache_dir(), f"{stem}-{key}.sqlite")
     for export in (beside, cached):
-        if _fresh(export, report):
+        if _stamped(export) == identity:
             return export
-    writable = os.access(folder, os.W_OK) and (not os.path.exists(beside) or os.access(beside, os.W_OK))
-    out = beside if writable else cached
+    # beside the report unless something there is not clef-prof's own export (a user's or
+    # record's NAME.sqlite, a folder of that name) or the folder is read-only
+    ours = not os.path.lexists(beside) or _stamped(beside) is not None
+    out = beside if ours and _writable_file(beside) else cached
     try:
         nsys = locate()
     except NsysMissing as exc:
-        raise InputError(f"{report}: a report must be exported to SQLite first, and {str(exc).split(';')[0]}: run "
+        raise InputError(f"{shown(report)}: a report must be exported to SQLite first, and "
+                         f"{str(exc).split(';')[0]}: run "
                          f"`nsys export --type sqlite -o {shlex.quote(out)} {shlex.quote(report)}`") from None
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        if not _writable_file(out):
+            raise PermissionError(0, "not writable, or not a regular file")
+    except OSError as exc:
+        raise InputError(f"{shown(report)}: no place to write its SQLite export: {shown(beside)} "
+                         f"{'is not writable' if ours else 'is not an export clef-prof made'}, and the cache "
+                         f"{shown(out)} cannot be written ({exc.strerror or exc}); run `nsys export --type sqlite "
+                         f"-o OTHER.sqlite {shlex.quote(report)}` and analyze OTHER.sqlite") from None
     tmp = os.path.join(os.path.dirname(out), f".{stem}.{os.getpid()}.tmp.sqlite")
     try:
         p = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={tmp}", report],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
         if p.returncode != 0 or not os.path.isfile(tmp):
             lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
-            raise InputError(f"{report}: nsys export failed (exit code {p.returncode}): "
+            raise InputError(f"{shown(report)}: nsys export failed (exit code {p.returncode}): "
                              f"{lines[-1] if lines else 'no output'}")
-        os.replace(tmp, out)
-        print(f"clef-prof: exported {report} to {out} with {nsys} (reused while newer than the report)",
+        try:
+            _stamp(tmp, identity)
+            os.replace(tmp, out)
+        except (OSError, sqlite3.Error) as exc:
+            raise InputError(f"{shown(report)}: cannot write its SQLite export {shown(out)} ({exc})") from None
+        print(f"clef-prof: exported {shown(report)} to {shown(out)} with {nsys} (reused while the report is the same file)",
               file=sys.stderr)
     finally:
         if os.path.exists(tmp):

@@ -124,14 +124,19 @@ class StageFigures(RangeFigures):
 
 @dataclass
 class BatchFigures(RangeFigures):
-    """The batch range as a whole (JSON `pooler`), named by the configuration's batch range."""
+    """The batch range as a whole (JSON `pooler`), named by the configuration's batch range.
+    `host_ms_total` sums the batch spans (two batches in flight at once both count);
+    `span_union_ms_total` is the wall time in which at least one batch range is open, per process
+    (the union of its batch spans), summed over processes."""
 
     name: str = ""
+    span_union_ms_total: float = 0.0
 
     def to_json(self) -> dict:
         return {"name": self.name, "instances": self.instances, "host_ns_total": self.host_ns_total,
                 "host_ms_total": self.host_ms_total, "host_ms_per_request": self.host_ms_per_request,
-                **self._host(), **self.cuda.to_json(), **self.cuda_per_request.to_json("_per_request")}
+                **self._host(), **self.cuda.to_json(), **self.cuda_per_request.to_json("_per_request"),
+                "span_union_ms_total": self.span_union_ms_total}
 
 
 @dataclass
@@ -156,24 +161,31 @@ class PerRequest(CudaPerRequest):
 
 @dataclass
 class Overlap(_Flat):
-    """GPU busy (any work of the same process) during each batch's host span; None without CUDA
-    trace or batches."""
+    """GPU busy (any work of the same process) during the batch host spans; None without CUDA
+    trace or batches. Per capture (the `pooler_span` figures) within the union of the batch spans
+    of each process, so GPU time under two batches in flight at once counts once; per batch (p50,
+    and the `batch_spans` sums) within each batch's own span (docs/overlap.md)."""
 
-    gpu_busy_fraction_of_pooler_span: float | None = None
-    gpu_busy_fraction_p50: float | None = None
-    gpu_busy_ms_in_pooler_span_per_request: float | None = None
+    gpu_busy_fraction_of_pooler_span: float | None = None       # per capture: within the union of the spans
+    gpu_busy_fraction_p50: float | None = None                  # per batch: within its own span
+    gpu_busy_ms_in_pooler_span_per_request: float | None = None  # per capture: within the union of the spans
     gpu_busy_ms_per_request: float | None = None
+    gpu_busy_fraction_of_batch_spans: float | None = None       # summed per batch: concurrent batches count twice
+    gpu_busy_ms_in_batch_spans_per_request: float | None = None  # summed per batch, likewise
 
 
 @dataclass
 class Excluded:
-    """Ranges cut by the capture window (by name), and stage instances outside every batch range."""
+    """Ranges cut by the capture window (by name), stage instances outside every batch range, and
+    batch ranges nested in another batch range of their thread (not counted)."""
 
     cut_at_edges: dict[str, int]
     outside_batch_instances: int
+    nested_batch_ranges: int = 0     # batch ranges inside another of their thread: counted as the outermost
 
     def to_json(self) -> dict:
-        return {"cut_at_edges": dict(self.cut_at_edges), "outside_batch_instances": self.outside_batch_instances}
+        return {"cut_at_edges": dict(self.cut_at_edges), "outside_batch_instances": self.outside_batch_instances,
+                "nested_batch_ranges": self.nested_batch_ranges}
 
 
 @dataclass

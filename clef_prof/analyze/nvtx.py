@@ -8,6 +8,7 @@ import numpy as np
 from .export import NAME_CHARS, Export
 
 RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
+PUSH_POP = (59, 70)                     # ranges that nest per thread (a call inside a call)
 DOMAIN_CREATE = 75
 SAMPLING_DOMAINS = ("Python Backtrace", "Python Periodic Sampling")
 PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
@@ -65,6 +66,7 @@ class Ranges:
     cross_thread: np.ndarray   # ended on another thread (start/end ranges)
     name: np.ndarray           # object array of str
     payload: np.ndarray        # first integer payload, 0 when none
+    push_pop: np.ndarray       # bool: a push/pop range (nests per thread); else start/end
 
     def __len__(self) -> int:
         return len(self.start)
@@ -87,13 +89,14 @@ def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str])
     for p in prefixes:
         conds.append(f"nm GLOB {_lit(_glob_escape(p) + ' *')}")
     where = " OR ".join(conds) or "1"
-    sql = (f"{cte}SELECT start, en, gtid, xt, nm, pl FROM ("
+    sql = (f"{cte}SELECT start, en, gtid, xt, nm, pl, pp FROM ("
            f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {xt} AS xt, "
-           f"{name} AS nm, {pexpr} AS pl FROM NVTX_EVENTS e {njoin} "
+           f"{name} AS nm, {pexpr} AS pl, e.eventType IN {PUSH_POP} AS pp FROM NVTX_EVENTS e {njoin} "
            f"WHERE e.eventType IN {RANGE_TYPES} AND {dcond}) WHERE {where}")
-    r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload"], {"name": "str"})
+    r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload", "pp"], {"name": "str"})
     gtid = r["gtid"]
-    return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"])
+    return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"],
+                  r["pp"] != 0)
 
 
 @dataclass

@@ -1,6 +1,10 @@
 """GPU busy time: the union of kernel, memcpy, memset and graph intervals per process, and
 how much of each host span it covers.
 
+Two coverages, side by side (docs/overlap.md): per batch, the GPU busy time inside that batch's
+span; per capture, the GPU busy time inside the union of the batch spans of each process
+(`span_union`), so that GPU time under two batches in flight at once counts once.
+
 `BusyStream` computes the same figures from GPU rows read chunk by chunk, in bounded memory:
 nsys writes each activity table in start order, so once every table has been read past time
 W, the merged busy intervals that end before W are final; their coverage of the batch spans
@@ -17,6 +21,17 @@ from .arrays import unique
 from .intervals import covered, union
 
 COMPACT_AT = 1 << 22        # unordered mode: merge the held intervals when this many accumulate
+
+
+def span_union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, start, end) of the union of the intervals of each key (a process): disjoint, sorted
+    by key and start; one `union` per key."""
+    parts = [(np.full(len(s), k, dtype=np.int64), s, e)
+             for k in unique(key) for s, e in [union(start[key == k], end[key == k])]]
+    if not parts:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    return tuple(np.concatenate(c) for c in zip(*parts))
 
 
 class Unordered(Exception):

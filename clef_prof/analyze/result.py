@@ -26,10 +26,10 @@ from .attribute import Placer, slots
 from .export import Export
 from .arrays import percentile, unique
 from .columns import Table
-from ..errors import CaptureError
+from ..errors import CaptureError, shown
 from .metrics import NS_PER_MS, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
-from .overlap import BusyStream, Unordered
+from .overlap import BusyStream, Unordered, span_union
 from .stages import StageConfig, Stages, build
 from . import findings, validate
 from .model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages, Overlap,
@@ -145,17 +145,17 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
         step("schema")
         if not cap.has("NVTX_EVENTS"):
             if not cap.tables:
-                raise CaptureError(f"{path}: an empty SQLite database, not an nsys export")
+                raise CaptureError(f"{shown(path)}: an empty SQLite database, not an nsys export")
             if not (cap.export_meta or cap.has("StringIds")):
-                raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
-            raise CaptureError(f"{path}: {validate.no_nvtx_table(cap)}")
+                raise CaptureError(f"{shown(path)}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
+            raise CaptureError(f"{shown(path)}: {validate.no_nvtx_table(cap)}")
         cap.require("NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "domainId"), "NVTX ranges need them")
         try:
             analysis = _analyze(cap, config, requests, step, rows)
         except CaptureError as exc:
-            if str(exc).startswith(path):
+            if str(exc).startswith(shown(path)):
                 raise
-            raise CaptureError(f"{path}: {exc}") from None
+            raise CaptureError(f"{shown(path)}: {exc}") from None
     _check_manifest(analysis)
     return analysis
 
@@ -193,7 +193,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         stages = ranks.fold(build(cap, config, requests))
         warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
-        tally = cov = own_ns = frames = lost = None
+        tally = cov = unions = own_ns = frames = lost = None
         if traced:
             warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
@@ -201,7 +201,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
             warnings += w
             step("gpu activity")
-            cov, own_ns, unpaired_memcpy, gpu_damage, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots, plan, stream, keep)
+            (cov, unions), own_ns, unpaired_memcpy, gpu_damage, gpu_rows = _gpu_pass(cap, stages, calls, tally, n_slots,
+                                                                                      plan, stream, keep)
             warnings += _unpaired(calls, n_slots, unpaired_memcpy) + _damaged(calls, gpu_damage)
             lost = findings.lost_records(calls.slot, calls.kind, calls.paired, n_slots - 1, unpaired_memcpy,
                                          n_batches - len(stages.batches))
@@ -217,9 +218,13 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
 
     step("metrics")
     warnings += validate.stage_layout(stages)
+    if stages.nested:
+        warnings.append(f"{stages.nested} {config.batch!r} batch ranges lie inside another batch range of their thread "
+                        "(an annotation and an injected spec on one function, or a batch target calling another): "
+                        "each batch counted once, as its outermost range")
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings, table,
-                     lost)
+                     lost, unions)
     th = thresholds(config.findings)
     result.findings_thresholds = th
     result.findings = findings.evaluate(result, th)
@@ -337,7 +342,9 @@ def _gpu_pass(cap: Export, stages: Stages, calls: _Calls, tally: CudaTally, n_sl
     into GPU busy time. Returns (busy ns per batch, busy ns of the work launched in stages,
     memcpy rows with no call, rows kept per table); each batch's own busy ns (the union of the
     staged work launched inside it) goes into `tally.batch["gpu_own_ns"]`.
-    A table found out of start order makes it read them all again, holding the busy intervals."""
+    A table found out of start order makes it read them all again, holding the busy intervals.
+    The busy ns per batch come with the union of the batch spans of each process and the busy ns
+    in each of its intervals (`span_union`)."""
     order, pid = plan
     try:
         return _gpu_stream(stages, calls, tally, n_slots, stream, pid, ordered=True, keep=keep)
@@ -353,7 +360,12 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     b = stages.batches
     if stages.replicas is not None:      # replica ranks' batches: their own GPU's overlap, counted apart
         b = Table.concat([b, stages.replicas.select(b.columns)])
-    busy = BusyStream(b["gtid"] >> 24, b["start"], b["end"], list(pid), ordered, n_batches=len(stages.batches))
+    # after the batches (and the replicas'), the union of the batch spans of each process: its
+    # coverage counts GPU time under concurrent batches once
+    upk, us, ue = span_union(b["gtid"] >> 24, b["start"], b["end"])
+    n_spans = len(b)
+    busy = BusyStream(np.r_[b["gtid"] >> 24, upk], np.r_[b["start"], us], np.r_[b["end"], ue], list(pid), ordered,
+                      n_batches=len(stages.batches))
     b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
@@ -396,6 +408,8 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
             kept.setdefault(table, []).append({**r, "call": call, "slot": slot, "batch": batch, "api_kind": api_kind})
     cov, own_ns, own_per_batch = busy.finish()
     gpu.batch["gpu_own_ns"] = own_per_batch
+    unions = Table(pk=upk, start=us, end=ue, gpu_busy_ns=cov[n_spans:])
+    cov = cov[:n_spans]
     if stages.replicas is not None:
         stages.replicas["gpu_busy_ns"] = cov[len(b):]
         cov = cov[:len(b)]
@@ -403,7 +417,7 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         tally.slot[key] += v
     for key, v in gpu.batch.items():
         tally.batch[key] += v
-    return cov, own_ns, unpaired_memcpy, damage, (kept if keep else None)
+    return (cov, unions), own_ns, unpaired_memcpy, damage, (kept if keep else None)
 
 
 MAX_COPY_BYTES = 1 << 40        # 1 TiB in one copy record: beyond it a value is damage, and sums could overflow
@@ -487,8 +501,9 @@ def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
 
 
 def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced: bool, mode,
-            warnings: list[str], table: Table, lost) -> Result:
-    """The typed result, findings not yet judged (they read it)."""
+            warnings: list[str], table: Table, lost, unions: Table | None = None) -> Result:
+    """The typed result, findings not yet judged (they read it). `unions`: the union of the batch
+    spans of each process, with the GPU busy ns in each interval (None without CUDA trace)."""
     cfg = stages.config
     req = stages.requests
     inst = stages.instances
@@ -524,20 +539,28 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
 
     b = stages.batches
     bdur = b["end"] - b["start"]
+    _, us, ue = span_union(b["gtid"] >> 24, b["start"], b["end"])
+    union_ns = int((ue - us).sum())
     cuda = cuda_counts(list(range(n_st + 1)))
     pooler = BatchFigures(
         name=cfg.batch, instances=int(len(b)), host_ns_total=int(bdur.sum()),
         host_ms_total=float(bdur.sum() / NS_PER_MS), host_ms_per_request=safe_div(float(bdur.sum() / NS_PER_MS), req),
-        **host_stats(bdur), cuda=cuda, cuda_per_request=_per_request(cuda, req))
+        **host_stats(bdur), cuda=cuda, cuda_per_request=_per_request(cuda, req),
+        span_union_ms_total=union_ns / NS_PER_MS)
 
-    # overlap: GPU busy (any work of the same process) during each batch's host span
+    # overlap: GPU busy (any work of the same process) during the batch spans: per capture within
+    # their union (time under two batches in flight counts once), per batch within its own span
     overlap = Overlap()
     if traced and len(b):
         frac = cov / np.maximum(bdur, 1)
-        overlap = Overlap(gpu_busy_fraction_of_pooler_span=float(cov.sum() / max(bdur.sum(), 1)),
+        counted = np.isin(unions["pk"], unique(b["gtid"] >> 24))
+        in_union = int(unions["gpu_busy_ns"][counted].sum())
+        overlap = Overlap(gpu_busy_fraction_of_pooler_span=in_union / max(union_ns, 1),
                           gpu_busy_fraction_p50=percentile(frac, 50),
-                          gpu_busy_ms_in_pooler_span_per_request=safe_div(float(cov.sum()) / NS_PER_MS, req),
-                          gpu_busy_ms_per_request=safe_div(own_ns / NS_PER_MS, req))
+                          gpu_busy_ms_in_pooler_span_per_request=safe_div(in_union / NS_PER_MS, req),
+                          gpu_busy_ms_per_request=safe_div(own_ns / NS_PER_MS, req),
+                          gpu_busy_fraction_of_batch_spans=float(cov.sum() / max(bdur.sum(), 1)),
+                          gpu_busy_ms_in_batch_spans_per_request=safe_div(float(cov.sum()) / NS_PER_MS, req))
 
     per_request = PerRequest(
         **asdict(pooler.cuda_per_request),
@@ -550,8 +573,9 @@ def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced
         pooler=pooler,
         outside_stages=OutsideStages(in_batch=cuda_counts([n_st]), outside_batch=cuda_counts([n_st + 1])),
         totals=cuda_counts(list(range(n_st + 2))), per_request=per_request, overlap=overlap,
-        excluded=Excluded(cut_at_edges=dict(stages.cut), outside_batch_instances=stages.outside_batch),
-        ranks=_ranks(stages, cov if traced else None), warnings=warnings, slots=names, lost_records=lost)
+        excluded=Excluded(cut_at_edges=dict(stages.cut), outside_batch_instances=stages.outside_batch,
+                          nested_batch_ranges=stages.nested),
+        ranks=_ranks(stages, cov if traced else None, unions), warnings=warnings, slots=names, lost_records=lost)
 
 
 def _per_request(c: CudaCounts, req: int | None) -> CudaPerRequest:
@@ -560,9 +584,10 @@ def _per_request(c: CudaCounts, req: int | None) -> CudaPerRequest:
                           graph_launches=safe_div(c.graph_launches, req))
 
 
-def _ranks(stages: Stages, cov) -> list[RankFigures]:
+def _ranks(stages: Stages, cov, unions: Table | None = None) -> list[RankFigures]:
     """Per process holding batches: its first rank (replicas share one), whether its batches are the
-    ones counted, and its own batches, requests, host ms per request and GPU overlap."""
+    ones counted, and its own batches, requests, host ms per request and GPU overlap (GPU busy
+    within the union of its batch spans, as a fraction of that union)."""
     cols = ("start", "end", "gtid", "size", "gpu_busy_ns", "counted")
     parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True).select(cols)]
     if stages.replicas is not None:
@@ -577,11 +602,13 @@ def _ranks(stages: Stages, cov) -> list[RankFigures]:
         g = b[pks == pk]
         dur = int((g["end"] - g["start"]).sum())
         req = int(g["size"].sum())
+        frac = None
+        if cov is not None:
+            u = unions[unions["pk"] == pk]
+            frac = float(u["gpu_busy_ns"].sum()) / max(int((u["end"] - u["start"]).sum()), 1)
         out.append(RankFigures(pid=int(pk) & 0xFFFFFF, first_rank_pid=int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
                                counted=bool(g["counted"][0]), batches=int(len(g)), requests=req,
-                               host_ms_per_request=safe_div(dur / NS_PER_MS, req),
-                               gpu_busy_fraction_of_pooler_span=float(g["gpu_busy_ns"].sum()) / max(dur, 1)
-                               if cov is not None else None))
+                               host_ms_per_request=safe_div(dur / NS_PER_MS, req), gpu_busy_fraction_of_pooler_span=frac))
     return out
 
 

@@ -5,6 +5,14 @@ A batch is an outer range named `pooler` (message `pooler n=K`); stages are rang
 it on the same thread; one outside every batch range is a stage all the same (batch -1).
 Ranges cut by the capture edges (open at the end of the session, or with no valid end) are
 dropped and counted, and so are the stages nested in a cut batch range.
+
+A batch range inside another batch range of the same thread (an annotation in the code plus an
+injected spec on the same function, or one batch target calling another) is the same batch
+seen twice: only the outermost counts (its size, its span; the stages inside go to it), and
+the nested ones are counted in `Stages.nested`. Push/pop ranges nest as calls do, so any
+batch range inside another on its thread is nested; start/end ranges (coroutines) of
+concurrent tasks can interleave on one thread, so one of those is nested only inside a
+batch range of the same message (the same `n=K`, the same request ids).
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ class Stages:
     rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
     duplicates: int = 0              # ranges repeated exactly (thread, start, end, name): counted once
     reversed: int = 0                # ranges that end before they start: dropped
+    nested: int = 0                  # batch ranges inside another batch range of their thread: not counted
 
     @property
     def requests(self) -> int | None:
@@ -77,7 +86,7 @@ class Stages:
         return Stages(self.config, self.batches[keep], inst,
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
                       self.requests_override, self.replicas, dict(self.rank_lead), self.duplicates,
-                      self.reversed)
+                      self.reversed, self.nested)
 
 
 class _Names:
@@ -110,10 +119,14 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     for code, name in enumerate(config.stages):
         stage_code[names.match(name) & ~is_batch] = code
 
+    # a range with no end (open at the capture end, or damaged) is cut, and holds no other
+    nested = np.zeros(len(r), dtype=bool)
+    whole = is_batch & ~reversed_ & (r.end >= 0)
+    nested[whole] = nested_ranges(r.take(whole), names.codes[whole])
+    cut_mask &= ~nested         # a nested range is counted as nested; its outermost one may be cut
     open_ = cut_mask & ~reversed_
     _count_cut(cut, np.where(is_batch, len(config.stages), stage_code)[open_], [*config.stages, config.batch])
-
-    b = r.take(is_batch & ~cut_mask)
+    b = r.take(is_batch & ~cut_mask & ~nested)
     size = batch_size_from_message(b.name)
     source = "message n=K"
     if len(b) and (size < 0).any():
@@ -134,7 +147,7 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     codes = stage_code[s_mask]
     bidx = innermost_containing(batches["gtid"], batches["start"], batches["end"], s.gtid, s.start, s.end)
     # a stage inside a batch range cut at the capture end goes with its batch
-    cb = is_batch & cut_mask & ~reversed_
+    cb = is_batch & cut_mask & ~reversed_ & ~nested
     in_cut = innermost_containing(r.gtid[cb], r.start[cb], np.full(int(cb.sum()), np.iinfo(np.int64).max),
                                   s.gtid, s.start, s.end) >= 0
     edge = (bidx < 0) & in_cut
@@ -157,7 +170,36 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
                   cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
                   requests_source=source, requests_override=requests_override, duplicates=duplicates,
-                  reversed=int(reversed_.sum()))
+                  reversed=int(reversed_.sum()), nested=int(nested.sum()))
+
+
+def nested_ranges(r, name_codes: np.ndarray) -> np.ndarray:
+    """Which ranges lie inside an earlier-starting (or equal, longer) range of the same thread:
+    push/pop ranges inside any range of the thread, start/end ranges inside a range of the same
+    thread and name. Of two with the same start and end, the first (in `r`'s order) holds the other."""
+    n = len(r)
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    end = r.end
+    _, thread = np.unique(r.gtid, return_inverse=True)
+    _, same_name = np.unique(thread.astype(np.int64) * (int(name_codes.max()) + 1) + name_codes, return_inverse=True)
+    return np.where(r.push_pop, _inside(thread, r.start, end), _inside(same_name, r.start, end))
+
+
+def _inside(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per interval: is it inside another interval of the same key that starts earlier (or at the
+    same time and ends later or at the same time, sorted first)? By key, start and longest first,
+    an interval is inside when its end is at most the furthest end before it in its key: the
+    dense rank of the end is packed with the key rank into one int64, so one running maximum
+    over all keys does it."""
+    _, end_rank = np.unique(end, return_inverse=True)
+    span = int(end_rank.max()) + 1
+    order = np.lexsort((-end_rank, start, key))
+    packed = key[order].astype(np.int64) * span + end_rank[order]
+    before = np.r_[-1, np.maximum.accumulate(packed)[:-1]]
+    out = np.empty(len(key), dtype=bool)
+    out[order] = before >= packed
+    return out
 
 
 def _count_cut(cut: dict[str, int], codes: np.ndarray, labels) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError
+from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError, one_line
 from .analyze import cmd_analyze
 from .options import add_stage_options
 
@@ -76,7 +76,7 @@ def run_command(func, args) -> int:
     except Exception as exc:
         if getattr(args, "debug", False):
             raise
-        print(f"clef-prof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+        print(f"clef-prof: internal error: {type(exc).__name__}: {one_line(exc)} (rerun with --debug for a traceback)",
               file=sys.stderr)
         return EXIT_INPUT
 

@@ -64,7 +64,7 @@ def test_stage_block_keys_are_the_documented_ones(results):
                            "host_ms_mean", "host_ms_p50", "host_ms_p99", *cuda, *per, *share]
     pooler = r.to_json()["pooler"]
     assert list(pooler) == ["name", "instances", "host_ns_total", "host_ms_total", "host_ms_per_request",
-                            "host_ms_mean", "host_ms_p50", "host_ms_p99", *cuda, *per]
+                            "host_ms_mean", "host_ms_p50", "host_ms_p99", *cuda, *per, "span_union_ms_total"]
 
 
 def test_attribute_access_for_a_stage(results):
