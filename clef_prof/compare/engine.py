@@ -61,8 +61,10 @@ def catalogue(stages: tuple[str, ...], cuda: bool) -> list[Metric]:
     out += [Metric(f"per_request.{k}", kinds.get(k, "count"), k, "size", cuda=True) for k in CUDA_KEYS]
     out += [Metric(f"stages.{s}.{k}_per_request", kinds.get(k, "count"), f"stage:{s}:{k}", "size", cuda=True, stage=s)
             for s in stages for k in CUDA_KEYS]
-    out += [Metric("overlap.gpu_busy_fraction_of_pooler_span", "fraction", "gpu_busy_ns", "host_ns", cuda=True),
-            Metric("overlap.gpu_busy_ms_in_pooler_span_per_request", "gpu_ms", "gpu_busy_ns", "size", 1 / NS_PER_MS,
+    # summed per batch (each batch's GPU busy within its own span), so named as analyze names that
+    # definition: with concurrent batches it differs from the per-capture union figure
+    out += [Metric("overlap.gpu_busy_fraction_of_batch_spans", "fraction", "gpu_busy_ns", "host_ns", cuda=True),
+            Metric("overlap.gpu_busy_ms_in_batch_spans_per_request", "gpu_ms", "gpu_busy_ns", "size", 1 / NS_PER_MS,
                    cuda=True),
             Metric("per_request.gpu_busy_ms", "gpu_ms", "gpu_own_ns", "size", 1 / NS_PER_MS, cuda=True)]
     return out

@@ -100,9 +100,9 @@ def test_host_times_carry_intervals(main_vs_pr, cap):
         assert m["arms"]["main"]["captures"] == 1
         assert m["arms"]["main"]["p50"] == pytest.approx(res["gpu-q1c16-main"].stages[stage].host_ms_p50)
         assert m["arms"]["main"]["p99"] == pytest.approx(res["gpu-q1c16-main"].stages[stage].host_ms_p99)
-    over = metric(main_vs_pr, "overlap.gpu_busy_fraction_of_pooler_span")
+    over = metric(main_vs_pr, "overlap.gpu_busy_fraction_of_batch_spans")
     assert over["arms"]["main"]["mean"] == pytest.approx(
-        res["gpu-q1c16-main"].overlap.gpu_busy_fraction_of_pooler_span, rel=1e-12)
+        res["gpu-q1c16-main"].overlap.gpu_busy_fraction_of_batch_spans, rel=1e-12)
     assert metric(main_vs_pr, "per_request.gpu_busy_ms")["arms"]["pr"]["mean"] == pytest.approx(
         res["gpu-q1c16-pr"].per_request.gpu_busy_ms, rel=1e-12)
 
@@ -117,7 +117,7 @@ def test_json_contract(main_vs_pr):
         assert {"mean", "instances"} <= set(m["arms"]["main"])
         assert m["ci"] is None or len(m["ci"]) == 2
     names = [m["metric"] for m in c["metrics"]]
-    for n in ("stages.encode.host_ms_per_request", "per_request.h2d_bytes", "overlap.gpu_busy_fraction_of_pooler_span"):
+    for n in ("stages.encode.host_ms_per_request", "per_request.h2d_bytes", "overlap.gpu_busy_fraction_of_batch_spans"):
         assert n in names
 
 
@@ -444,3 +444,22 @@ def test_byte_identical_copies_count_once(cap, tmp_path):
     # the same bytes in two arms is a self-comparison, not a copy within an arm
     arms = collect([], [f"main={a}", f"pr={b}"])
     assert len(arms.captures["pr"]) == 1 and arms.notes == []
+
+
+def test_overlap_is_summed_per_batch_and_named_so(capture):
+    """compare's overlap figures add up per batch (each batch's GPU busy within its own span, what
+    its batch resampling needs), so on a capture with two batches in flight they are analyze's
+    `*_batch_spans` figures, by SQL larger than the per-capture union figure, not that one."""
+    from analyze.test_concurrent_batches import truth_sql
+
+    path = str(capture("gpu25-concurrent"))
+    s = truth_sql(path)
+    comp = run(f"a={path}", f"b={capture('gpu25-q1c16-pr')}",
+               config=StageConfig(stages=("parse", "transfer", "head", "encode")))
+    frac = metric(comp, "overlap.gpu_busy_fraction_of_batch_spans")["arms"]["a"]["mean"]
+    assert frac == pytest.approx(s["gpu_busy_in_batch_spans_ns"] / s["batch_spans_ns"], rel=1e-9)
+    ms = metric(comp, "overlap.gpu_busy_ms_in_batch_spans_per_request")["arms"]["a"]["mean"]
+    assert ms == pytest.approx(s["gpu_busy_in_batch_spans_ns"] / 1e6 / s["requests"], rel=1e-9)
+    assert ms > s["gpu_busy_in_span_union_ns"] / 1e6 / s["requests"] * 1.2
+    names = {m["metric"] for m in comp["metrics"]}
+    assert not {"overlap.gpu_busy_fraction_of_pooler_span", "overlap.gpu_busy_ms_in_pooler_span_per_request"} & names
