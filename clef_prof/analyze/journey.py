@@ -307,3 +307,42 @@ def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: flo
         batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns).items()},
         listed={"cut_by_window": _ids(t["rid"][cut]), "without_batch": _ids(t["rid"][nob]),
                 "unclaimed_batch_ids": _ids(meta["claim_rid"][unclaimed])})
+
+
+SELECT_WORDS = ("all", "complete", "p50", "p99", "tail")
+
+
+def select(t: Table, which: str, tail_pct: float = TAIL_PCT) -> np.ndarray:
+    """Row indices of the journeys named by `which`: `all`; `complete`; `p50` (the complete journey
+    whose end-to-end is nearest the median); `p99`/`tail` (the complete journeys at or above the p99
+    of end-to-end); or comma-separated words and request ids (their union, in start order). An id
+    that names no request range raises ValueError."""
+    from .arrays import percentile
+
+    ok = complete(t)
+    idx = np.flatnonzero(ok)
+    e2e = t["e2e_ns"]
+    out = np.zeros(len(t), bool)
+    ids = []
+    for w in (p.strip() for p in which.split(",")):
+        if not w:
+            continue
+        if w == "all":
+            out[:] = True
+        elif w == "complete":
+            out |= ok
+        elif w == "p50" and len(idx):
+            med = percentile(e2e[idx], 50)
+            out[idx[np.argmin(np.abs(e2e[idx] - med))]] = True
+        elif w in ("p99", "tail") and len(idx):
+            out[idx[tail(e2e[idx], tail_pct)]] = True
+        elif w not in SELECT_WORDS:
+            ids.append(w)
+    if ids:
+        hit = np.isin(t["rid"].astype(str), ids)
+        missing = sorted(set(ids) - set(t["rid"][hit].astype(str)))
+        if missing:
+            raise ValueError(f"no request range has the id {', '.join(missing[:5])}"
+                             f"{' ...' if len(missing) > 5 else ''}")
+        out |= hit
+    return np.flatnonzero(out)
