@@ -170,7 +170,11 @@ def _check_manifest(analysis: Analysis) -> None:
     if found is None:
         return
     try:
-        warnings = mf.check_manifest(analysis.result, mf.read(found))
+        m = mf.read(found)
+        warnings = mf.check_manifest(analysis.result, m)
+        if analysis.result.journey is not None:
+            analysis.result.journey.client, more = mf.client_check(analysis.result, m)
+            warnings += more
     except (OSError, ValueError) as exc:
         warnings = [f"the manifest beside the export cannot be read ({exc})"]
     analysis.result.manifest = found
