@@ -68,9 +68,9 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
     from .nvtx import read_marks, read_ranges
     from .ranks import rid_keys
 
-    r = read_ranges(cap, domain, [], [REQUEST])
-    if len(r) == 0:
+    if len(read_ranges(cap, domain, [], [REQUEST], probe=True)) == 0:
         return None
+    r = read_ranges(cap, domain, [], [REQUEST])
     requests = Table(start=r.start, end=r.end, gtid=r.gtid, rid=rid_keys(r.name))[np.lexsort((r.gtid, r.start))]
     m = read_marks(cap, domain, [ENQUEUED])
     marks = Table(time=m.start, gtid=m.gtid, rid=rid_keys(m.name))

@@ -75,9 +75,10 @@ class Ranges:
 
 
 def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str], chars: int = NAME_CHARS,
-                types: tuple[int, ...] = RANGE_TYPES) -> Ranges:
+                types: tuple[int, ...] = RANGE_TYPES, probe: bool = False) -> Ranges:
     """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`, messages
-    cut to `chars`; `types` (MARK_TYPES) reads marks instead, with end -1."""
+    cut to `chars`; `types` (MARK_TYPES) reads marks instead, with end -1. `probe`: whether there is
+    one at all (a small query that stops at the first; the result has one zeroed row or none)."""
     cols = cap.columns("NVTX_EVENTS")
     name, njoin = _name_expr(cap, "e", chars)
     cte, dcond = _domain_filter(cap, domain)
@@ -94,6 +95,8 @@ def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str],
            f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {xt} AS xt, "
            f"{name} AS nm, {pexpr} AS pl FROM NVTX_EVENTS e {njoin} "
            f"WHERE e.eventType IN ({', '.join(str(int(t)) for t in types)}) AND {dcond}) WHERE {where}")
+    if probe:
+        return Ranges(*(np.zeros(len(cap.rows(sql + " LIMIT 1")), np.int64) for _ in range(6)))
     r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload"], {"name": "str"})
     gtid = r["gtid"]
     return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"])
