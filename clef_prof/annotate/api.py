@@ -50,7 +50,7 @@ import functools
 
 from . import nvtx_client as _nc
 
-__all__ = ["stage", "batch", "push", "pop", "request", "enqueued", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
+__all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
 
 DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
@@ -246,8 +246,8 @@ def pop(domain: str = DEFAULT_DOMAIN) -> None:
         _nc.Domain(domain).pop()
 
 
-class request:
-    """A request's range, `request rid=ID`, from handler entry to exit.
+class Request:
+    """A request's range, `request rid=ID`, from handler entry to exit (made by `request`).
 
     `with clef_prof.request(rid):` (a push/pop range on this thread) or `async with` (a
     start/end range: tasks interleave on one thread). As a decorator, `rid` is the id or a
@@ -260,8 +260,6 @@ class request:
 
     def __init__(self, rid, *, domain: str = DEFAULT_DOMAIN):
         self.rid, self.domain, self._id = rid, domain, 0
-        if _nc._state == "fresh":
-            _nc.enabled()
 
     def _message(self, args=(), kwargs=None) -> str:
         rid = self.rid(*args, **(kwargs or {})) if callable(self.rid) else self.rid
@@ -318,6 +316,50 @@ class request:
 
     def __repr__(self) -> str:
         return f"request({self.rid!r}, domain={self.domain!r})"
+
+
+class _NoRequest:
+    """What `request` gives with no profiler attached: one shared object whose `with` does nothing
+    and whose decorator only forwards the call."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        import inspect
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def forward_async(*args, **kwargs):
+                return await fn(*args, **kwargs)
+            return forward_async
+
+        @functools.wraps(fn)
+        def forward(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return forward
+
+
+_NO_REQUEST = _NoRequest()
+
+
+def request(rid, *, domain: str = DEFAULT_DOMAIN):
+    """A request's range `request rid=ID` (see `Request`): `with`, `async with` or a decorator whose
+    `rid` is a callable of the call's arguments. With no profiler attached, one shared object that
+    does nothing (the flag check is the whole cost, and the id is never computed)."""
+    if _nc._state == "fresh":
+        _nc.enabled()
+    return Request(rid, domain=domain) if _nc._ON else _NO_REQUEST
 
 
 def enqueued(rid, domain: str = DEFAULT_DOMAIN) -> None:
