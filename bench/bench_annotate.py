@@ -92,11 +92,31 @@ def _cases():
             with batch(n=8):
                 pass
 
+    request, enqueued = clef_prof.request, clef_prof.enqueued
+
+    @clef_prof.request(lambda rid: rid)
+    def handler(rid):
+        pass
+
+    def with_request(n):
+        for _ in range(n):
+            with request("r-12345678"):
+                pass
+
+    def mark_enqueued(n):
+        for _ in range(n):
+            enqueued("r-12345678")
+
+    def request_call(n):
+        for _ in range(n):
+            handler("r-12345678")
+
     # (label, loop, clef_prof ranges per iteration)
     cases = [("bare: with _Null()", bare_with, 0), ("bare: empty function call", bare_call, 0),
              ("with S  (S = stage('x'))", with_cached, 1), ("with stage('x')", with_stage, 1),
              ("push('x'); pop()", push_pop, 1), ("@stage function call", deco_call, 1),
-             ("with batch(n=8)", with_batch, 1)]
+             ("with batch(n=8)", with_batch, 1), ("with request(rid)", with_request, 1),
+             ("enqueued(rid)  (a mark)", mark_enqueued, 0), ("@request(id from args) call", request_call, 1)]
     try:
         import nvtx
         from importlib.metadata import version

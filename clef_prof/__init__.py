@@ -1,6 +1,7 @@
 """clef-prof: per-request host-path profiling of GPU model servers from Nsight Systems captures.
 
-The annotation API, `clef_prof.stage` and `clef_prof.batch` (see clef_prof.annotate.api), is
+The annotation API, `clef_prof.stage`, `clef_prof.batch`, `clef_prof.request` and
+`clef_prof.enqueued` (see clef_prof.annotate.api), is
 imported on first use, so that `import clef_prof` stays light for a server.
 """
 from .config import VERSION as __version__
@@ -12,7 +13,7 @@ def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builti
     return _open(path, **kw)
 
 
-_ANNOTATIONS = ("stage", "batch")
+_ANNOTATIONS = ("stage", "batch", "request", "enqueued")
 
 
 def __getattr__(name):

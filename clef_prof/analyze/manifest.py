@@ -108,3 +108,39 @@ def check_manifest(result: Result, manifest: dict) -> list[str]:
             out.append(f"batch ranges count {req} requests, but the server counted {sreq} inside its profiling "
                        "window")
     return out
+
+
+# what the network and the client's own loop may add to a request on one host: the client's mean
+# latency may exceed the journeys' mean end-to-end by this much, plus this share of the client's mean
+CLIENT_ALLOWANCE_MS = 2.0
+CLIENT_ALLOWANCE_SHARE = 0.25
+
+
+def client_check(result: Result, manifest: dict):
+    """(ClientCheck, warnings): the journeys' mean end-to-end against the load generator's mean
+    latency over the span the server was recorded (manifest client.capture); (None, []) when
+    either is missing. The client's latency also holds the connection, the HTTP parsing before
+    the handler and the client's event loop: it may be larger by the allowance, never smaller by
+    more than it."""
+    from .model import ClientCheck
+
+    j = result.journey
+    cap = (manifest.get("client") or {}).get("capture") or {}
+    client = cap.get("latency_ms_mean")
+    if j is None or j.e2e_ms_mean is None or not isinstance(client, (int, float)):
+        return None, []
+    allowance = CLIENT_ALLOWANCE_MS + CLIENT_ALLOWANCE_SHARE * float(client)
+    gap = float(client) - j.e2e_ms_mean
+    n = cap.get("completions")
+    check = ClientCheck(journey_e2e_ms_mean=j.e2e_ms_mean, client_latency_ms_mean=float(client),
+                        client_completions=n if isinstance(n, int) else None, gap_ms=gap, allowance_ms=allowance,
+                        agrees=-allowance <= gap <= allowance)
+    if check.agrees:
+        return check, []
+    why = ("the client waited longer than the server's request ranges explain: time outside the handler "
+           "(accept, HTTP parsing, a saturated client loop) or request ranges that miss part of the handler"
+           if gap > 0 else "the request ranges last longer than the client's requests: ids or ranges do not "
+                           "belong to this client's requests")
+    return check, [f"client check: mean end-to-end {j.e2e_ms_mean:.3f} ms per request from {j.complete} journeys, "
+                   f"{float(client):.3f} ms per request from the client ({n} completions); the gap of {gap:.3f} ms "
+                   f"is beyond the {allowance:.3f} ms network and client loop explain: {why}"]

@@ -268,6 +268,69 @@ class Finding(_Flat):
 
 
 @dataclass
+class SegmentFigures(_Flat):
+    """One segment of the request journeys (or one stage of their batches), across the complete
+    journeys: mean/p50/p99 ms per request and its share (%) of their summed end-to-end; the same
+    over the tail (the requests at or above the p99 of end-to-end)."""
+
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    share_pct: float | None = None
+    tail_mean_ms: float | None = None
+    tail_share_pct: float | None = None
+
+
+@dataclass
+class ClientCheck(_Flat):
+    """The journeys' mean end-to-end against the load generator's mean latency in the same window
+    (the record manifest): the client's is the larger by the network and its own loop, up to
+    `allowance_ms`; beyond that (or a journey longer than the client saw) `agrees` is False."""
+
+    journey_e2e_ms_mean: float
+    client_latency_ms_mean: float
+    client_completions: int | None
+    gap_ms: float
+    allowance_ms: float
+    agrees: bool
+
+
+@dataclass
+class Journey:
+    """Per-request journeys (clef_prof.analyze.journey; docs/journey.md): request ranges joined by
+    id to their enqueue mark and batch, and to their own encode, cut into segments that sum to the
+    end-to-end span. Figures are over the `complete` journeys (not cut by the capture window, with
+    a batch); the others are counted and their ids listed (up to 20 per kind)."""
+
+    request_ranges: int                 # request ranges in the capture
+    complete: int                       # journeys in the figures
+    cut_by_window: int                  # request ranges still open at the capture's end
+    without_batch: int                  # not cut, but no batch in the capture names their id
+    without_enqueue: int                # complete journeys without an enqueue mark
+    without_encode: int                 # complete journeys without an encode of their own
+    out_of_order: int                   # complete journeys with a point before the one it follows
+    batch_ids: int                      # request ids named by the batches' rid= lists
+    unclaimed_batch_ids: int            # of those, ids no request range took
+    batches_with_cut_ids: int           # batches whose rid= list was cut (`...`)
+    tail_requests: int                  # complete journeys at or above the p99 of end-to-end
+    e2e_ms_mean: float | None
+    e2e_ms_p50: float | None
+    e2e_ms_p99: float | None
+    segments: dict[str, SegmentFigures]
+    batch_stages: dict[str, SegmentFigures]     # the batch segment by its batch's stages, plus (no stage)
+    listed: dict[str, list[str]]        # "cut_by_window", "without_batch", "unclaimed_batch_ids": ids
+    client: ClientCheck | None = None
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["segments"] = {k: v.to_json() for k, v in self.segments.items()}
+        out["batch_stages"] = {k: v.to_json() for k, v in self.batch_stages.items()}
+        out["listed"] = {k: list(v) for k, v in self.listed.items()}
+        out["client"] = None if self.client is None else self.client.to_json()
+        return out
+
+
+@dataclass
 class Result:
     """Everything analyze found in one capture (README, "JSON contract")."""
 
@@ -292,6 +355,7 @@ class Result:
     findings: list[Finding] = field(default_factory=list)
     manifest: str | None = None         # the record manifest held against the capture, when there was one
     schema: str = SCHEMA
+    journey: Journey | None = None      # per-request journeys, when the capture holds request ranges
 
     def to_json(self) -> dict:
         """The JSON contract as a dict (`json.dumps` of it is `clef-prof analyze -f json`)."""
@@ -310,6 +374,8 @@ class Result:
                "findings": [f.to_json() for f in self.findings]}
         if self.manifest is not None:
             out["manifest"] = self.manifest
+        if self.journey is not None:
+            out["journey"] = self.journey.to_json()
         return out
 
     def figure(self, name: str):

@@ -9,6 +9,7 @@ from .export import NAME_CHARS, Export
 
 RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT twins
 PUSH_POP = (59, 70)                     # ranges that nest per thread (a call inside a call)
+MARK_TYPES = (34,)                      # NvtxMark (nsys 2022.4 to 2025.3), end NULL
 DOMAIN_CREATE = 75
 SAMPLING_DOMAINS = ("Python Backtrace", "Python Periodic Sampling")
 PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
@@ -22,12 +23,12 @@ def _glob_escape(s: str) -> str:
     return "".join(f"[{c}]" if c in "*?[]" else c for c in s)
 
 
-def _name_expr(cap: Export, alias: str) -> tuple[str, str]:
-    """SQL for a row's message, cut to NAME_CHARS: a registered string (textId) wins over ASCII text."""
+def _name_expr(cap: Export, alias: str, chars: int = NAME_CHARS) -> tuple[str, str]:
+    """SQL for a row's message, cut to `chars`: a registered string (textId) wins over ASCII text."""
     if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
-        return (f"substr(COALESCE(s_{alias}.value, {alias}.text, ''), 1, {NAME_CHARS})",
+        return (f"substr(COALESCE(s_{alias}.value, {alias}.text, ''), 1, {int(chars)})",
                 f"LEFT JOIN StringIds s_{alias} ON s_{alias}.id = {alias}.textId")
-    return f"substr(COALESCE({alias}.text, ''), 1, {NAME_CHARS})", ""
+    return f"substr(COALESCE({alias}.text, ''), 1, {int(chars)})", ""
 
 
 def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:
@@ -75,10 +76,13 @@ class Ranges:
         return Ranges(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
 
 
-def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str]) -> Ranges:
-    """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`."""
+def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str], chars: int = NAME_CHARS,
+                types: tuple[int, ...] = RANGE_TYPES, probe: bool = False) -> Ranges:
+    """Ranges of `domain` whose message equals one of `exact` or starts with `prefix + ' '`, messages
+    cut to `chars`; `types` (MARK_TYPES) reads marks instead, with end -1. `probe`: whether there is
+    one at all (a small query that stops at the first; the result has one zeroed row or none)."""
     cols = cap.columns("NVTX_EVENTS")
-    name, njoin = _name_expr(cap, "e")
+    name, njoin = _name_expr(cap, "e", chars)
     cte, dcond = _domain_filter(cap, domain)
     payload = [c for c in PAYLOAD_COLUMNS if c in cols]
     pexpr = f"COALESCE({', '.join('e.' + c for c in payload)}, 0)" if payload else "0"
@@ -92,11 +96,19 @@ def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str])
     sql = (f"{cte}SELECT start, en, gtid, xt, nm, pl, pp FROM ("
            f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {xt} AS xt, "
            f"{name} AS nm, {pexpr} AS pl, e.eventType IN {PUSH_POP} AS pp FROM NVTX_EVENTS e {njoin} "
-           f"WHERE e.eventType IN {RANGE_TYPES} AND {dcond}) WHERE {where}")
+           f"WHERE e.eventType IN ({', '.join(str(int(t)) for t in types)}) AND {dcond}) WHERE {where}")
+    if probe:
+        n = len(cap.rows(sql + " LIMIT 1"))
+        return Ranges(*(np.zeros(n, np.int64) for _ in range(6)), np.zeros(n, bool))
     r = cap.read(sql, ["start", "end", "gtid", "xt", "name", "payload", "pp"], {"name": "str"})
     gtid = r["gtid"]
     return Ranges(r["start"], r["end"], gtid, (r["xt"] != 0) & (r["xt"] != gtid), r["name"], r["payload"],
                   r["pp"] != 0)
+
+
+def read_marks(cap: Export, domain: str, prefixes: list[str]) -> Ranges:
+    """Marks of `domain` whose message starts with `prefix + ' '` (start is the mark's time)."""
+    return read_ranges(cap, domain, [], prefixes, types=MARK_TYPES)
 
 
 @dataclass

@@ -56,6 +56,8 @@ class Analysis:
     names give them as pandas DataFrames.
     """
 
+    journeys: Table | None = None       # one row per request range (analyze.journey), when there are any
+
     def __init__(self, path: str, config: StageConfig, result: Result, stages: Stages,
                  batch_table: Table | None = None, traced: bool = True):
         self.path = path
@@ -168,7 +170,11 @@ def _check_manifest(analysis: Analysis) -> None:
     if found is None:
         return
     try:
-        warnings = mf.check_manifest(analysis.result, mf.read(found))
+        m = mf.read(found)
+        warnings = mf.check_manifest(analysis.result, m)
+        if analysis.result.journey is not None:
+            analysis.result.journey.client, more = mf.client_check(analysis.result, m)
+            warnings += more
     except (OSError, ValueError) as exc:
         warnings = [f"the manifest beside the export cannot be read ({exc})"]
     analysis.result.manifest = found
@@ -225,12 +231,32 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     table = per_batch_table(stages, tally.batch if traced else None, cov)
     result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings, table,
                      lost, unions)
+    step("journeys")
+    journey_rows, result.journey = _journeys(cap, stages, table)
     th = thresholds(config.findings)
     result.findings_thresholds = th
     result.findings = findings.evaluate(result, th)
     out = Analysis(cap.path, config, result, stages, batch_table=table, traced=traced)
     out._frames = frames
+    out.journeys = journey_rows
     return out
+
+
+def _journeys(cap: Export, stages: Stages, table: Table):
+    """(one row per request range, the typed journey part) when the capture holds request ranges;
+    (None, None) otherwise. The encode of a journey is an `encode` stage outside every batch."""
+    from . import journey as jn
+
+    inst = stages.instances
+    enc = inst[(inst["stage"] == jn.ENCODE) & (inst["batch"] < 0)] if len(inst) else inst
+    encodes = Table(start=enc["start"], end=enc["end"], gtid=enc["gtid"]) if len(enc) else Table(
+        start=np.zeros(0, np.int64), end=np.zeros(0, np.int64), gtid=np.zeros(0, np.int64))
+    inp = jn.read(cap, stages.config.domain, stages.config.batch, stages.batches, encodes)
+    if inp is None:
+        return None, None
+    rows, meta = jn.journeys(inp)
+    stage_ns = {name: table[f"{name}_ns"] for name in stages.config.stages}
+    return rows, jn.figures(rows, meta, stage_ns)
 
 
 def _no_frames() -> dict[str, Table]:

@@ -19,6 +19,21 @@ which is what `clef-prof analyze` reads.
 
 `push(name)` / `pop()` are the same ranges for code that cannot use a `with` block.
 
+A request's own range and the moment it joins the batcher's queue (what `clef-prof analyze`
+turns into per-request journeys, docs/journey.md)::
+
+    async def handle(req):
+        rid = req.headers["X-Request-Id"]
+        async with clef_prof.request(rid):
+            body = await req.json()
+            clef_prof.enqueued(rid)
+            ...
+
+    @clef_prof.request(lambda req: req.headers["X-Request-Id"])
+    def handle(req): ...
+
+A request range is `request rid=ID` (ASCII); the enqueue point an NVTX mark `enqueued rid=ID`.
+
 With no profiler attached every call returns after one flag check (a decorated function
 only forwards the call).
 
@@ -35,11 +50,14 @@ import functools
 
 from . import nvtx_client as _nc
 
-__all__ = ["stage", "batch", "push", "pop", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
+__all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
 
 DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
-RID_MAX_CHARS = 200     # request ids beyond this are cut and marked with ",..."
+RID_MAX_CHARS = 4000    # request ids beyond this are cut and marked with ",..." (16 UUIDs take 592)
+REQUEST = "request"     # a request range: `request rid=ID`
+ENQUEUED = "enqueued"   # the mark where a request joins the batcher's queue: `enqueued rid=ID`
+_RID_UNSAFE = str.maketrans({c: "_" for c in " \t\n\r\f\v,;)"})
 
 _stages: dict[tuple[str, str], "Stage"] = {}
 _names: dict[tuple[str, str], tuple] = {}
@@ -133,11 +151,17 @@ def stage(name: str, domain: str = DEFAULT_DOMAIN) -> Stage:
     return s
 
 
+def rid_text(rid) -> str:
+    """A request id as messages carry it: whitespace, `,`, `;` and `)` (which end an id in
+    `rid=a,b`) become `_`, the same in request, enqueue and batch messages."""
+    return str(rid).translate(_RID_UNSAFE)
+
+
 def batch_message(name: str = DEFAULT_BATCH, n: int | None = None, request_ids=None) -> str:
     """`pooler n=K rid=a,b,c`: the batch range's text, request ids cut to RID_MAX_CHARS."""
     msg = name if n is None else f"{name} n={int(n)}"
     if request_ids:
-        rid = ",".join(str(r) for r in request_ids)
+        rid = ",".join(rid_text(r) for r in request_ids)
         if len(rid) > RID_MAX_CHARS:
             rid = rid[:RID_MAX_CHARS].rsplit(",", 1)[0] + ",..."
         msg += f" rid={rid}"
@@ -220,3 +244,128 @@ def pop(domain: str = DEFAULT_DOMAIN) -> None:
     """Close this thread's innermost range of `domain`."""
     if _nc._ON:
         _nc.Domain(domain).pop()
+
+
+class Request:
+    """A request's range, `request rid=ID`, from handler entry to exit (made by `request`).
+
+    `with clef_prof.request(rid):` (a push/pop range on this thread) or `async with` (a
+    start/end range: tasks interleave on one thread). As a decorator, `rid` is the id or a
+    callable that takes the decorated function's arguments and returns the id:
+    `@clef_prof.request(lambda req: req.headers["X-Request-Id"])`. With no profiler attached
+    the id is not computed and every call returns after one flag check.
+    """
+
+    __slots__ = ("rid", "domain", "_id")
+
+    def __init__(self, rid, *, domain: str = DEFAULT_DOMAIN):
+        self.rid, self.domain, self._id = rid, domain, 0
+
+    def _message(self, args=(), kwargs=None) -> str:
+        rid = self.rid(*args, **(kwargs or {})) if callable(self.rid) else self.rid
+        return f"{REQUEST} rid={rid_text(rid)}"
+
+    def __enter__(self):
+        if _nc._ON:
+            _nc.Domain(self.domain).push(self._message())
+        return self
+
+    def __exit__(self, *exc):
+        if _nc._ON:
+            _nc.Domain(self.domain).pop()
+        return False
+
+    async def __aenter__(self):
+        if _nc._ON:
+            self._id = _nc.Domain(self.domain).start(self._message())
+        return self
+
+    async def __aexit__(self, *exc):
+        if self._id:
+            _nc.Domain(self.domain).end(self._id)
+            self._id = 0
+        return False
+
+    def __call__(self, fn):
+        import inspect
+        msg = self._message
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def run_async(*args, **kwargs):
+                if not _nc._ON:
+                    return await fn(*args, **kwargs)
+                d = _nc.Domain(self.domain)
+                rid = d.start(msg(args, kwargs))
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    d.end(rid)
+            return run_async
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if not _nc._ON:
+                return fn(*args, **kwargs)
+            d = _nc.Domain(self.domain)
+            d.push(msg(args, kwargs))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                d.pop()
+        return run
+
+    def __repr__(self) -> str:
+        return f"request({self.rid!r}, domain={self.domain!r})"
+
+
+class _NoRequest:
+    """What `request` gives with no profiler attached: one shared object whose `with` does nothing
+    and whose decorator only forwards the call."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        import inspect
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def forward_async(*args, **kwargs):
+                return await fn(*args, **kwargs)
+            return forward_async
+
+        @functools.wraps(fn)
+        def forward(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return forward
+
+
+_NO_REQUEST = _NoRequest()
+
+
+def request(rid, *, domain: str = DEFAULT_DOMAIN):
+    """A request's range `request rid=ID` (see `Request`): `with`, `async with` or a decorator whose
+    `rid` is a callable of the call's arguments. With no profiler attached, one shared object that
+    does nothing (the flag check is the whole cost, and the id is never computed)."""
+    if _nc._state == "fresh":
+        _nc.enabled()
+    return Request(rid, domain=domain) if _nc._ON else _NO_REQUEST
+
+
+def enqueued(rid, domain: str = DEFAULT_DOMAIN) -> None:
+    """Mark the moment request `rid` joins the batcher's queue (an NVTX mark `enqueued rid=ID`,
+    on the calling thread)."""
+    if _nc._state == "fresh":
+        _nc.enabled()
+    if _nc._ON:
+        _nc.Domain(domain).mark(f"{ENQUEUED} rid={rid_text(rid)}")

@@ -33,6 +33,9 @@ def nsys_annotations(spec, kinds: dict | None = None) -> tuple[list[dict], list[
     blocks, left_out = [], []
     names = [spec.batch_name, *spec.stages]
     for b in spec.bindings():
+        if b.role not in ("batch", "stage"):
+            left_out.append(f"{b.where}: {b.target}: nsys's ranges cannot carry a request id; left out of the JSON")
+            continue
         kind = (kinds or {}).get(b.where) or ""
         if b.target.path is not None:
             left_out.append(f"{b.where}: {b.target} is a file target: nsys imports modules by name; left out of "

@@ -31,6 +31,19 @@ array of tables, each with its own `target`, `size_arg` and `request_ids_arg`, a
 
 All of them open the same batch range (`name`, the same in every table).
 
+Per-request journeys (docs/journey.md) need a request range around each HTTP handler and, where
+the request joins the batcher, an enqueue mark; a `[request]` table puts both in without edits::
+
+    [request]
+    target = "pkg.api:handle"            # or a list: every handler of a request
+    id_header = "X-Request-Id"           # the id: a header of the HTTP request object ...
+    header_arg = "request"               #   ... held by this parameter (default "request")
+    # id_arg = "req.request_id"          # ... or a parameter / attribute path holding the id
+    enqueue = "pkg.engine:Engine.add"    # optional: mark `enqueued rid=ID` when this is called
+    enqueue_id_arg = "request_id"        #   with the id in this parameter / attribute path
+
+A call whose id cannot be read runs without a range (it could not be joined to its batch).
+
 This module is standard library only (TOML through `tomllib`, or `tomli` on Python < 3.11):
 the injection hook loads it in every profiled process.
 """
@@ -48,7 +61,8 @@ _ARG_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FILE_TARGET = re.compile(r"^(.+\.py):([A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$")
 
-TOP_KEYS = ("domain", "batch", "stages", "description", "findings")
+TOP_KEYS = ("domain", "batch", "stages", "description", "findings", "request")
+REQUEST_KEYS = ("target", "id_arg", "id_header", "header_arg", "enqueue", "enqueue_id_arg")
 BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
 
 
@@ -102,9 +116,25 @@ class Binding:
     size_arg: str | None = None            # batch targets only
     request_ids_arg: str | None = None
     runner: str | None = None
+    id_arg: str | None = None              # request and enqueue targets: where the id comes from
+    id_header: str | None = None
+    header_arg: str | None = None
 
     def __str__(self) -> str:
         return f"{self.where} = {self.target}"
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """The `[request]` table: handler targets and where their id comes from, and the optional
+    enqueue target with its id."""
+
+    targets: tuple[Target, ...]
+    id_arg: str | None = None
+    id_header: str | None = None
+    header_arg: str = "request"
+    enqueue: Target | None = None
+    enqueue_id_arg: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,7 @@ class Spec:
     stages: dict[str, tuple[Target, ...]] = field(default_factory=dict)
     description: str | None = None
     findings: tuple[tuple[str, float], ...] = ()     # [findings] threshold overrides
+    request: RequestSpec | None = None               # [request]: request ranges and the enqueue mark
 
     @property
     def batch_target(self) -> Target | None:
@@ -142,6 +173,14 @@ class Spec:
             for i, t in enumerate(targets):
                 where = f"[stages].{name}" if len(targets) == 1 else f"[stages].{name}[{i}]"
                 out.append(Binding("stage", name, t, where))
+        r = self.request
+        if r is not None:
+            for i, t in enumerate(r.targets):
+                where = "[request].target" if len(r.targets) == 1 else f"[request].target[{i}]"
+                out.append(Binding("request", "request", t, where, id_arg=r.id_arg, id_header=r.id_header,
+                                   header_arg=r.header_arg))
+            if r.enqueue is not None:
+                out.append(Binding("enqueue", "enqueued", r.enqueue, "[request].enqueue", id_arg=r.enqueue_id_arg))
         return out
 
     def to_dict(self) -> dict:
@@ -162,6 +201,16 @@ class Spec:
         d["stages"] = {k: (str(v[0]) if len(v) == 1 else [str(t) for t in v]) for k, v in self.stages.items()}
         if self.findings:
             d["findings"] = dict(self.findings)
+        r = self.request
+        if r is not None:
+            t = {"target": str(r.targets[0]) if len(r.targets) == 1 else [str(x) for x in r.targets]}
+            if r.id_arg is not None:
+                t["id_arg"] = r.id_arg
+            if r.id_header is not None:
+                t.update(id_header=r.id_header, header_arg=r.header_arg)
+            if r.enqueue is not None:
+                t.update(enqueue=str(r.enqueue), enqueue_id_arg=r.enqueue_id_arg)
+            d["request"] = t
         return d
 
 
@@ -237,7 +286,8 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
         raise SpecError(f"{path}: a stage spec is a table")
     extra = set(data) - set(TOP_KEYS)
     if extra:
-        raise SpecError(f"{path}: unknown keys {', '.join(sorted(extra))} (expected domain, batch, stages, findings)")
+        raise SpecError(f"{path}: unknown keys {', '.join(sorted(extra))} (expected domain, batch, stages, findings, "
+                        "request)")
     domain = data.get("domain", DEFAULT_DOMAIN)
     if not isinstance(domain, str):
         raise SpecError(f"{path}: domain must be a string")
@@ -282,7 +332,55 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
             ts.append(t)
         stages[name] = tuple(ts)
     return Spec(path=path, domain=domain, batch_name=batch_name, batches=tuple(batches), stages=stages,
-                description=description, findings=_findings(data.get("findings", {}), path))
+                description=description, findings=_findings(data.get("findings", {}), path),
+                request=_request(data.get("request"), path, base, seen))
+
+
+_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None:
+    """The [request] table, checked: targets, exactly one id source, the enqueue target and its id."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: [request] must be a table")
+    extra = set(raw) - set(REQUEST_KEYS)
+    if extra:
+        raise SpecError(f"{path}: unknown keys in [request]: {', '.join(sorted(extra))} "
+                        f"(expected {', '.join(REQUEST_KEYS)})")
+    vals = raw.get("target")
+    vals = vals if isinstance(vals, list) else [vals] if vals is not None else []
+    if not vals:
+        raise SpecError(f"{path}: [request].target: name the handler(s) that run one request each")
+    targets = []
+    for v in vals:
+        t = Target.parse(v, f"{path} [request].target", base)
+        if t in seen:
+            raise SpecError(f"{path}: [request].target: {t} is already the target of {seen[t]}")
+        seen[t] = "[request].target"
+        targets.append(t)
+    id_arg = _arg_path(raw.get("id_arg"), "[request].id_arg", path)
+    header = raw.get("id_header")
+    if header is not None and (not isinstance(header, str) or not _HEADER.match(header)):
+        raise SpecError(f"{path}: [request].id_header must be an HTTP header name (e.g. 'X-Request-Id'), not {header!r}")
+    if (id_arg is None) == (header is None):
+        raise SpecError(f"{path}: [request] needs exactly one of id_arg (a parameter or attribute path holding the "
+                        "id) and id_header (a header of the HTTP request object)")
+    header_arg = _arg_path(raw.get("header_arg", "request"), "[request].header_arg", path)
+    enqueue = enqueue_id = None
+    if "enqueue" in raw:
+        enqueue = Target.parse(raw["enqueue"], f"{path} [request].enqueue", base)
+        if enqueue in seen:
+            raise SpecError(f"{path}: [request].enqueue: {enqueue} is already the target of {seen[enqueue]}")
+        seen[enqueue] = "[request].enqueue"
+        enqueue_id = _arg_path(raw.get("enqueue_id_arg"), "[request].enqueue_id_arg", path)
+        if enqueue_id is None:
+            raise SpecError(f"{path}: [request].enqueue needs enqueue_id_arg: the parameter or attribute path "
+                            "holding the request id")
+    elif "enqueue_id_arg" in raw:
+        raise SpecError(f"{path}: [request].enqueue_id_arg without enqueue")
+    return RequestSpec(tuple(targets), id_arg, header, header_arg, enqueue, enqueue_id)
 
 
 def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:

@@ -242,6 +242,69 @@ def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, r
     return run_batch
 
 
+def _request_id(getter: "_ArgGetter", header: str | None):
+    """A reader of the request id from a call: the value at `getter`'s path, or the header `header`
+    of the object there (a mapping `.headers`, as aiohttp, Starlette and http.server requests have).
+    None when it cannot be read."""
+    def read(args, kwargs):
+        try:
+            v = getter(args, kwargs)
+            if v is _MISSING or v is None:
+                return None
+            if header is not None:
+                v = v.headers.get(header)
+            return None if v is None else str(v)
+        except Exception:
+            return None
+    return read
+
+
+def _make_request_wrapper(func, role: str, domain: str, read):
+    """The request range around a handler (role "request"), or the enqueue mark before a call
+    (role "enqueue"); with no profiler attached, or no id, only the call."""
+    from . import api as ann
+    from . import nvtx_client as nc
+
+    if role == "enqueue":
+        def mark(args, kwargs):
+            rid = read(args, kwargs)
+            if rid is not None:
+                ann.enqueued(rid, domain)
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def enqueue_async(*args, **kwargs):
+                if nc.enabled():
+                    mark(args, kwargs)
+                return await func(*args, **kwargs)
+            return enqueue_async
+
+        @functools.wraps(func)
+        def enqueue(*args, **kwargs):
+            if nc.enabled():
+                mark(args, kwargs)
+            return func(*args, **kwargs)
+        return enqueue
+
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def request_async(*args, **kwargs):
+            rid = read(args, kwargs) if nc.enabled() else None
+            if rid is None:
+                return await func(*args, **kwargs)
+            async with ann.request(rid, domain=domain):
+                return await func(*args, **kwargs)
+        return request_async
+
+    @functools.wraps(func)
+    def request(*args, **kwargs):
+        rid = read(args, kwargs) if nc.enabled() else None
+        if rid is None:
+            return func(*args, **kwargs)
+        with ann.request(rid, domain=domain):
+            return func(*args, **kwargs)
+    return request
+
+
 class Prepared:
     """A resolved target and the wrapper to set: `apply()` sets it, `undo()` puts the original
     attribute back (when the wrapper is still there)."""
@@ -291,6 +354,10 @@ def _ranged(binding, spec, func, flavour: str):
     if not inspect.isfunction(func) and flavour == "async":
         async def func(*args, **kwargs):
             return await callee(*args, **kwargs)
+    if binding.role in ("request", "enqueue"):
+        path = binding.header_arg if binding.id_header else binding.id_arg
+        return _make_request_wrapper(func, binding.role, spec.domain,
+                                     _request_id(_ArgGetter(callee, path), binding.id_header))
     if binding.role == "batch":
         size = _ArgGetter(callee, binding.size_arg) if binding.size_arg else None
         rids = _ArgGetter(callee, binding.request_ids_arg) if binding.request_ids_arg else None

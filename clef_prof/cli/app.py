@@ -12,7 +12,7 @@ from .options import add_stage_options
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
             "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "load": "load",
-            "bench": "bench"}
+            "bench": "bench", "export": "export"}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

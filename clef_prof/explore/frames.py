@@ -298,7 +298,25 @@ class Capture:
         | batch_start_ns, batch_end_ns | ns | the batch range |
         | host_ms_per_request | ms | the batch's host span / size (an equal share) |
         | h2d_copies, h2d_bytes, kernel_launches | per request | the batch's figures / size (CUDA only) |
+
+        When the capture holds request ranges (`clef_prof.request`, docs/journey.md) a request is one
+        request range instead, in start order, with its journey:
+
+        | column | unit / type | meaning |
+        |---|---|---|
+        | request | int | 0.. in start order |
+        | rid | str | the request range's id |
+        | pid, tid, process, thread | | the thread that opened the request range |
+        | cut | bool | still open at the capture's end (its segments are 0) |
+        | batch, batch_size | int / requests | the batch whose rid= list names it (-1, 0: none in the capture) |
+        | start_ns, end_ns, e2e_ns | ns | the request range and its span |
+        | receive_ns, queue_ns, batch_ns, after_batch_ns, encode_ns, send_ns, unattributed_ns | ns | its segments (they sum to e2e_ns) |
+        | enqueue_ns, batch_start_ns, batch_end_ns, encode_start_ns, encode_end_ns | ns | its points; -1 where absent |
+        | out_of_order | bool | a point lay before the one it follows (moved up to it) |
+        | batch_start_ns, batch_end_ns, host_ms_per_request, h2d_copies, h2d_bytes, kernel_launches | | as above, of its batch (NaN: none) |
         """
+        if self.analysis.journeys is not None:
+            return self._journey_requests()
         b = self.batches
         size = b["size"].to_numpy()
         batch = np.repeat(b["batch"].to_numpy(), size)
@@ -315,6 +333,29 @@ class Capture:
         for col in ("h2d_copies", "h2d_bytes", "kernel_launches"):
             if col in b:
                 df[col] = np.repeat(b[col].to_numpy() / np.maximum(size, 1), size)
+        return df
+
+    def _journey_requests(self) -> pd.DataFrame:
+        from ..analyze.journey import SEGMENTS
+
+        t = self.analysis.journeys
+        bi = t["batch"]
+        df = pd.DataFrame({"request": np.arange(len(t)), "rid": pd.array(t["rid"], dtype="string"),
+                           **self._who(t["gtid"]), "cut": t["cut"], "batch": bi, "batch_size": t["batch_size"],
+                           "start_ns": t["start"], "end_ns": t["end"], "e2e_ns": t["e2e_ns"],
+                           **{f"{s}_ns": t[f"{s}_ns"] for s in SEGMENTS},
+                           "enqueue_ns": t["enqueue"], "batch_start_ns": t["batch_start"], "batch_end_ns": t["batch_end"],
+                           "encode_start_ns": t["encode_start"], "encode_end_ns": t["encode_end"],
+                           "out_of_order": t["out_of_order"]})
+        b = self.batches
+        has = bi >= 0
+        j = np.maximum(bi, 0)
+        for col in ("host_ms_per_request", "h2d_copies", "h2d_bytes", "kernel_launches"):
+            if col in b and len(b):
+                v = b[col].to_numpy(dtype=np.float64)
+                if col != "host_ms_per_request":
+                    v = v / np.maximum(b["size"].to_numpy(), 1)
+                df[col] = np.where(has, v[j], np.nan)
         return df
 
     def _empty(self, cols: dict[str, str]) -> pd.DataFrame:

@@ -165,6 +165,9 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
             [svg.stage_durations(cap)], "one point per batch (each stage's instances in a batch summed); "
             "boxes: quartiles and median, whiskers to the furthest batch within 1.5 IQR; log scale"))
 
+    if r.journey is not None and getattr(cap, "journeys", None) is not None:
+        parts.append(_journey_section(cap, svg))
+
     if not any(p.startswith("<h2>Timeline and findings") for p in parts):
         parts.append("<h2>Findings</h2>" + _findings(r))
 
@@ -202,6 +205,30 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
                  f"{_e(cfg.schema_version or '?')} · generated "
                  f"{_e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}</footer></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _journey_section(cap, svg) -> str:
+    """The request journeys: the segment table (per request, ms) and a waterfall of the p50 request
+    and the p99+ tail."""
+    from .text import journey_head, journey_rows, _jms, _jpct
+
+    r = cap.result
+    out = ["<h2>Request journeys</h2><ul class=\"headline\">"
+           + "".join(f"<li>{_e(line.strip())}</li>" for line in journey_head(r)) + "</ul>"]
+    out.append(_table(["segment", "mean ms", "p50 ms", "p99 ms", "share", "tail mean ms", "tail share"],
+                      [[name.replace("  ", "↳ "), _jms(f.mean_ms), _jms(f.p50_ms), _jms(f.p99_ms), _jpct(f.share_pct),
+                        _jms(f.tail_mean_ms), _jpct(f.tail_share_pct)] for name, f in journey_rows(r)]))
+    if r.journey.complete:
+        try:
+            pic, info = svg.waterfall(cap, "p50,p99")
+        except ClefError as exc:
+            out.append(f'<div class="warn">waterfall: {_e(exc)}</div>')
+        else:
+            out.append(_figure([pic], f"{info['rows']} requests, the p50 one and the p99+ tail ({r.journey.tail_requests}"
+                                      " at or above the p99 of end-to-end), slowest last: each row from its handler's "
+                                      "entry to its exit, its segments on the handler's thread and its batch's "
+                                      "stages under them on the batch's thread"))
+    return "".join(out)
 
 
 def write_html(cap, path: str, inputs=(), **kw) -> str:

@@ -27,7 +27,7 @@ from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR,
                     LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
                     STAGE_COLORS, TimelineMarks, timeline_title)
 
-__all__ = ["Timeline", "timeline", "stage_durations"]
+__all__ = ["Timeline", "timeline", "stage_durations", "waterfall"]
 
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif"'
 WIDTH = 1100                   # viewBox units; the page scales the picture to its column
@@ -526,3 +526,86 @@ def stage_durations(analysis) -> str:
     svg.add(f'<rect x="{LEFT}" y="{top}" width="{plot_w}" height="{_n(bottom - top)}" fill="none" stroke="#333" '
             f'stroke-width="0.8"/>')
     return svg.done()
+
+
+# ------------------------------------------------------------------------------------------
+# request waterfall
+
+SEGMENT_COLORS = {"receive": "#8e8e93", "queue": "#ff9f0a", "batch": "#0a84ff", "after_batch": "#bf5af2",
+                  "encode": "#30d158", "send": "#64d2ff", "unattributed": "#ff453a"}
+
+
+def waterfall(analysis, which: str = "p50,p99", max_rows: int = 40) -> tuple[str, dict]:
+    """The journeys of the requests `which` names (analyze.journey.select: the p50 one and the p99+
+    tail by default), one row each from its handler entry (x = 0, ms) to its exit: its segments in
+    order on the handler's thread, its batch's stages in a thin row under it on the batch's thread.
+    Returns (SVG, {"requests": [rid, ...], "rows": n, "segments": {name: marks}})."""
+    from ..analyze import journey as jn
+
+    t = analysis.journeys
+    pick = jn.select(t, which)[:max_rows]
+    if len(pick) == 0:
+        raise ClefError("waterfall: no complete request journey to draw")
+    rows = t[pick]
+    order = np.argsort(rows["e2e_ns"], kind="stable")
+    rows = rows[order]
+    e2e = rows["e2e_ns"].astype(np.float64)
+    hi = float(e2e.max()) / 1e6 or 1.0
+    row_h, top = 34, 30
+    height = top + row_h * len(rows) + 60
+    x0, x1 = LEFT + 60, WIDTH - RIGHT
+    svg = _Svg(WIDTH, height, "waterfall", "Request journeys",
+               f"{len(rows)} requests, each from handler entry to exit: "
+               + ", ".join(s.replace("_", " ") for s in jn.SEGMENTS) + "; the batch's stages below each")
+
+    def x_of(ms):
+        return x0 + (x1 - x0) * ms / hi
+
+    _x_axis(svg, x_of, 0.0, hi, top - 6, top + row_h * len(rows), "ms from the request's handler entry")
+    marks = {s: 0 for s in jn.SEGMENTS}
+    st = analysis.stages
+    inst = st.instances
+    names = list(st.config.stages)
+    for k in range(len(rows)):
+        y = top + row_h * k
+        r0 = int(rows["start"][k])
+        g, bt = int(rows["gtid"][k]), int(rows["batch"][k])
+        svg.text(LEFT + 55, y + 13, f"{rows['rid'][k]} ({_us(int(rows['e2e_ns'][k]))})"[:34], anchor="end", size=10)
+        svg.text(LEFT + 55, y + 25, f"tid {g & 0xFFFFFF}" + (f" → tid {int(st.batches['gtid'][bt]) & 0xFFFFFF}"
+                                                             if bt >= 0 else ""), anchor="end", size=8)
+        pos = r0
+        parts = []
+        for s in jn.SEGMENTS:
+            d = int(rows[f"{s}_ns"][k])
+            if d <= 0:
+                continue
+            if s != "unattributed":
+                start = _seg_start(rows, k, s)
+                pos = start if start is not None else pos
+            a, b = (pos - r0) / 1e6, (pos - r0 + d) / 1e6
+            parts.append(f'<rect data-segment="{s}" x="{_n(x_of(a))}" y="{_n(y + 3)}" '
+                         f'width="{_n(max(x_of(b) - x_of(a), 0.8))}" height="14" fill="{SEGMENT_COLORS[s]}">'
+                         f'<title>{_e(rows["rid"][k])}: {s.replace("_", " ")} {_us(d)}</title></rect>')
+            marks[s] += 1
+            pos += d
+        if bt >= 0:
+            m = inst["batch"] == bt
+            for c, s0, s1 in zip(inst["code"][m], inst["start"][m], inst["end"][m]):
+                a, b = (int(s0) - r0) / 1e6, (int(s1) - r0) / 1e6
+                parts.append(f'<rect data-stage="{names[int(c)]}" x="{_n(x_of(a))}" y="{_n(y + 19)}" '
+                             f'width="{_n(max(x_of(b) - x_of(a), 0.8))}" height="6" '
+                             f'fill="{STAGE_COLORS[int(c) % len(STAGE_COLORS)]}"><title>batch #{bt} '
+                             f'{names[int(c)]} {_us(int(s1) - int(s0))}</title></rect>')
+        svg.add(f'<g data-request="{_e(rows["rid"][k])}">' + "".join(parts) + "</g>")
+    _legend(svg, WIDTH - RIGHT + 12, top + 4, [(SEGMENT_COLORS[s], s.replace("_", " "), "rect") for s in jn.SEGMENTS])
+    return svg.done(), {"requests": [str(r) for r in rows["rid"]], "rows": len(rows), "segments": marks}
+
+
+def _seg_start(rows, k: int, seg: str):
+    """Where segment `seg` of row k starts (ns), None when it follows the one before."""
+    col = {"receive": "start", "queue": "enqueue", "batch": "batch_start", "after_batch": "batch_end",
+           "encode": "encode_start"}.get(seg)
+    if col is None:
+        return None
+    v = int(rows[col][k])
+    return v if v >= 0 else None

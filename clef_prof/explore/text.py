@@ -132,6 +132,79 @@ def headline(result: Result) -> list[str]:
     return lines
 
 
+JOURNEY_WIDTH = 80          # the journey section's lines fit an 80-column terminal
+
+
+def _jms(v) -> str:
+    return "—" if v is None else f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _jpct(v) -> str:
+    return "—" if v is None else f"{v:.1f}%"
+
+
+def journey_rows(result: Result) -> list[tuple[str, object]]:
+    """(label, SegmentFigures) of each journey segment, the batch's stages indented under `batch`."""
+    j = result.journey
+    rows = []
+    for name, f in j.segments.items():
+        rows.append((name.replace("_", " "), f))
+        if name == "batch":
+            rows += [(f"  {s}", g) for s, g in j.batch_stages.items()]
+    return rows
+
+
+def journey_head(result: Result) -> list[str]:
+    """The request journey's summary lines (what is counted, what did not meet, the client check)."""
+    j = result.journey
+    out = [f"request journey: {j.complete:,} of {j.request_ranges:,} request ranges complete "
+           f"(per request, ms)",
+           f"  end-to-end: mean {_jms(j.e2e_ms_mean)}, p50 {_jms(j.e2e_ms_p50)}, p99 {_jms(j.e2e_ms_p99)} ms; "
+           f"tail (>= p99): {j.tail_requests:,} requests"]
+    odd = [(j.cut_by_window, "cut by the capture window"), (j.without_batch, "with no batch in the capture"),
+           (j.without_enqueue, "complete without an enqueue mark"),
+           (j.out_of_order, "complete with points out of order"),
+           (j.unclaimed_batch_ids, "batch ids no request range took"),
+           (j.batches_with_cut_ids, "batches whose rid= list was cut")]
+    for n, what in odd:
+        if n:
+            out.append(f"  {n:,} {what}")
+    for key, ids in j.listed.items():
+        if ids:
+            out.append(f"  {key.replace('_', ' ')}: " + ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""))
+    c = j.client
+    if c is not None:
+        out.append(f"  client check: journeys {c.journey_e2e_ms_mean:.3f} ms, client {c.client_latency_ms_mean:.3f} "
+                   f"ms mean; gap {c.gap_ms:.3f} ms ({'within' if c.agrees else 'beyond'} "
+                   f"{c.allowance_ms:.3f} ms)")
+    return [_fit(line) for line in out]
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= JOURNEY_WIDTH else line[:JOURNEY_WIDTH - 3] + "..."
+
+
+def journey_text(result: Result) -> list[str]:
+    """The request journey section as plain lines of at most JOURNEY_WIDTH columns."""
+    out = journey_head(result)
+    out.append(f"{'segment':<16}{'mean':>9}{'p50':>9}{'p99':>9}{'share':>8}{'tail mean':>11}{'tail %':>8}")
+    for name, f in journey_rows(result):
+        out.append(f"{name:<16}{_jms(f.mean_ms):>9}{_jms(f.p50_ms):>9}{_jms(f.p99_ms):>9}{_jpct(f.share_pct):>8}"
+                   f"{_jms(f.tail_mean_ms):>11}{_jpct(f.tail_share_pct):>8}")
+    return [_fit(line) for line in out]
+
+
+def journey_markdown(result: Result) -> list[str]:
+    out = ["", "**request journey**", ""] + [f"- {md(line.strip())}" for line in journey_head(result)]
+    out += ["", "| segment | mean ms | p50 ms | p99 ms | share | tail mean ms | tail share |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, f in journey_rows(result):
+        label = md(name.strip()) if not name.startswith("  ") else f"↳ {md(name.strip())}"
+        out.append(f"| {label} | {_jms(f.mean_ms)} | {_jms(f.p50_ms)} | {_jms(f.p99_ms)} | {_jpct(f.share_pct)} | "
+                   f"{_jms(f.tail_mean_ms)} | {_jpct(f.tail_share_pct)} |")
+    return out
+
+
 def render_terminal(result: Result, console: Console | None = None) -> None:
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     console.print(f"[bold]clef-prof analyze[/bold] {escape(result.path)}", highlight=False)
@@ -148,6 +221,9 @@ def render_terminal(result: Result, console: Console | None = None) -> None:
         for name, figures in stage_rows(result):
             table.add_row(Text(name), *(fmt(get(figures), kind) for get, _, kind in cols))
         console.print(table)
+    if result.journey is not None:
+        for line in journey_text(result):
+            console.print(Text(line), highlight=False)
     from ..analyze.findings import lines as finding_lines
     console.print(f"[bold]Findings[/bold] ({len(result.findings)})", highlight=False)
     for line in finding_lines(result):
@@ -165,6 +241,8 @@ def render_markdown(result: Result) -> str:
     out.append("|---|" + "---:|" * len(cols))
     for name, figures in stage_rows(result):
         out.append(f"| {md(name)} | " + " | ".join(fmt(get(figures), kind) for get, _, kind in cols) + " |")
+    if result.journey is not None:
+        out += journey_markdown(result)
     from ..analyze.findings import markdown as findings_markdown
     out += findings_markdown(result)
     if result.warnings:
@@ -182,6 +260,27 @@ def render_csv(result: Result) -> str:
         block = figures.to_json()
         w.writerow([result.path, name, result.requests, *("" if block.get(k) is None else block.get(k)
                                                            for k in CSV_KEYS)])
+    return buf.getvalue()
+
+
+JOURNEY_CSV = ["rid", "pid", "tid", "cut", "batch", "batch_size", "start_ns", "end_ns", "e2e_ns", "receive_ns",
+               "queue_ns", "batch_ns", "after_batch_ns", "encode_ns", "send_ns", "unattributed_ns", "enqueue_ns",
+               "batch_start_ns", "batch_end_ns", "encode_start_ns", "encode_end_ns", "out_of_order"]
+
+
+def render_journeys_csv(rows) -> str:
+    """One row per request range (analyze's `Analysis.journeys`), the columns of JOURNEY_CSV
+    (docs/journey.md): times in ns from the session start, -1 where a point is absent."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(JOURNEY_CSV)
+    g = rows["gtid"].astype("int64")
+    cols = {"pid": (g >> 24) & 0xFFFFFF, "tid": g & 0xFFFFFF, "start_ns": rows["start"], "end_ns": rows["end"],
+            "enqueue_ns": rows["enqueue"], "batch_start_ns": rows["batch_start"], "batch_end_ns": rows["batch_end"],
+            "encode_start_ns": rows["encode_start"], "encode_end_ns": rows["encode_end"]}
+    data = [cols[k] if k in cols else rows[k] for k in JOURNEY_CSV]
+    for rec in zip(*(c.tolist() for c in data)):
+        w.writerow(rec)
     return buf.getvalue()
 
 

@@ -11,8 +11,11 @@ Endpoints:
   `window` in the domain `clef-prof` in between (for `--capture-range=nvtx`). /stop_profile
   answers the server's own count of the requests and batches it ran inside the window.
 
+Each /v1/systemone request runs in `clef_prof.request(rid)` on its HTTP thread (rid: its
+X-Request-Id header, else r1, r2, ...), with the mark `clef_prof.enqueued(rid)` where it joins
+the queue: what `clef-prof analyze` turns into per-request journeys (docs/journey.md).
 A batcher on the main thread takes whatever is queued (1 to 16 requests) and runs one pooler
-per batch inside `clef_prof.batch(n=K)`, with the stages `parse`, `index`, `transfer`, `head`
+per batch inside `clef_prof.batch(n=K, request_ids=...)`, with the stages `parse`, `index`, `transfer`, `head`
 and `encode` (clef_prof.stage) nested in that order. It also runs /start_profile and
 /stop_profile, between two batches: cudaProfilerStart and cudaProfilerStop come from the thread
 that does the CUDA work (with cudaProfilerStart and Stop called from two different HTTP threads,
@@ -44,7 +47,7 @@ from array import array
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..annotate.api import batch as nvtx_batch
-from ..annotate.api import stage
+from ..annotate.api import enqueued, request, stage
 from ..errors import ClefError
 
 MAX_BATCH = 16
@@ -300,10 +303,11 @@ class Control:
 
 
 class Pending:
-    __slots__ = ("body", "done", "status", "answer")
+    __slots__ = ("body", "rid", "done", "status", "answer")
 
-    def __init__(self, body: bytes):
+    def __init__(self, body: bytes, rid: str = ""):
         self.body = body
+        self.rid = rid
         self.done = threading.Event()
         self.status = 500
         self.answer = b""
@@ -336,6 +340,7 @@ class DemoServer:
         self._wdom = nc.Domain(WINDOW_DOMAIN)
         self._wmsg = self._wdom.register(WINDOW_RANGE)
         self._wid = 0
+        self._rid = 0
         try:
             self.httpd = _Server((host, port), self._handler_class())
         except OSError as exc:
@@ -346,7 +351,7 @@ class DemoServer:
     # -- pooler ---------------------------------------------------------------------------
     def run_batch(self, items: list[Pending]) -> None:
         t0 = time.monotonic()
-        with nvtx_batch(n=len(items)):
+        with nvtx_batch(n=len(items), request_ids=[p.rid for p in items] if items[0].rid else None):
             with S_PARSE:
                 reqs = []
                 for p in items:
@@ -505,21 +510,36 @@ class DemoServer:
 
             def do_POST(self):
                 path = self.path.split("?", 1)[0]
-                body = self._body()
                 if path == "/v1/systemone":
-                    if server.stopping.is_set():
-                        return self._json(503, {"error": "shutting down"})
-                    p = Pending(body)
-                    server.q.put(p)
-                    if not p.done.wait(60):
-                        return self._json(504, {"error": "the pooler did not answer in 60 s"})
-                    self._send(p.status, p.answer)
-                elif path in ("/start_profile", "/stop_profile") and server.profile_endpoints:
+                    rid = self.headers.get("X-Request-Id") or server.next_rid()
+                    with request(rid):
+                        return self._systemone(rid)
+                body = self._body()
+                if path in ("/start_profile", "/stop_profile") and server.profile_endpoints:
                     self._json(*server.control("start" if path == "/start_profile" else "stop"))
                 else:
                     self._json(404, {"error": f"no route POST {path}"})
 
+            def _systemone(self, rid: str):
+                """One request: its range `request rid=ID` covers the body read to the answer written;
+                the mark `enqueued rid=ID` is where it joins the batcher's queue."""
+                body = self._body()
+                if server.stopping.is_set():
+                    return self._json(503, {"error": "shutting down"})
+                p = Pending(body, rid)
+                enqueued(rid)
+                server.q.put(p)
+                if not p.done.wait(60):
+                    return self._json(504, {"error": "the pooler did not answer in 60 s"})
+                self._send(p.status, p.answer)
+
         return Handler
+
+    def next_rid(self) -> str:
+        """A request id for a request that brings no X-Request-Id: r1, r2, ..."""
+        with self.lock:
+            self._rid += 1
+            return f"r{self._rid}"
 
     def version_info(self) -> dict:
         from ..config import VERSION as __version__

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Time and peak memory of `analyze` with and without the request journeys, on a tiled capture.
+
+    python benchmarks/bench_journey.py                       # tests/data/gpu25-journey x45: ~100k requests, ~1.1 GB
+    python benchmarks/bench_journey.py --tiles 5             # a smaller one
+    python benchmarks/bench_journey.py --export BIG.sqlite   # an export made before
+
+The source is the GPU recording in tests/data (2,225 request ranges, 149 batches, 24.8 MB),
+tiled in time by bench/scale_export.py. Each run is a fresh `python -c` process (best of
+--repeat, wall time; peak RSS from getrusage): once as analyze runs, once with the journey step
+replaced by one that returns nothing. Journeys are read with their own queries (request ranges,
+enqueue marks, the batches' full rid lists) and joined with sorted searches: the issue's bound is
+1.5x the time and memory of analyze without them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+import clef_prof.analyze.result as res
+if sys.argv[3] == "off":
+    res._journeys = lambda cap, stages, table: (None, None)
+t = time.perf_counter()
+a = res.analyze(sys.argv[2])
+wall = time.perf_counter() - t
+j = a.result.journey
+print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "requests": None if j is None else j.request_ranges, "complete": None if j is None else j.complete}))
+"""
+
+
+def run(export: str, mode: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), export, mode], capture_output=True, text=True,
+                       check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiles", type=int, default=45)
+    ap.add_argument("--export", help="an export to use instead of tiling tests/data/gpu25-journey")
+    ap.add_argument("--repeat", type=int, default=2)
+    a = ap.parse_args()
+    tmp = None
+    export = a.export
+    if export is None:
+        tmp = tempfile.mkdtemp(prefix="bench-journey-")
+        src = os.path.join(tmp, "src.sqlite")
+        with lzma.open(ROOT / "tests" / "data" / "gpu25-journey.sqlite.xz") as f, open(src, "wb") as g:
+            shutil.copyfileobj(f, g)
+        export = os.path.join(tmp, "tiled.sqlite")
+        subprocess.run([sys.executable, str(ROOT / "bench" / "scale_export.py"), src, export, "--tiles",
+                        str(a.tiles)], check=True, capture_output=True)
+    try:
+        print(f"export: {export} ({os.path.getsize(export) / 1e9:.2f} GB)")
+        out = {}
+        for mode in ("off", "on"):
+            best = min((run(export, mode) for _ in range(a.repeat)), key=lambda r: r["wall_s"])
+            out[mode] = best
+            print(f"  journeys {mode:3s}: {best['wall_s']:7.2f} s wall, peak RSS {best['rss_mb']:8.1f} MB"
+                  + (f", {best['requests']:,} request ranges ({best['complete']:,} complete)" if best["requests"] else ""))
+        print(f"  ratio: time {out['on']['wall_s'] / out['off']['wall_s']:.2f}x, "
+              f"memory {out['on']['rss_mb'] / out['off']['rss_mb']:.2f}x (bound: 1.5x each)")
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Per-request journeys: each request range (`request rid=ID`), joined by id to its enqueue mark
+(`enqueued rid=ID`) and to the batch range whose `rid=` list names it, and on its own thread to
+the `encode` range it ends with, cut into segments that sum to its end-to-end span exactly.
+
+The points of a journey, in time order: handler entry R0, enqueue E, batch start B0 and end B1,
+encode start C0 and end C1, handler exit R1. The segments between them:
+
+    receive      R0 -> E        handler entry to enqueue (body read, JSON parse)
+    queue        E  -> B0       waiting for the batcher
+    batch        B0 -> B1       its batch's whole span (split further by the batch's stages)
+    after_batch  B1 -> C0       batch end to the start of its own encode
+    encode       C0 -> C1       its `encode` range outside every batch range
+    send         C1 -> R1       encode end (batch end when it has no encode of its own) to exit
+    unattributed                end-to-end minus all of the above
+
+A segment counts only when both its points are known; what lies between known points that no
+segment names (no enqueue mark: R0 -> B0; no batch: E -> C0 or E -> R1) is `unattributed`.
+Points are put in order inside [R0, R1] first (a point before the one it follows is moved up to
+it and the journey counted `out_of_order`), so every segment is >= 0 and they close exactly.
+
+Matching: the batch of a request is the first batch that names its id and starts at or after R0
+(and not after R1); its enqueue mark, the first mark of its id in [R0, R1]; its encode, the last
+`encode` range outside every batch on the request range's thread that ends by R1 and starts at or
+after B1 (or E, or R0). For a coroutine handler that does not `await` between its encode and its
+return, that is its own encode even with other requests interleaved on the loop's thread.
+
+Everything here is a pure function over NumPy arrays; `read` (the SQL) is at the edge.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arrays import percentile
+from .columns import Table, factorize
+from .export import Export
+
+SEGMENTS = ("receive", "queue", "batch", "after_batch", "encode", "send", "unattributed")
+REQUEST = "request"             # clef_prof.annotate.api.REQUEST (not imported: annotate is a layer above)
+ENQUEUED = "enqueued"
+ENCODE = "encode"               # the stage whose range outside every batch is a request's own encode
+RID_CHARS = 65536               # a batch message's rid= list is read up to this many characters
+LISTED = 20                     # ids listed per kind of mismatch (all are counted)
+TAIL_PCT = 99.0                 # the tail: requests at or above this percentile of end-to-end
+_NONE = -1
+
+
+@dataclass
+class Inputs:
+    """What a journey needs from the capture, as columns.
+
+    requests: start, end (-1 when open), gtid, rid. marks: time, gtid, rid. batches: start, end,
+    gtid, size, rids (the `rid=` text, "" when none; analyze's kept batches, in their order).
+    encodes: start, end, gtid (the `encode` stage outside every batch range)."""
+
+    requests: Table
+    marks: Table
+    batches: Table
+    encodes: Table
+    session_end: int | None = None
+
+
+def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Table) -> Inputs | None:
+    """The request ranges, enqueue marks and full batch rid lists of `domain` (None without request
+    ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
+    again here with RID_CHARS characters, so long id lists are whole."""
+    from .nvtx import read_marks, read_ranges
+    from .ranks import rid_keys
+
+    if len(read_ranges(cap, domain, [], [REQUEST], probe=True)) == 0:
+        return None
+    r = read_ranges(cap, domain, [], [REQUEST])
+    requests = Table(start=r.start, end=r.end, gtid=r.gtid, rid=rid_keys(r.name))[np.lexsort((r.gtid, r.start))]
+    m = read_marks(cap, domain, [ENQUEUED])
+    marks = Table(time=m.start, gtid=m.gtid, rid=rid_keys(m.name))
+    rids = np.full(len(batches), "", dtype=object)
+    if len(batches):
+        full = read_ranges(cap, domain, [], [batch_name], chars=RID_CHARS)
+        rids = _align(batches, full.start, full.end, full.gtid, rid_keys(full.name))
+    b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
+    return Inputs(requests, marks, b, encodes, cap.duration_ns)
+
+
+def _align(batches: Table, start, end, gtid, values) -> np.ndarray:
+    """`values` of the ranges (start, end, gtid) placed on the rows of `batches` with the same
+    three; "" where none matches."""
+    out = np.full(len(batches), "", dtype=object)
+    if len(start) == 0:
+        return out
+    keys = np.stack([gtid, start, end], axis=1)
+    want = np.stack([batches["gtid"], batches["start"], batches["end"]], axis=1)
+    order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))
+    ks = keys[order]
+    kv = ks.view([("g", np.int64), ("s", np.int64), ("e", np.int64)]).ravel()
+    wv = np.ascontiguousarray(want).view([("g", np.int64), ("s", np.int64), ("e", np.int64)]).ravel()
+    i = np.minimum(np.searchsorted(kv, wv), len(kv) - 1)
+    hit = kv[i] == wv
+    out[hit] = np.asarray(values, dtype=object)[order][i[hit]]
+    return out
+
+
+def claims(rids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batch index, request id) of every id named in the batches' `rid=` texts, and whether each
+    batch's list was cut (it ends in `...`)."""
+    rids = np.asarray(rids, dtype=object)
+    has = np.flatnonzero(rids != "")
+    if len(has) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, dtype=object), np.zeros(len(rids), bool)
+    texts = rids[has]
+    counts = np.fromiter((t.count(",") + 1 for t in texts), dtype=np.int64, count=len(texts))
+    ids = np.array(",".join(texts).split(","), dtype=object)
+    batch = np.repeat(has, counts)
+    keep = (ids != "...") & (ids != "")
+    cut = np.zeros(len(rids), bool)
+    cut[batch[ids == "..."]] = True
+    return batch[keep], ids[keep], cut
+
+
+def _first_at_or_after(key_code, key_t, code, t) -> np.ndarray:
+    """For each (code, t), the index into the sorted (key_code, key_t) arrays of the first entry
+    with the same code and key_t >= t; -1 when none. Times are ranked together first, so the
+    composite key never overflows."""
+    if len(key_code) == 0 or len(code) == 0:
+        return np.full(len(code), _NONE, np.int64)
+    _, inv = np.unique(np.concatenate([key_t, t]), return_inverse=True)
+    width = int(inv.max()) + 2
+    kk = key_code.astype(np.int64) * width + inv[:len(key_t)]
+    qq = code.astype(np.int64) * width + inv[len(key_t):]
+    j = np.searchsorted(kk, qq, side="left")
+    ok = (j < len(kk))
+    jj = np.minimum(j, len(kk) - 1)
+    ok &= key_code[jj] == code
+    return np.where(ok, jj, _NONE)
+
+
+def _last_at_or_before(key_code, key_t, code, t) -> np.ndarray:
+    """For each (code, t), the index of the last sorted entry with the same code and key_t <= t."""
+    if len(key_code) == 0 or len(code) == 0:
+        return np.full(len(code), _NONE, np.int64)
+    _, inv = np.unique(np.concatenate([key_t, t]), return_inverse=True)
+    width = int(inv.max()) + 2
+    kk = key_code.astype(np.int64) * width + inv[:len(key_t)]
+    qq = code.astype(np.int64) * width + inv[len(key_t):]
+    j = np.searchsorted(kk, qq, side="right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (key_code[jj] == code)
+    return np.where(ok, jj, _NONE)
+
+
+def journeys(inp: Inputs) -> tuple[Table, dict]:
+    """One row per request range, and what did not meet (`meta`).
+
+    Columns: rid, gtid, start, end, cut (the range is open at the capture's end), enqueue, batch
+    (index into the batches, -1: none), batch_size, batch_start, batch_end, encode_start,
+    encode_end (-1 where absent), out_of_order, e2e_ns and one `<segment>_ns` per SEGMENTS (0 for
+    a cut request). meta: claims (ids named by batches), unclaimed (claim indices no request took),
+    claim_rid, rid_cut_batches (batches whose id list was cut)."""
+    q, mk, b, enc = inp.requests, inp.marks, inp.batches, inp.encodes
+    n = len(q)
+    r0, r1 = q["start"].astype(np.int64), q["end"].astype(np.int64)
+    cut = r1 < r0
+    if inp.session_end is not None:
+        cut |= r1 >= inp.session_end
+    r1c = np.where(cut, r0, r1)
+
+    c_batch, c_rid, rid_cut = claims(b["rids"])
+    uniq, codes = factorize(np.concatenate([q["rid"], mk["rid"], c_rid]).astype(object))
+    q_code, m_code, c_code = codes[:n], codes[n:n + len(mk)], codes[n + len(mk):]
+
+    # the batch: first claim of the id starting at or after R0, and not after R1
+    c_start = b["start"][c_batch] if len(c_batch) else np.zeros(0, np.int64)
+    order = np.lexsort((c_start, c_code))
+    j = _first_at_or_after(c_code[order], c_start[order], q_code, r0)
+    claim = np.where(j >= 0, order[np.maximum(j, 0)], _NONE)
+    bidx = np.where(claim >= 0, c_batch[np.maximum(claim, 0)] if len(c_batch) else _NONE, _NONE)
+    has_b = (bidx >= 0) & ~cut
+    b0 = np.where(has_b, b["start"][np.maximum(bidx, 0)] if len(b) else 0, _NONE)
+    has_b &= b0 <= r1c
+    bidx = np.where(has_b, bidx, _NONE)
+    b1 = np.where(has_b, b["end"][np.maximum(bidx, 0)] if len(b) else 0, _NONE)
+    b0 = np.where(has_b, b0, _NONE)
+    used = np.zeros(len(c_batch), bool)
+    used[claim[has_b]] = True
+
+    # the enqueue mark: first of the id in [R0, R1]
+    m_t = mk["time"].astype(np.int64)
+    order_m = np.lexsort((m_t, m_code))
+    k = _first_at_or_after(m_code[order_m], m_t[order_m], q_code, r0)
+    e = np.where(k >= 0, m_t[order_m][np.maximum(k, 0)] if len(m_t) else 0, _NONE)
+    has_e = (k >= 0) & (e <= r1c) & ~cut
+    e = np.where(has_e, e, _NONE)
+
+    # the encode: last encode range on the request's thread ending by R1, starting after B1 / E / R0
+    ge, es, ee = enc["gtid"].astype(np.int64), enc["start"].astype(np.int64), enc["end"].astype(np.int64)
+    threads, g_code = np.unique(np.concatenate([ge, q["gtid"].astype(np.int64)]), return_inverse=True)
+    order_c = np.lexsort((ee, g_code[:len(ge)]))
+    h = _last_at_or_before(g_code[:len(ge)][order_c], ee[order_c], g_code[len(ge):], r1c)
+    hh = order_c[np.maximum(h, 0)] if len(ge) else np.zeros(n, np.int64)
+    c0 = np.where(h >= 0, es[hh] if len(es) else 0, _NONE)
+    c1 = np.where(h >= 0, ee[hh] if len(ee) else 0, _NONE)
+    floor = np.where(has_b, b1, np.where(has_e, e, r0))
+    has_c = (h >= 0) & (c0 >= floor) & ~cut
+    c0, c1 = np.where(has_c, c0, _NONE), np.where(has_c, c1, _NONE)
+
+    seg, ooo = segments(r0, r1c, e, has_e, b0, b1, has_b, c0, c1, has_c)
+    for s in seg.values():
+        s[cut] = 0
+    size = np.where(has_b, b["size"][np.maximum(bidx, 0)] if len(b) else 0, 0).astype(np.int64)
+    t = Table(rid=q["rid"], gtid=q["gtid"], start=r0, end=r1, cut=cut, enqueue=e, batch=bidx.astype(np.int64),
+              batch_size=size, batch_start=b0, batch_end=b1, encode_start=c0, encode_end=c1,
+              out_of_order=ooo & ~cut, e2e_ns=np.where(cut, 0, r1c - r0),
+              **{f"{s}_ns": v for s, v in seg.items()})
+    meta = {"claims": len(c_batch), "unclaimed": np.flatnonzero(~used), "claim_rid": c_rid,
+            "rid_cut_batches": int(rid_cut.sum())}
+    return t, meta
+
+
+def segments(r0, r1, e, has_e, b0, b1, has_b, c0, c1, has_c) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The segments (ns) of journeys with the given points (-1 and has_* False where absent), and
+    which journeys had a point out of order (moved up to the point before it)."""
+    lo = np.iinfo(np.int64).min
+    pts = np.stack([r0, np.where(has_e, e, lo), np.where(has_b, b0, lo), np.where(has_b, b1, lo),
+                    np.where(has_c, c0, lo), np.where(has_c, c1, lo), r1], axis=1)
+    fixed = np.minimum(np.maximum.accumulate(pts, axis=1), r1[:, None])
+    present = np.stack([np.ones_like(has_e), has_e, has_b, has_b, has_c, has_c, np.ones_like(has_e)], axis=1)
+    ooo = ((fixed != pts) & present).any(axis=1)
+    R0, E, B0, B1, C0, C1, R1 = fixed.T
+    seg = {
+        "receive": np.where(has_e, E - R0, 0),
+        "queue": np.where(has_e & has_b, B0 - E, 0),
+        "batch": np.where(has_b, B1 - B0, 0),
+        "after_batch": np.where(has_b & has_c, C0 - B1, 0),
+        "encode": np.where(has_c, C1 - C0, 0),
+        "send": np.where(has_c, R1 - C1, np.where(has_b, R1 - B1, 0)),
+    }
+    seg["unattributed"] = (R1 - R0) - sum(seg.values())
+    return {k: v.astype(np.int64) for k, v in seg.items()}, ooo
+
+
+def complete(t: Table) -> np.ndarray:
+    """The journeys the figures are over: not cut by the window, with a batch."""
+    return ~t["cut"] & (t["batch"] >= 0)
+
+
+def stats(values_ns: np.ndarray, e2e_ns: np.ndarray) -> dict[str, float | None]:
+    """mean/p50/p99 (ms) of one segment across requests, and its share (%) of their summed
+    end-to-end (None for no requests)."""
+    if len(values_ns) == 0:
+        return {"mean_ms": None, "p50_ms": None, "p99_ms": None, "share_pct": None}
+    total = float(e2e_ns.sum())
+    return {"mean_ms": float(values_ns.mean()) / 1e6, "p50_ms": percentile(values_ns, 50) / 1e6,
+            "p99_ms": percentile(values_ns, 99) / 1e6,
+            "share_pct": 100.0 * float(values_ns.sum()) / total if total > 0 else None}
+
+
+def tail(e2e_ns: np.ndarray, pct: float = TAIL_PCT) -> np.ndarray:
+    """The requests at or above the `pct` percentile of end-to-end latency (a mask)."""
+    if len(e2e_ns) == 0:
+        return np.zeros(0, bool)
+    return e2e_ns >= percentile(e2e_ns, pct)
+
+
+def batch_stage_ns(t: Table, stage_ns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each request's batch segment split by its batch's stages (the stages' host ns in that batch)
+    plus `(no stage)`, the rest of the span: one column per name, 0 for requests without a batch."""
+    b = t["batch"]
+    ok = b >= 0
+    out = {}
+    for name, per_batch in stage_ns.items():
+        v = np.asarray(per_batch, dtype=np.int64)
+        out[name] = np.where(ok, v[np.maximum(b, 0)] if len(v) else 0, 0)
+    out["(no stage)"] = t["batch_ns"] - (sum(out.values()) if out else 0)
+    return out
+
+
+def _ids(values: np.ndarray) -> list[str]:
+    return [str(v) for v in values[:LISTED]]
+
+
+def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: float = TAIL_PCT):
+    """The typed journey part of analyze's result (model.Journey) from `journeys`' table and meta,
+    and each batch's host ns per stage (`stage_ns`, aligned with the batches)."""
+    from .model import Journey, SegmentFigures
+
+    ok = complete(t)
+    e2e = t["e2e_ns"][ok]
+    tl = tail(e2e, tail_pct)
+
+    def seg(v: np.ndarray) -> SegmentFigures:
+        f = stats(v[ok], e2e)
+        if len(e2e):
+            f2 = stats(v[ok][tl], e2e[tl])
+            f.update(tail_mean_ms=f2["mean_ms"], tail_share_pct=f2["share_pct"])
+        return SegmentFigures(**f)
+
+    e = stats(e2e, e2e)
+    cut, nob = t["cut"], ~t["cut"] & (t["batch"] < 0)
+    unclaimed = meta["unclaimed"]
+    return Journey(
+        request_ranges=len(t), complete=int(ok.sum()), cut_by_window=int(cut.sum()), without_batch=int(nob.sum()),
+        without_enqueue=int((ok & (t["enqueue"] < 0)).sum()), without_encode=int((ok & (t["encode_start"] < 0)).sum()),
+        out_of_order=int((ok & t["out_of_order"]).sum()), batch_ids=int(meta["claims"]),
+        unclaimed_batch_ids=int(len(unclaimed)), batches_with_cut_ids=int(meta["rid_cut_batches"]),
+        tail_requests=int(tl.sum()), e2e_ms_mean=e["mean_ms"], e2e_ms_p50=e["p50_ms"], e2e_ms_p99=e["p99_ms"],
+        segments={s: seg(t[f"{s}_ns"]) for s in SEGMENTS},
+        batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns).items()},
+        listed={"cut_by_window": _ids(t["rid"][cut]), "without_batch": _ids(t["rid"][nob]),
+                "unclaimed_batch_ids": _ids(meta["claim_rid"][unclaimed])})
+
+
+SELECT_WORDS = ("all", "complete", "p50", "p99", "tail")
+
+
+def select(t: Table, which: str, tail_pct: float = TAIL_PCT) -> np.ndarray:
+    """Row indices of the journeys named by `which`: `all`; `complete`; `p50` (the complete journey
+    whose end-to-end is nearest the median); `p99`/`tail` (the complete journeys at or above the p99
+    of end-to-end); or comma-separated words and request ids (their union, in start order). An id
+    that names no request range raises ValueError."""
+    from .arrays import percentile
+
+    ok = complete(t)
+    idx = np.flatnonzero(ok)
+    e2e = t["e2e_ns"]
+    out = np.zeros(len(t), bool)
+    ids = []
+    for w in (p.strip() for p in which.split(",")):
+        if not w:
+            continue
+        if w == "all":
+            out[:] = True
+        elif w == "complete":
+            out |= ok
+        elif w == "p50" and len(idx):
+            med = percentile(e2e[idx], 50)
+            out[idx[np.argmin(np.abs(e2e[idx] - med))]] = True
+        elif w in ("p99", "tail") and len(idx):
+            out[idx[tail(e2e[idx], tail_pct)]] = True
+        elif w not in SELECT_WORDS:
+            ids.append(w)
+    if ids:
+        hit = np.isin(t["rid"].astype(str), ids)
+        missing = sorted(set(ids) - set(t["rid"][hit].astype(str)))
+        if missing:
+            raise ValueError(f"no request range has the id {', '.join(missing[:5])}"
+                             f"{' ...' if len(missing) > 5 else ''}")
+        out |= hit
+    return np.flatnonzero(out)

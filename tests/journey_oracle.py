@@ -1,0 +1,137 @@
+"""An independent by-hand computation of request journeys from an export's SQL rows, for tests.
+
+Written from the definitions in docs/journey.md, one request at a time in plain Python (no code of
+clef_prof.analyze): the request ranges, enqueue marks, batch ranges and encode ranges of domain
+`clef` are read with their own SQL, and each request's points are looked up by scanning the rows.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Oracle:
+    requests: dict = field(default_factory=dict)     # (gtid, start) -> dict of points and segments
+    cut: list = field(default_factory=list)           # ids of request ranges open at the end
+    claims: list = field(default_factory=list)        # (batch start, rid) of every id a batch names
+    unclaimed: set = field(default_factory=set)       # ids no request range took
+
+
+def _text(con) -> str:
+    """SQL for a row's message (registered string or ASCII text)."""
+    has = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+    return "COALESCE(s.value, e.text)" if "textId" in has else "e.text"
+
+
+def compute(path, domain: str = "clef", batch: str = "pooler") -> Oracle:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    txt = _text(con)
+    join = "LEFT JOIN StringIds s ON s.id = e.textId" if txt.startswith("COALESCE") else ""
+    doms = {(did, pk) for did, pk in con.execute(
+        f"SELECT e.domainId, e.globalTid >> 24 FROM NVTX_EVENTS e {join} WHERE e.eventType = 75 AND {txt} = ?",
+        (domain,))}
+
+    def rows(types: str, like: str):
+        out = []
+        for start, end, gtid, did, text in con.execute(
+                f"SELECT e.start, e.\"end\", e.globalTid, e.domainId, {txt} FROM NVTX_EVENTS e {join} "
+                f"WHERE e.eventType IN ({types}) AND {txt} LIKE ?", (like,)):
+            if (did, gtid >> 24) in doms:
+                out.append((start, end, gtid, text))
+        return out
+
+    session_end = con.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()[0] \
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'ANALYSIS_DETAILS'").fetchone() else None
+    reqs = rows("59, 60", "request rid=%")
+    marks = rows("34", "enqueued rid=%")
+    batches = [r for r in rows("59, 60", f"{batch}%") if r[1] is not None and (session_end is None or r[1] < session_end)]
+    encodes_all = rows("59, 60", "encode")
+    con.close()
+
+    def rid_of(text: str) -> str:
+        return re.search(r"rid=([^\s;)]+)", text).group(1)
+
+    blist = []
+    o = Oracle()
+    for start, end, gtid, text in batches:
+        m = re.search(r"rid=([^\s;)]+)", text)
+        ids = [i for i in (m.group(1).split(",") if m else []) if i and i != "..."]
+        blist.append((start, end, gtid, ids))
+        o.claims += [(start, i) for i in ids]
+    # encode ranges outside every batch range of their thread
+    encodes = [(s, e, g) for s, e, g, _ in encodes_all
+               if e is not None and not any(bg == g and bs <= s and e <= be for bs, be, bg, _ in blist)]
+    marks_of: dict[str, list[int]] = {}
+    for t, _, _, tx in marks:
+        marks_of.setdefault(rid_of(tx), []).append(t)
+    batches_of: dict[str, list] = {}
+    for b in blist:
+        for i in b[3]:
+            batches_of.setdefault(i, []).append(b)
+    taken = set()
+    for r0, r1, gtid, text in reqs:
+        rid = rid_of(text)
+        if r1 is None or (session_end is not None and r1 >= session_end):
+            o.cut.append(rid)
+            continue
+        cands = [b for b in batches_of.get(rid, []) if r0 <= b[0] <= r1]
+        b = min(cands, key=lambda b: b[0]) if cands else None
+        ms = [t for t in marks_of.get(rid, []) if r0 <= t <= r1]
+        e = min(ms) if ms else None
+        floor = b[1] if b else (e if e is not None else r0)
+        cs = [c for c in encodes if c[2] == gtid and c[1] <= r1]
+        c = max(cs, key=lambda c: c[1]) if cs else None
+        if c is not None and c[0] < floor:
+            c = None
+        if b:
+            taken.add((b[0], rid))
+        seg = {"receive": 0, "queue": 0, "batch": 0, "after_batch": 0, "encode": 0, "send": 0}
+        if e is not None:
+            seg["receive"] = e - r0
+        if e is not None and b:
+            seg["queue"] = b[0] - e
+        if b:
+            seg["batch"] = b[1] - b[0]
+        if b and c:
+            seg["after_batch"] = c[0] - b[1]
+        if c:
+            seg["encode"] = c[1] - c[0]
+            seg["send"] = r1 - c[1]
+        elif b:
+            seg["send"] = r1 - b[1]
+        seg["unattributed"] = (r1 - r0) - sum(seg.values())
+        o.requests[(gtid, r0)] = {"rid": rid, "end": r1, "enqueue": e, "batch_start": b[0] if b else None,
+                                  "encode_start": c[0] if c else None, **seg}
+    o.unclaimed = {rid for start, rid in o.claims if (start, rid) not in taken}
+    return o
+
+
+def check(analysis, oracle: Oracle) -> None:
+    """Every segment of every request equals the oracle's; they sum to end-to-end; every count agrees."""
+    t = analysis.journeys
+    assert t is not None
+    seen = 0
+    for i in range(len(t)):
+        if t["cut"][i]:
+            assert str(t["rid"][i]) in oracle.cut
+            continue
+        want = oracle.requests[(int(t["gtid"][i]), int(t["start"][i]))]
+        assert str(t["rid"][i]) == want["rid"]
+        assert int(t["batch_start"][i]) == (want["batch_start"] if want["batch_start"] is not None else -1)
+        assert int(t["enqueue"][i]) == (want["enqueue"] if want["enqueue"] is not None else -1)
+        assert int(t["encode_start"][i]) == (want["encode_start"] if want["encode_start"] is not None else -1)
+        got = {s: int(t[f"{s}_ns"][i]) for s in ("receive", "queue", "batch", "after_batch", "encode", "send",
+                                                 "unattributed")}
+        assert got == {s: want[s] for s in got}, (want["rid"], got, want)
+        assert sum(got.values()) == int(t["e2e_ns"][i]) == want["end"] - int(t["start"][i])
+        assert not t["out_of_order"][i]
+        seen += 1
+    assert seen == len(oracle.requests) and int(t["cut"].sum()) == len(oracle.cut)
+    j = analysis.result.journey
+    assert j.request_ranges == len(oracle.requests) + len(oracle.cut)
+    assert j.cut_by_window == len(oracle.cut)
+    assert j.batch_ids == len(oracle.claims)
+    assert j.unclaimed_batch_ids == len({(s, r) for s, r in oracle.claims} - {
+        (v["batch_start"], v["rid"]) for v in oracle.requests.values() if v["batch_start"] is not None})
