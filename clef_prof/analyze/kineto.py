@@ -523,6 +523,12 @@ def _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts
             CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, "end" INTEGER, eventType INTEGER NOT NULL,
                 text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER,
                 int64Value INTEGER);
+            CREATE TABLE ThreadNames (nameId INTEGER, priority INTEGER, globalTid INTEGER);
+            CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
+            CREATE TABLE CLEF_WARNINGS (message TEXT);
+        """)
+        if cuda_seen:       # no CUDA tables without CUDA events: figures are null, as for a CPU-only capture
+            c.executescript("""
             CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
                 globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL);
             CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
@@ -533,10 +539,7 @@ def _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts
                 copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
             CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
                 deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER);
-            CREATE TABLE ThreadNames (nameId INTEGER, priority INTEGER, globalTid INTEGER);
-            CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
-            CREATE TABLE CLEF_WARNINGS (message TEXT);
-        """)
+            """)
         tn = [(_sid(strings, name), g) for g, name in threads.items()]     # names first: StringIds holds them
         c.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
         c.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
@@ -551,8 +554,9 @@ def _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts
         c.executemany('INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, domainId) '
                       "VALUES (?, ?, ?, ?, ?, 0)", nvtx)
         runtime.sort(key=lambda r: r[0])
-        c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)", runtime)
-        for table, n in (("kernel", 9), ("memcpy", 10), ("memset", 7)):
+        if cuda_seen:
+            c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)", runtime)
+        for table, n in (("kernel", 9), ("memcpy", 10), ("memset", 7)) if cuda_seen else ():
             rows = sorted(gpu[table], key=lambda r: r[0])
             if table == "kernel":
                 rows = [r[:6] + (r[6], r[6], r[7]) for r in rows]
