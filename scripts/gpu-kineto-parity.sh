@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The parity pair on a GPU machine: the demo server (variants main and pr) recorded with the
 # PyTorch profiler (`clef-prof record --profiler torch`) and with Nsight Systems
-# (scripts/gpu-record-demo.sh, the same load), the annotation emission check and its cost
-# (benchmarks/bench_annotate_torch.py), and each capture analyzed; results under OUT.
+# (`clef-prof record --nsys`, as scripts/gpu-record-demo.sh runs it, the same load), and the
+# annotation emission check and its cost (benchmarks/bench_annotate_torch.py); results under OUT.
 #
 # Usage: scripts/gpu-kineto-parity.sh OUT [BASELINE_ROOT]
 #   BASELINE_ROOT: another checkout whose clef_prof the annotation cost is compared with.
 # Env: WARMUP (s, default 5), DURATION (s, default 0.5), CONCURRENCY (default 16), NSYS (default
 #      auto: the nsys of Nsight Compute), PYTHON (default python3).
-# Writes OUT/results.txt, OUT/analyze.json, OUT/bench_annotate_torch.json and, xz-compressed,
-# OUT/torch-{main,pr}.tar.xz (manifest + traces) and OUT/nsys-{main,pr}.tar.xz (manifest + export).
+# Writes OUT/results.txt, OUT/bench_annotate_torch.json and, xz-compressed,
+# OUT/torch-{pr,main}.tar.xz (manifest + traces) and OUT/nsys-{pr,main}.tar.xz (manifest + export).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +17,11 @@ OUT=${1:?usage: $0 OUT [BASELINE_ROOT]}
 BASE=${2:-}
 PY=${PYTHON:-python3}
 WARMUP=${WARMUP:-5} DURATION=${DURATION:-0.5} CONCURRENCY=${CONCURRENCY:-16} NSYS=${NSYS:-auto}
+BENCH_N=${BENCH_N:-200000}
+# QdstrmImporter's libdw/libelf (scripts/gpu-record-demo.sh): this checkout's .device/libs, else the baseline's
+for d in "$ROOT/.device/libs" ${BASE:+"$BASE/.device/libs"}; do
+  [ -n "${IMPORTER_LIBS:-}" ] || { [ -d "$d" ] && IMPORTER_LIBS=$d; }
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d)
@@ -28,47 +33,25 @@ echo "== versions"
 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 
 echo "== annotation emission and cost (benchmarks/bench_annotate_torch.py)"
-"$PY" benchmarks/bench_annotate_torch.py -n 200000 --repeat 7 ${BASE:+--baseline "$BASE"} --out "$WORK/bench"
+timeout 60 "$PY" benchmarks/bench_annotate_torch.py -n "$BENCH_N" --repeat 5 ${BASE:+--baseline "$BASE"} --out "$WORK/bench"
 cp "$WORK/bench/bench_annotate_torch.json" "$OUT/" 2>/dev/null
 
 PORT=8765
-for variant in main pr; do
+NSYS_BIN=$NSYS
+[ "$NSYS" != auto ] || NSYS_BIN=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -n1)
+common=(--warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY")
+# pr first, each profiler in turn, each capture packed as soon as it is made (a cut run keeps them)
+for variant in pr main; do
   echo "== torch profiler: $variant"
-  "$PY" -m clef_prof record --profiler torch --warmup "$WARMUP" --duration "$DURATION" --concurrency "$CONCURRENCY" \
-      --url "http://127.0.0.1:$PORT" --out "$WORK/torch-$variant" -- "$PY" -m clef_prof demo-server --variant "$variant" \
-      --port "$PORT"
+  timeout 60 "$PY" -m clef_prof record --profiler torch "${common[@]}" --url "http://127.0.0.1:$PORT" \
+      --out "$WORK/torch-$variant" -- "$PY" -m clef_prof demo-server --variant "$variant" --port "$PORT"
+  (cd "$WORK/torch-$variant" && tar cJf "$OUT/torch-$variant.tar.xz" manifest.json capture.torch capture.stderr.log)
   PORT=$((PORT + 1))
-done
-
-echo "== nsys: main and pr (scripts/gpu-record-demo.sh)"
-WARMUP=$WARMUP DURATION=$DURATION CONCURRENCY=$CONCURRENCY PORT=$PORT bash scripts/gpu-record-demo.sh "$NSYS" "$WORK/nsys"
-
-echo "== analyze"
-"$PY" - "$WORK" "$OUT/analyze.json" <<'EOF'
-import json, sys
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-work, out = sys.argv[1], sys.argv[2]
-docs = {}
-for name, path in (("torch-main", f"{work}/torch-main"), ("torch-pr", f"{work}/torch-pr"),
-                   ("nsys-main", f"{work}/nsys/main"), ("nsys-pr", f"{work}/nsys/pr")):
-    try:
-        r = analyze(resolve(path)[0]).result
-        docs[name] = r.to_json()
-        pr = r.per_request
-        print(f"{name}: requests {r.requests}, batches {r.batches}, per request: H2D {pr.h2d_copies} copies "
-              f"{pr.h2d_bytes} B, kernels {pr.kernel_launches}, D2H {pr.d2h_copies}, pooler host {pr.pooler_host_ms} ms; "
-              f"warnings {r.warnings}")
-        for s, f in r.stages.items():
-            print(f"   {s}: {f.instances} instances, host {f.host_ms_per_request} ms/request, cuda {f.cuda.to_json()}")
-    except Exception as exc:
-        print(f"{name}: {type(exc).__name__}: {exc}")
-json.dump(docs, open(out, "w"), indent=1)
-EOF
-
-echo "== pack"
-for v in main pr; do
-  (cd "$WORK/torch-$v" && tar cJf "$OUT/torch-$v.tar.xz" manifest.json capture.torch capture.stderr.log)
-  (cd "$WORK/nsys/$v" && tar cJf "$OUT/nsys-$v.tar.xz" manifest.json capture.sqlite)
+  echo "== nsys ($NSYS_BIN): $variant"
+  timeout 90 "$PY" -m clef_prof record --nsys "$NSYS_BIN" ${IMPORTER_LIBS:+--importer-libs "$IMPORTER_LIBS"} \
+      --window profiler-api "${common[@]}" --url "http://127.0.0.1:$PORT" --out "$WORK/nsys-$variant" \
+      -- "$PY" -m clef_prof demo-server --variant "$variant" --port "$PORT"
+  (cd "$WORK/nsys-$variant" && tar cJf "$OUT/nsys-$variant.tar.xz" manifest.json capture.sqlite)
+  PORT=$((PORT + 1))
 done
 ls -la "$OUT"

@@ -473,6 +473,10 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     if unknown_copies:
         warnings.append(f"{unknown_copies} gpu_memcpy events have a name that does not say the copy's direction "
                         "('Memcpy HtoD (Pageable -> Device)'): counted as copies of unknown kind")
+    if not nvtx:
+        warnings.append("the trace holds no user_annotation range: the stages were not annotated for the torch "
+                        "profiler (clef_prof.stage/batch emit record_function ranges when torch is imported and its "
+                        "profiler is on) or the profiler did not record them; per-stage figures are empty")
     cuda_seen = bool(runtime or any(gpu.values()))
     if not cuda_seen:
         warnings.append("the trace holds no CUDA event: profile with activities=[ProfilerActivity.CPU, "

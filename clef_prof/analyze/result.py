@@ -199,7 +199,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         mode = cu.graph_trace_mode(cap)
         tally = cov = own_ns = frames = lost = None
         if traced:
-            warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
+            if kineto.source_facts(cap) is None:       # nsys' CUPTI against the driver: not a torch trace's
+                warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
             n_batches = len(stages.batches)
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)

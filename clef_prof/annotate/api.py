@@ -61,7 +61,8 @@ _open_ids: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_ope
 _TORCH_ON = False       # a torch profiler was on at the last _torch_refresh()
 _RF_USED = False        # a record_function was ever opened here: exits look at the thread's stack
 _torch_prof = None      # torch.autograd.profiler, once torch is imported (by the server, not here)
-_rf_cls = None          # torch._C._profiler._RecordFunctionFast, else torch.autograd.profiler.record_function
+_rf_cls = None          # torch.autograd.profiler.record_function: a user_annotation event in the trace
+_prof_enabled = None    # torch._C._autograd._profiler_enabled, bound once torch is seen
 _rf_local = threading.local()
 _rf_task: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_open_torch_ranges", default=())
 _modules = sys.modules
@@ -76,34 +77,24 @@ def torch_refresh() -> bool:
 
 def _torch_refresh(m) -> bool:
     """Whether the torch profiler of module `m` (torch.autograd.profiler) is on; sets _TORCH_ON."""
-    global _TORCH_ON, _torch_prof, _rf_cls
+    global _TORCH_ON, _torch_prof, _rf_cls, _prof_enabled
     if _torch_prof is None:
         _torch_prof = m
-        try:
-            _rf_cls = _modules["torch"]._C._profiler._RecordFunctionFast
+        # record_function, not torch._C._profiler._RecordFunctionFast: on torch 2.11 under
+        # torch.profiler the fast one's ranges were not in the exported trace (measured on the H200)
+        _rf_cls = m.record_function
+        try:        # the C++ profiler's own state: set by every torch profiler, whoever started it
+            _prof_enabled = _modules["torch"]._C._autograd._profiler_enabled
         except (KeyError, AttributeError):
-            _rf_cls = m.record_function
-    try:        # the C++ profiler's own state: set by every torch profiler, whoever started it
-        flag = _modules["torch"]._C._autograd._profiler_enabled()
-    except (KeyError, AttributeError):
-        flag = getattr(m, "_is_profiler_enabled", False)
-    _TORCH_ON = bool(flag)
+            _prof_enabled = None
+    _TORCH_ON = bool(_prof_enabled() if _prof_enabled is not None else getattr(m, "_is_profiler_enabled", False))
     return _TORCH_ON
 
 
 def _rf_open(name: str):
-    """An entered record_function `name`: the C++ fast one where this torch has it, else (or
-    when it refuses) torch.autograd.profiler.record_function, kept for the next ones."""
-    global _rf_cls
-    try:
-        rf = _rf_cls(name)
-        rf.__enter__()
-    except Exception:
-        if _rf_cls is _torch_prof.record_function:
-            raise
-        _rf_cls = _torch_prof.record_function
-        rf = _rf_cls(name)
-        rf.__enter__()
+    """An entered torch.autograd.profiler.record_function `name`."""
+    rf = _rf_cls(name)
+    rf.__enter__()
     return rf
 
 
