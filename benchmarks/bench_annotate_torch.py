@@ -68,9 +68,10 @@ def timed(root: str, mode: str, n: int, repeat: int) -> tuple[float, float] | No
     return float(a), float(b)
 
 
-def check_emission(out_dir: str) -> dict:
+def check_emission(out_dir: str, all_threads: bool) -> dict:
     """Batches and stages from the profiling thread and from a thread started before the profiler;
-    the trace must hold each of them as a user_annotation of the same name."""
+    the trace must hold each of them as a user_annotation of the same name (the early thread's
+    only with profile_all_threads)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -97,13 +98,13 @@ def check_emission(out_dir: str) -> dict:
     th.start()                              # before the profiler: what profile_all_threads is for
     kw = {}
     cfg = getattr(torch.profiler, "_ExperimentalConfig", None)
-    if cfg is not None:
+    if cfg is not None and all_threads:
         try:
             kw["experimental_config"] = cfg(profile_all_threads=True)
         except TypeError:
             pass
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    path = os.path.join(out_dir, "emission.pt.trace.json.gz")
+    path = os.path.join(out_dir, f"emission-{'all' if all_threads else 'plain'}.pt.trace.json.gz")
     with profile(activities=acts, **kw) as prof:
         go.set()
         work("m")
@@ -149,9 +150,10 @@ def main() -> None:
                 print(f"  {mode:15s} {label:14s} {res[0]:8.1f} {res[1]:8.1f}")
     if have_torch:
         os.makedirs(args.out, exist_ok=True)
-        got = check_emission(args.out)
-        print("emission under torch.profiler:", json.dumps(got))
-        rows["emission"] = got
+        for all_threads in (False, True):
+            got = check_emission(args.out, all_threads)
+            print(f"emission under torch.profiler (profile_all_threads={all_threads}):", json.dumps(got))
+            rows[f"emission all_threads={all_threads}"] = got
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_annotate_torch.json"), "w") as fh:
         json.dump(rows, fh, indent=1)

@@ -11,9 +11,11 @@ Endpoints:
   `window` in the domain `clef-prof` in between (for `--capture-range=nvtx`). /stop_profile
   answers the server's own count of the requests and batches it ran inside the window.
   With $CLEF_PROF_TORCH_PROFILER_DIR set (`clef-prof record --profiler torch` sets it) they
-  start and stop a PyTorch profiler instead (CPU and CUDA activities, every thread's ranges:
-  `_ExperimentalConfig(profile_all_threads=True)` where torch has it), which writes
-  `demo-server-PID-N.pt.trace.json.gz` into that folder at each stop.
+  start and stop a PyTorch profiler instead (CPU and CUDA activities), which writes
+  `demo-server-PID-N.pt.trace.json.gz` into that folder at each stop. It is started on the
+  batching thread, whose ranges a plain profiler records; CLEF_PROF_TORCH_ALL_THREADS=1 adds
+  `_ExperimentalConfig(profile_all_threads=True)` (every thread's ranges; on torch 2.11 the two
+  traces recorded with it held no user_annotation range at all: docs/kineto.md).
 
 A batcher on the main thread takes whatever is queued (1 to 16 requests) and runs one pooler
 per batch inside `clef_prof.batch(n=K)`, with the stages `parse`, `index`, `transfer`, `head`
@@ -268,8 +270,9 @@ class GpuPooler:
 class TorchTrace:
     """A PyTorch profiler over one window, its Kineto trace written into `folder` at stop."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, all_threads: bool = False):
         self.folder = folder
+        self.all_threads = all_threads
         self.prof = None
         self.n = 0
 
@@ -279,7 +282,7 @@ class TorchTrace:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         kw = {}
         cfg = getattr(torch.profiler, "_ExperimentalConfig", None)
-        if cfg is not None:
+        if cfg is not None and self.all_threads:
             try:        # every thread's record_function ranges, not only the starting thread's
                 kw["experimental_config"] = cfg(profile_all_threads=True)
             except TypeError:
@@ -369,7 +372,8 @@ class DemoServer:
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
-        self.torch_trace = TorchTrace(os.environ[TORCH_DIR_ENV]) if os.environ.get(TORCH_DIR_ENV) else None
+        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS") == "1")
+                            if os.environ.get(TORCH_DIR_ENV) else None)
         from ..annotate import nvtx_client as nc
         self._wdom = nc.Domain(WINDOW_DOMAIN)
         self._wmsg = self._wdom.register(WINDOW_RANGE)

@@ -22,7 +22,7 @@ from clef_prof.analyze import kineto
 from clef_prof.analyze.inputs import resolve
 from clef_prof.analyze.result import analyze
 from clef_prof.errors import CaptureError
-from tests.clicheck import run_main
+from clicheck import run_main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VARIANTS = ("main", "pr")
