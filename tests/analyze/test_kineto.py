@@ -275,3 +275,15 @@ def test_kineto_error_is_capture_error(tmp_path):
     bad.write_text('{"traceEvents": [ {"ph": "X", ')
     with pytest.raises(CaptureError):
         kineto.to_export(str(bad), quiet=True)
+
+
+def test_report_and_compare_accept_traces(real, tmp_path):
+    html = tmp_path / "r.html"
+    p = run_main("report", real["pr"][0], "--html", html)
+    assert p.returncode == 0, p.stderr
+    assert html.stat().st_size > 0
+    # without batch ranges (none recorded in these traces) compare says why, in one line
+    p = run_main("compare", "--arm", f"main={real['main'][0]}", "--arm", f"pr={real['pr'][0]}")
+    assert p.returncode == 1
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("clef-prof: error")]
+    assert len(err) == 1 and "no 'pooler' batch ranges" in err[0]
