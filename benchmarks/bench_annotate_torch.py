@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 CASES = r"""
 import sys, time

@@ -31,8 +31,7 @@ READERS = {
     "ijson yajl2_c (Decimal: exact)": "import ijson; n = sum(1 for _ in ijson.items(open(P, 'rb'), 'traceEvents.item'))",
     "clef-prof (full conversion)": ("import tempfile, os; from clef_prof.analyze.kineto import convert; "
                                     "d = tempfile.mkdtemp(); convert([P], os.path.join(d, 'x.sqlite'), P); n = 0"),
-    "HTA parse_trace_file": ("from hta.common.trace_file import get_trace_file_parser; import hta; "
-                             "from hta.common.trace import parse_trace_file; parse_trace_file(P); n = 0"),
+    "HTA parse_trace_file": "from hta.common.trace import parse_trace_file; parse_trace_file(P); n = 0",
 }
 
 

@@ -643,19 +643,3 @@ def warnings_of(cap) -> list[str]:
     if cap.export_meta.get("CLEF_SOURCE") != SOURCE or not cap.has("CLEF_WARNINGS"):
         return []
     return [w for (w,) in cap.rows("SELECT message FROM CLEF_WARNINGS")]
-
-
-def source_of(export: str) -> str | None:
-    """The trace path a converted export was read from, None for any other file (cheap: a
-    converted file lives in the kineto cache folder)."""
-    if os.path.dirname(os.path.abspath(export)) != os.path.abspath(cache_dir()):
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{os.path.abspath(export)}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM META_DATA_EXPORT WHERE name = 'CLEF_SOURCE_PATH'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return None
-    return row[0] if row else None
