@@ -6,6 +6,8 @@ and compare. Standard library only (the CLI imports it to build its parser).
   folder or absolute (or, recorded with --no-export, "report" names the `.nsys-rep`);
 - a folder: its `manifest.json`, else its only capture (an `.nsys-rep`, or a `*.sqlite` export
   that is not one's export); several candidates are named in the error;
+- a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`, or a folder of them with no manifest:
+  read once into an export of the same tables (analyze.kineto), cached;
 - an `.nsys-rep` report: exported once with nsys (found as `record` finds it), beside the
   report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable (or holds a
   NAME.sqlite that clef-prof did not make, or something else of that name). The export carries
@@ -24,6 +26,7 @@ import sys
 
 from ..config import MANIFEST
 from ..errors import ClefError, shown
+from . import kineto
 from .manifest import read as read_manifest
 
 REPORT_EXT = ".nsys-rep"
@@ -45,6 +48,8 @@ def from_manifest(path: str) -> tuple[str, dict]:
     export = os.path.join(folder, export)
     if not os.path.exists(export):
         raise InputError(f"{shown(path)}: its export {shown(export)} does not exist")
+    if kineto.is_trace(export):
+        return kineto.to_export(export), data
     return os.path.normpath(export), data
 
 
@@ -60,10 +65,15 @@ def resolve(path: str) -> tuple[str, dict | None]:
                                   if e[: -len(".sqlite")] + REPORT_EXT not in reports])
         if len(found) == 1:
             return resolve(found[0])
+        if not found and kineto.is_trace(path):
+            return kineto.to_export(path), None
         if found:
             names = ", ".join(os.path.basename(f) for f in found)
             raise InputError(f"{shown(path)}: a folder with {len(found)} candidate captures ({names}); name one")
-        raise InputError(f"{shown(path)}: a folder with no {MANIFEST}, .sqlite export or {REPORT_EXT} report in it")
+        raise InputError(f"{shown(path)}: a folder with no {MANIFEST}, .sqlite export, {REPORT_EXT} report or "
+                         "PyTorch profiler trace in it")
+    if path.endswith(kineto.TRACE_SUFFIXES) and kineto.is_trace_file(path):
+        return kineto.to_export(path), None
     if path.endswith(".json"):
         return from_manifest(path)
     if path.endswith(REPORT_EXT):

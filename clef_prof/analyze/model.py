@@ -232,13 +232,19 @@ class CaptureFacts:
     cuda_traced: bool
     graph_trace_mode: str | None
     threads: list[ThreadFacts]
+    # a capture read from another profiler's trace (analyze.kineto): its format, files, time
+    # precision, and the figures it cannot give with the reason; None for an nsys export
+    source: dict | None = None
 
     def to_json(self) -> dict:
-        return {"nsys_version": self.nsys_version, "cuda_driver_version": self.cuda_driver_version,
-                "schema_version": self.schema_version, "duration_s": self.duration_s,
-                "stage_window_s": None if self.stage_window_s is None else list(self.stage_window_s),
-                "cuda_traced": self.cuda_traced, "graph_trace_mode": self.graph_trace_mode,
-                "threads": [t.to_json() for t in self.threads]}
+        out = {"nsys_version": self.nsys_version, "cuda_driver_version": self.cuda_driver_version,
+               "schema_version": self.schema_version, "duration_s": self.duration_s,
+               "stage_window_s": None if self.stage_window_s is None else list(self.stage_window_s),
+               "cuda_traced": self.cuda_traced, "graph_trace_mode": self.graph_trace_mode,
+               "threads": [t.to_json() for t in self.threads]}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
 
 @dataclass

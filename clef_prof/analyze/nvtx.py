@@ -44,6 +44,8 @@ def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:
 
 def _domain_filter(cap: Export, domain: str) -> tuple[str, str]:
     """A WITH clause and join condition that keep rows of `domain` (per process)."""
+    if cap.export_meta.get("CLEF_SOURCE") == "kineto":
+        return "", "1"          # a PyTorch profiler trace: user_annotation ranges have no domain
     if domain == "":
         return "", "COALESCE(e.domainId, 0) = 0"
     pairs = sorted({(did, pk) for did, pk, name in domains(cap) if name == domain and did is not None

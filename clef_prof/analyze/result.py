@@ -29,6 +29,7 @@ from .columns import Table
 from ..errors import CaptureError, shown
 from .metrics import NS_PER_MS, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
+from . import kineto
 from .overlap import BusyStream, Unordered, span_union
 from .stages import StageConfig, Stages, build
 from . import findings, validate
@@ -158,6 +159,9 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
             if str(exc).startswith(shown(path)):
                 raise
             raise CaptureError(f"{shown(path)}: {exc}") from None
+    source = analysis.result.capture.source
+    if source is not None and source.get("path"):
+        analysis.result.path = source["path"]       # the trace the user named, not its converted file
     _check_manifest(analysis)
     return analysis
 
@@ -166,7 +170,7 @@ def _check_manifest(analysis: Analysis) -> None:
     """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
     from . import manifest as mf
 
-    found = mf.find_for(analysis.path)
+    found = mf.find_for(analysis.result.path)
     if found is None:
         return
     try:
@@ -182,7 +186,7 @@ def _check_manifest(analysis: Analysis) -> None:
 
 
 def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:
-    warnings: list[str] = []
+    warnings: list[str] = kineto.warnings_of(cap)
     traced = cu.cuda_traced(cap)
     n_slots = len(config.stages) + 2
     stream = plan = None
@@ -201,7 +205,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         mode = cu.graph_trace_mode(cap)
         tally = cov = unions = own_ns = frames = lost = None
         if traced:
-            warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
+            if kineto.source_facts(cap) is None:       # nsys' CUPTI against the driver: not a torch trace's
+                warnings += cupti.check(cap.nsys_version, cap.cuda_driver_version)
             step("cuda api")
             n_batches = len(stages.batches)
             stages, calls, tally, w = _call_pass(cap, stages, n_slots, lookup, calls_q, stream, keep)
@@ -647,4 +652,5 @@ def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> CaptureFa
         nsys_version=cap.nsys_version, cuda_driver_version=cap.cuda_driver_version,
         schema_version=cap.schema_version, duration_s=None if cap.duration_ns is None else cap.duration_ns / 1e9,
         stage_window_s=(float(starts.min() / 1e9), float(ends.max() / 1e9)) if len(starts) else None,
-        cuda_traced=traced, graph_trace_mode=mode, threads=validate.thread_facts(cap, stages, gtids))
+        cuda_traced=traced, graph_trace_mode=mode, threads=validate.thread_facts(cap, stages, gtids),
+        source=kineto.source_facts(cap))

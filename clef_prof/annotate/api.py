@@ -37,6 +37,15 @@ A request range is `request rid=ID` (ASCII); the enqueue point an NVTX mark `enq
 With no profiler attached every call returns after one flag check (a decorated function
 only forwards the call).
 
+Under a PyTorch profiler the same ranges are also emitted as `record_function` user annotations
+(`user_annotation` events of its Kineto trace, which `clef-prof analyze` reads as it reads
+NVTX), with the same names and batch message: when torch is already imported (sys.modules is
+looked at; torch is never imported here) and its profiler is on. Whether it is on is looked up at
+each batch range and when a stage is first made (`_torch_refresh`), not at each stage's `with`
+or push(), which check one module flag: a profiler started between batches is seen from the next
+batch range on (a server with stage ranges and no batch range calls `torch_refresh()` after
+starting the profiler).
+
 Sync code (`with`, decorated functions) uses push/pop ranges, which nest per thread.
 Coroutines use start/end ranges instead (`async with`, decorated `async def`): several
 tasks interleave on one thread, and a push/pop stack would pair one task's pop with
@@ -47,10 +56,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import sys
+import threading
 
 from . import nvtx_client as _nc
 
-__all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "DEFAULT_DOMAIN", "DEFAULT_BATCH"]
+__all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "torch_refresh", "DEFAULT_DOMAIN",
+           "DEFAULT_BATCH"]
 
 DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
@@ -63,6 +75,80 @@ _stages: dict[tuple[str, str], "Stage"] = {}
 _names: dict[tuple[str, str], tuple] = {}
 # start/end range ids of the `async with` blocks open in the current task, innermost last
 _open_ids: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_open_ranges", default=())
+
+# --- the same ranges under a PyTorch profiler ------------------------------------------------
+_TORCH_ON = False       # a torch profiler was on at the last _torch_refresh()
+_RF_USED = False        # a record_function was ever opened here: exits look at the thread's stack
+_torch_prof = None      # torch.autograd.profiler, once torch is imported (by the server, not here)
+_rf_cls = None          # torch.autograd.profiler.record_function: a user_annotation event in the trace
+_prof_enabled = None    # torch._C._autograd._profiler_enabled, bound once torch is seen
+_rf_local = threading.local()
+_rf_task: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_open_torch_ranges", default=())
+_modules = sys.modules
+_TORCH_PROF = "torch.autograd.profiler"
+
+
+def torch_refresh() -> bool:
+    """Look now whether a torch profiler is on (False while torch is not imported)."""
+    m = _torch_prof or _modules.get(_TORCH_PROF)
+    return m is not None and _torch_refresh(m)
+
+
+def _torch_refresh(m) -> bool:
+    """Whether the torch profiler of module `m` (torch.autograd.profiler) is on; sets _TORCH_ON."""
+    global _TORCH_ON, _torch_prof, _rf_cls, _prof_enabled
+    if _torch_prof is None:
+        _torch_prof = m
+        # record_function, not torch._C._profiler._RecordFunctionFast: on torch 2.11 under
+        # torch.profiler the fast one's ranges were not in the exported trace (measured on the H200)
+        _rf_cls = m.record_function
+        try:        # the C++ profiler's own state: set by every torch profiler, whoever started it
+            _prof_enabled = _modules["torch"]._C._autograd._profiler_enabled
+        except (KeyError, AttributeError):
+            _prof_enabled = None
+    _TORCH_ON = bool(_prof_enabled() if _prof_enabled is not None else getattr(m, "_is_profiler_enabled", False))
+    return _TORCH_ON
+
+
+def _rf_open(name: str):
+    """An entered torch.autograd.profiler.record_function `name`."""
+    rf = _rf_cls(name)
+    rf.__enter__()
+    return rf
+
+
+def _rf_enter(name: str) -> None:
+    """Open a record_function `name` on this thread (closed by _rf_exit, innermost first)."""
+    global _RF_USED
+    rf = _rf_open(name)
+    _RF_USED = True
+    st = getattr(_rf_local, "stack", None)
+    if st is None:
+        st = _rf_local.stack = []
+    st.append((name, rf))
+
+
+def _rf_exit(name: str) -> None:
+    """Close this thread's innermost record_function when it is `name`'s (one opened while the
+    profiler was on; a range entered while it was off has nothing to close)."""
+    st = getattr(_rf_local, "stack", None)
+    if st and st[-1][0] == name:
+        st.pop()[1].__exit__(None, None, None)
+
+
+def _rf_start(name: str) -> None:
+    """Open a record_function for the current task (`async with`): kept in a context variable."""
+    global _RF_USED
+    rf = _rf_open(name)
+    _RF_USED = True
+    _rf_task.set(_rf_task.get() + ((name, rf),))
+
+
+def _rf_end(name: str) -> None:
+    open_ = _rf_task.get()
+    if open_ and open_[-1][0] == name:
+        _rf_task.set(open_[:-1])
+        open_[-1][1].__exit__(None, None, None)
 
 
 class Stage:
@@ -80,20 +166,27 @@ class Stage:
         self._h = self._d.register(name)
         self._on = _nc.enabled()
         self._push, self._pop = self._d.bind(self._h)
+        torch_refresh()
 
     def __enter__(self):
         if self._on:
             self._push()
+        if _TORCH_ON:
+            _rf_enter(self.name)
         return self
 
     def __exit__(self, *exc):
         if self._on:
             self._pop()
+        if _RF_USED:
+            _rf_exit(self.name)
         return False
 
     async def __aenter__(self):
         if self._on:
             _open_ids.set(_open_ids.get() + (self._d.start(self._h),))
+        if _TORCH_ON:
+            _rf_start(self.name)
         return self
 
     async def __aexit__(self, *exc):
@@ -102,6 +195,8 @@ class Stage:
             if ids:
                 _open_ids.set(ids[:-1])
                 self._d.end(ids[-1])
+        if _RF_USED:
+            _rf_end(self.name)
         return False
 
     def __call__(self, fn):
@@ -111,8 +206,13 @@ class Stage:
         if inspect.iscoroutinefunction(fn):
             d, h, on = self._d, self._h, self._on
 
+            name = self.name
+
             @functools.wraps(fn)
             async def run_async(*args, **kwargs):
+                if _TORCH_ON:
+                    async with self:
+                        return await fn(*args, **kwargs)
                 if not on:
                     return await fn(*args, **kwargs)
                 rid = d.start(h)
@@ -123,8 +223,13 @@ class Stage:
             return run_async
 
         if not self._on:
+            stage_ = self
+
             @functools.wraps(fn)
             def forward(*args, **kwargs):
+                if _TORCH_ON:
+                    with stage_:
+                        return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
             return forward
 
@@ -132,6 +237,9 @@ class Stage:
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
+            if _TORCH_ON:
+                with self:
+                    return fn(*args, **kwargs)
             push()
             try:
                 return fn(*args, **kwargs)
@@ -193,22 +301,30 @@ class batch:
     def __enter__(self):
         if _nc._ON:
             _nc.Domain(self.domain).push(*self._args())
+        if (_torch_prof is not None or _TORCH_PROF in _modules) and torch_refresh():
+            _rf_enter(self._args()[0])
         return self
 
     def __exit__(self, *exc):
         if _nc._ON:
             _nc.Domain(self.domain).pop()
+        if _RF_USED:
+            _rf_exit(self._args()[0])
         return False
 
     async def __aenter__(self):
         if _nc._ON:
             self._rid = _nc.Domain(self.domain).start(*self._args())
+        if (_torch_prof is not None or _TORCH_PROF in _modules) and torch_refresh():
+            _rf_start(self._args()[0])
         return self
 
     async def __aexit__(self, *exc):
         if self._rid:
             _nc.Domain(self.domain).end(self._rid)
             self._rid = 0
+        if _RF_USED:
+            _rf_end(self._args()[0])
         return False
 
     def __call__(self, fn):
@@ -238,12 +354,18 @@ def push(name: str, domain: str = DEFAULT_DOMAIN, payload: int | None = None) ->
         e = _names.setdefault((name, domain), (d, d.register(name)) if _nc.enabled() else ())
     if e:
         e[0].push(e[1], payload)
+    if _TORCH_ON:
+        _rf_enter(name)
 
 
 def pop(domain: str = DEFAULT_DOMAIN) -> None:
     """Close this thread's innermost range of `domain`."""
     if _nc._ON:
         _nc.Domain(domain).pop()
+    if _RF_USED:
+        st = getattr(_rf_local, "stack", None)
+        if st:
+            st.pop()[1].__exit__(None, None, None)
 
 
 class Request:

@@ -11,7 +11,7 @@ from ..errors import ClefError
 from ..nsys import ENV_IMPORTER_LIBS, TraceOptions
 from ..record.load import check_url
 from ..record.plan import RecordConfig
-from ..record.presets import DEFAULT_NVTX_CAPTURE, PRESETS, WINDOWS
+from ..record.presets import DEFAULT_NVTX_CAPTURE, PRESETS, PROFILERS, WINDOWS
 from ..record.session import record
 from .load import add_load_options, settings_from
 
@@ -22,6 +22,10 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     p.add_argument("--name", default="capture", help="file name of the capture in --out (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     p.add_argument("--spec", help="stage spec TOML: inject its NVTX wrappers into every Python process of the server")
+    p.add_argument("--profiler", choices=PROFILERS, default="nsys",
+                   help="nsys (default), or torch: the server's own PyTorch profiler behind its /start_profile and "
+                        "/stop_profile, writing Kineto traces into OUT/NAME.torch (no nsys needed; vLLM: the "
+                        "--profiler-config torch form is added; SGLang: its trace folder and start body)")
     n = p.add_argument_group("nsys")
     n.add_argument("--nsys", help="the nsys binary or its folder (else $CLEF_PROF_NSYS, nsys on PATH, .nsys/*/nsys)")
     n.add_argument("--window", choices=WINDOWS, default="auto",
@@ -116,7 +120,8 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         warmup_s=max(0.0, args.warmup), warmup_requests=max(0, args.warmup_requests), duration_s=args.duration,
         load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
-        importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env)
+        importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env,
+        profiler=getattr(args, "profiler", "nsys"))
 
 
 def add_parser(sub) -> None:

@@ -598,7 +598,11 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
     Raises `clef_prof.errors.ClefError` (CaptureError, SpecError) for bad input.
     """
     path = os.fspath(path)
+    from ..analyze.kineto import is_trace, to_export
     from ..annotate.spec import stage_config
+
+    if is_trace(path):
+        path = to_export(path)
 
     config = stage_config(spec, domain, batch, stages, base=config)
     key = _CACHE.key(path, config, requests) if cache else None

@@ -10,6 +10,12 @@ Endpoints:
   200 on the CPU too (so that an nsys-session window can be used), and an NVTX start/end range
   `window` in the domain `clef-prof` in between (for `--capture-range=nvtx`). /stop_profile
   answers the server's own count of the requests and batches it ran inside the window.
+  With $CLEF_PROF_TORCH_PROFILER_DIR set (`clef-prof record --profiler torch` sets it) they
+  start and stop a PyTorch profiler instead (CPU and CUDA activities), which writes
+  `demo-server-PID-N.pt.trace.json.gz` into that folder at each stop. It is started on the
+  batching thread, whose ranges a plain profiler records; CLEF_PROF_TORCH_ALL_THREADS=1 adds
+  `_ExperimentalConfig(profile_all_threads=True)` (every thread's ranges; on torch 2.11 the two
+  traces recorded with it held no user_annotation range at all: docs/kineto.md).
 
 Each /v1/systemone request runs in `clef_prof.request(rid)` on its HTTP thread (rid: its
 X-Request-Id header, else r1, r2, ...), with the mark `clef_prof.enqueued(rid)` where it joins
@@ -49,6 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ..annotate.api import batch as nvtx_batch
 from ..annotate.api import enqueued, request, stage
 from ..errors import ClefError
+from .presets import TORCH_DIR_ENV
 
 MAX_BATCH = 16
 # the 9 metadata tensors of a request: int64 element counts (428 elements = 3424 bytes)
@@ -263,6 +270,39 @@ class GpuPooler:
         self.torch.cuda.cudart().cudaProfilerStop()
 
 
+class TorchTrace:
+    """A PyTorch profiler over one window, its Kineto trace written into `folder` at stop."""
+
+    def __init__(self, folder: str, all_threads: bool = False):
+        self.folder = folder
+        self.all_threads = all_threads
+        self.prof = None
+        self.n = 0
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        kw = {}
+        cfg = getattr(torch.profiler, "_ExperimentalConfig", None)
+        if cfg is not None and self.all_threads:
+            try:        # every thread's record_function ranges, not only the starting thread's
+                kw["experimental_config"] = cfg(profile_all_threads=True)
+            except TypeError:
+                pass
+        self.prof = profile(activities=acts, **kw)
+        self.prof.start()
+
+    def stop(self) -> str:
+        prof, self.prof = self.prof, None
+        prof.stop()
+        self.n += 1
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, f"demo-server-{os.getpid()}-{self.n}.pt.trace.json.gz")
+        prof.export_chrome_trace(path)
+        return path
+
+
 def make_pooler(variant: str, device: str = "auto", sync: str = "none"):
     if sync not in SYNC_MODES:
         raise ClefError(f"demo-server: --sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -336,6 +376,8 @@ class DemoServer:
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
+        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS") == "1")
+                            if os.environ.get(TORCH_DIR_ENV) else None)
         from ..annotate import nvtx_client as nc
         self._wdom = nc.Domain(WINDOW_DOMAIN)
         self._wmsg = self._wdom.register(WINDOW_RANGE)
@@ -447,7 +489,10 @@ class DemoServer:
         with self.lock:
             if self.window is not None:
                 return {"status": "already profiling"}
-            self.pooler.profiler_start()
+            if self.torch_trace is not None:
+                self.torch_trace.start()
+            else:
+                self.pooler.profiler_start()
             self._wid = self._wdom.start(self._wmsg)
             self.window = {"t0": time.monotonic(), "batches": []}
         if self.die_in_window_s is not None:
@@ -463,10 +508,12 @@ class DemoServer:
             if self._wid:
                 self._wdom.end(self._wid)
                 self._wid = 0
-        self.pooler.profiler_stop()
+        trace = self.torch_trace.stop() if self.torch_trace is not None else None
+        if trace is None:
+            self.pooler.profiler_stop()
         done = [(t, n) for t, n in w["batches"] if t <= t1]
         return {"status": "stopped", "device": self.pooler.device, "window_s": t1 - w["t0"],
-                "requests": sum(n for _, n in done), "batches": len(done)}
+                "requests": sum(n for _, n in done), "batches": len(done), **({"trace": trace} if trace else {})}
 
     # -- HTTP -----------------------------------------------------------------------------
     def _handler_class(self):

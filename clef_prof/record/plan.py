@@ -13,7 +13,7 @@ from .load import LoadSettings
 from ..nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
                    stop_command, switch_names)
 from ..redact import REMOVED, redact_args, redact_text
-from .presets import (DEFAULT_NVTX_CAPTURE, PRESETS, VLLM_PROFILER_CONFIG, VLLM_PROFILER_FLAG, Preset,
+from .presets import (DEFAULT_NVTX_CAPTURE, PRESETS, VLLM_PROFILER_CONFIG, VLLM_PROFILER_FLAG, Preset, torch_setup,
                       vllm_profiler_config)
 
 
@@ -53,6 +53,12 @@ class RecordConfig:
     argv: list[str] | None = None
     quiet: bool = False
     keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
+    profiler: str = "nsys"          # "torch": the server's own PyTorch profiler, no nsys (presets.torch_setup)
+
+    @property
+    def torch_dir(self) -> str:
+        """--profiler torch: the folder the server writes its traces into."""
+        return os.path.join(os.path.abspath(self.out), self.name + ".torch")
 
     def __post_init__(self):
         if self.url is None:
@@ -68,6 +74,8 @@ class RecordConfig:
         body = self.start_body if which == "start" else self.stop_body
         path = path if path is not None else (p.start if which == "start" else p.stop)
         body = body if body is not None else (p.start_body if which == "start" else p.stop_body)
+        if which == "start" and self.profiler == "torch" and self.start_body is None:
+            body = torch_setup(self.preset, self.torch_dir, self.server)[2]
         if not self.call_endpoints or not path:
             return None, None
         return self.url.rstrip("/") + path, body
@@ -102,6 +110,7 @@ class Plan:
     report: str = ""
     sqlite: str = ""
     probe: bool = False                   # --window auto: probe the endpoints once healthy
+    torch_dir: str | None = None          # --profiler torch: the server's trace folder
 
     def lines(self) -> list[str]:
         env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
@@ -127,6 +136,8 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     if owned:
         hint = _OWNED[owned[0]]
         raise ClefError(f"--nsys-arg: record sets nsys' --{owned[0]} itself" + (f"; use {hint}" if hint else ""))
+    if cfg.profiler == "torch":
+        return _torch_plan(cfg, nsys)
     if nsys is None:
         nsys = Nsys.find(cfg.nsys)
     window = cfg.window
@@ -178,6 +189,26 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     report, sqlite = base + ".nsys-rep", base + ".sqlite"
     exp = export_command(nsys, report, sqlite) if cfg.export else None
     return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
+
+
+def _torch_plan(cfg: RecordConfig, nsys: Nsys | None) -> Plan:
+    """--profiler torch: the server runs as it is (no nsys); its /start_profile and /stop_profile
+    start and stop its own torch profiler, which writes Kineto traces into cfg.torch_dir."""
+    if cfg.window not in ("auto", "profiler-api"):
+        raise ClefError(f"record --profiler torch: --window {cfg.window} is an nsys window; the torch profiler's "
+                        "window is the server's /start_profile and /stop_profile (--window auto)")
+    if cfg.endpoint("stop")[0] is None:
+        raise ClefError("record --profiler torch needs the server's /start_profile and /stop_profile endpoints "
+                        "(not --preset none / --no-endpoints)")
+    server, env, _, notes = torch_setup(cfg.preset, cfg.torch_dir, list(cfg.server))
+    preset = cfg.preset_obj
+    env.update({k: v for k, v in preset.env if k not in os.environ})
+    if cfg.spec:
+        env.update(spec_env(cfg.spec))
+    env.update(cfg.env)
+    notes.append(f"--profiler torch: the server's PyTorch profiler writes its traces into {cfg.torch_dir}")
+    return Plan("profiler-api", nsys or Nsys.assumed(), server, list(server), env=env, notes=notes,
+                token=secrets.token_hex(6), torch_dir=cfg.torch_dir)
 
 
 def redact_commands(commands: dict) -> dict:

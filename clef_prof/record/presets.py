@@ -46,6 +46,41 @@ PRESETS = {
 }
 VLLM_PROFILER_FLAG = "--profiler-config"
 VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
+PROFILERS = ("nsys", "torch")
+# --profiler torch: where each kind of server is told the trace folder and to record every thread
+TORCH_DIR_ENV = "CLEF_PROF_TORCH_PROFILER_DIR"        # the demo server (and any server that reads it)
+
+
+def torch_setup(preset: str, trace_dir: str, server: list[str]) -> tuple[list[str], dict, str | None, list[str]]:
+    """(server command, environment, start body or None, notes) that make a server of `preset`
+    write PyTorch profiler traces into `trace_dir` between its start and stop calls."""
+    env = {TORCH_DIR_ENV: trace_dir}
+    notes = []
+    body = None
+    if preset == "vllm":
+        given, present = vllm_profiler_config(server)
+        if present:
+            try:
+                cfg = json.loads(given) if given else None
+            except ValueError:
+                cfg = None
+            if not (isinstance(cfg, dict) and cfg.get("profiler") == "torch"):
+                from ..errors import ClefError
+                raise ClefError(f"record --profiler torch: the server command already sets {VLLM_PROFILER_FLAG} to "
+                                f"{given!r}; drop it (record adds the torch form) or make it "
+                                '\'{"profiler": "torch", "torch_profiler_dir": DIR}\'')
+            if cfg.get("torch_profiler_dir"):
+                env[TORCH_DIR_ENV] = cfg["torch_profiler_dir"]
+        else:
+            conf = json.dumps({"profiler": "torch", "torch_profiler_dir": trace_dir})
+            server = server + [VLLM_PROFILER_FLAG, conf]
+            notes.append(f"--preset vllm --profiler torch: added {VLLM_PROFILER_FLAG} '{conf}'")
+    elif preset == "sglang":
+        env.update(SGLANG_TORCH_PROFILER_DIR=trace_dir, SGLANG_TORCH_PROFILER_PROFILE_ALL_THREADS="1")
+        body = json.dumps({"output_dir": trace_dir, "activities": ["CPU", "GPU"]})
+        notes.append("--preset sglang --profiler torch: SGLANG_TORCH_PROFILER_DIR, "
+                     "SGLANG_TORCH_PROFILER_PROFILE_ALL_THREADS=1 and the start body " + body)
+    return server, env, body, notes
 
 
 def vllm_profiler_config(server: list[str]) -> tuple[str | None, bool]:

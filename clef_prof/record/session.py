@@ -168,6 +168,11 @@ class Recording:
                 os.remove(self.base + suffix)
             except FileNotFoundError:
                 pass
+        if self.pl.torch_dir:
+            # an earlier recording's traces would be read as a second run of this one
+            os.makedirs(self.pl.torch_dir, exist_ok=True)
+            for f in _torch_traces(self.pl.torch_dir):
+                os.remove(f)
         self.say("starting: " + quote(self.pl.main))
         self.t_server = time.time_ns()
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
@@ -374,7 +379,7 @@ class Recording:
         self.opened_mono = time.monotonic()
         self.opened_ns = max(e["ack_ns"] for e in self.events)
         self.outer[0] = min(e["sent_ns"] for e in self.events)
-        if self.pl.window != "nsys":
+        if self.pl.window != "nsys" and not self.pl.torch_dir:
             self.check_range_opened()
 
     def state(self) -> str | None:
@@ -433,8 +438,29 @@ class Recording:
         if closing:
             self.closed_ns = min(e["sent_ns"] for e in closing)
             self.outer[1] = max(e["ack_ns"] for e in closing)
-        if self.pl.window != "nsys" and self.cfg.capture_range_end == "stop":
+        if self.pl.torch_dir:
+            self.wait_traces()
+        elif self.pl.window != "nsys" and self.cfg.capture_range_end == "stop":
             self.wait_report()
+
+    def wait_traces(self) -> None:
+        """--profiler torch: the server writes its traces after the stop call (vLLM's workers on
+        their own time): wait until trace files are there and none has changed for 2 s."""
+        deadline = time.monotonic() + self.cfg.finalize_timeout
+        last, stable_since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            seen = _torch_state(self.pl.torch_dir)
+            if seen != last:
+                last, stable_since = seen, time.monotonic()
+            elif seen and not any(n.endswith(".tmp") for n, _ in seen) and time.monotonic() - stable_since >= 2.0:
+                break
+            if not self.server_alive():
+                break
+            time.sleep(0.2)
+        else:
+            self.note(f"the server's torch traces were still changing {self.cfg.finalize_timeout:g} s after the "
+                      "window closed")
+        self.report_written_ns = time.time_ns()
 
     def wait_report(self) -> None:
         """With --capture-range-end=stop, nsys collects the window's data from the running server and
@@ -573,13 +599,13 @@ class Recording:
             if error is None and self.status == mf.STATUS_OK:
                 self.status, self.detail = mf.STATUS_FAILED, problem
                 error = CaptureFailed(problem)
-        if exported and "nvtx" in self.cfg.trace.trace.split(","):
+        if exported and not self.pl.torch_dir and "nvtx" in self.cfg.trace.trace.split(","):
             n = self.nvtx_rows = mf.count_rows(exported, "NVTX_EVENTS") or 0
             if not n:
                 self.note("the export holds no NVTX record: nsys collected nothing from the server's annotations "
                           "(not annotated, or the capture's data was lost; see " + mf.relative_to(self.log_nsys, self.out)
                           + ")")
-        if exported and self.load is not None:
+        if exported and self.load is not None and not self.pl.torch_dir:
             span = mf.collected_span(exported)
             if span:
                 t0, first, last, duration = span
@@ -601,7 +627,15 @@ class Recording:
         return {"manifest": path, "export": exported, "status": self.status, "nvtx_rows": self.nvtx_rows}
 
     def finish_files(self, error) -> tuple[str | None, str | None]:
-        """(export, problem): export the report when there is one; explain when there is none."""
+        """(export, problem): export the report when there is one; explain when there is none.
+        --profiler torch: the trace folder, read by analyze as it is."""
+        if self.pl.torch_dir:
+            if self.opened_ns is None:
+                return None, None
+            if _torch_traces(self.pl.torch_dir):
+                return self.pl.torch_dir, None
+            return None, (f"the server wrote no PyTorch profiler trace into {self.pl.torch_dir} (see "
+                          f"{self.log_err}): does its /start_profile start a torch profiler writing there?")
         self.report = self.pl.report if os.path.exists(self.pl.report) else None
         if self.report is None and self.opened_ns is None:
             return None, None          # it failed before the window: no report was expected
@@ -704,6 +738,7 @@ class Recording:
         }
         m = {
             "schema": mf.SCHEMA,
+            "profiler": cfg.profiler,
             "status": self.status,
             "status_detail": self.detail,
             "export": mf.relative_to(exported, self.out),
@@ -756,8 +791,9 @@ class Recording:
 
     def summary(self, exported: str | None, path: str) -> None:
         if exported:
-            size = os.path.getsize(exported) / 1e6
-            print(f"capture: {exported} ({size:.1f} MB)")
+            files = _torch_traces(exported) if os.path.isdir(exported) else [exported]
+            size = sum(os.path.getsize(f) for f in files) / 1e6
+            print(f"capture: {exported} ({len(files)} file(s), {size:.1f} MB)")
         if self.load is not None and self.opened_ns and self.closed_ns:
             s = self.load.summary(self.opened_ns, self.closed_ns)
             span = (self.closed_ns - self.opened_ns) / 1e9
@@ -770,6 +806,25 @@ class Recording:
             print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
                   "batches inside its window")
         print(f"manifest: {path}")
+
+
+def _torch_traces(folder: str) -> list[str]:
+    """The Kineto trace files (`*.json`, `*.json.gz`) in a --profiler torch trace folder."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(os.path.join(folder, n) for n in names if n.endswith((".json", ".json.gz")))
+
+
+def _torch_state(folder: str) -> list[tuple[str, int]]:
+    out = []
+    for n in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            out.append((n, os.path.getsize(os.path.join(folder, n))))
+        except OSError:
+            pass
+    return out
 
 
 def _hold_signals(cap: Recording):
@@ -805,7 +860,7 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
     try:
         nsys = Nsys.find(cfg.nsys)
     except NsysMissing:
-        if not dry_run:
+        if not dry_run and cfg.profiler != "torch":
             raise
         nsys = Nsys.assumed()
     pl = plan(cfg, nsys)
