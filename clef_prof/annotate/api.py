@@ -106,7 +106,10 @@ def _torch_refresh(m) -> bool:
             _prof_enabled = _modules["torch"]._C._autograd._profiler_enabled
         except (KeyError, AttributeError):
             _prof_enabled = None
-    _TORCH_ON = bool(_prof_enabled() if _prof_enabled is not None else getattr(m, "_is_profiler_enabled", False))
+    # _profiler_enabled() reads the calling thread's profiler state: under profile_all_threads=True it
+    # is False on every thread (torch 2.11, H200) while record_function is recorded on all of them;
+    # torch.autograd.profiler._is_profiler_enabled is set for the process by whichever thread starts it
+    _TORCH_ON = bool(getattr(m, "_is_profiler_enabled", False) or (_prof_enabled is not None and _prof_enabled()))
     return _TORCH_ON
 
 

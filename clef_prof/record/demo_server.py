@@ -13,9 +13,9 @@ Endpoints:
   With $CLEF_PROF_TORCH_PROFILER_DIR set (`clef-prof record --profiler torch` sets it) they
   start and stop a PyTorch profiler instead (CPU and CUDA activities), which writes
   `demo-server-PID-N.pt.trace.json.gz` into that folder at each stop. It is started on the
-  batching thread, whose ranges a plain profiler records; CLEF_PROF_TORCH_ALL_THREADS=1 adds
-  `_ExperimentalConfig(profile_all_threads=True)` (every thread's ranges; on torch 2.11 the two
-  traces recorded with it held no user_annotation range at all: docs/kineto.md).
+  batching thread, with `_ExperimentalConfig(profile_all_threads=True)` where torch has it (every
+  thread's batch and stage ranges); CLEF_PROF_TORCH_ALL_THREADS=0 leaves it
+  out (then only the batching thread's ranges are recorded: docs/kineto.md).
 
 Each /v1/systemone request runs in `clef_prof.request(rid)` on its HTTP thread (rid: its
 X-Request-Id header, else r1, r2, ...), with the mark `clef_prof.enqueued(rid)` where it joins
@@ -273,7 +273,7 @@ class GpuPooler:
 class TorchTrace:
     """A PyTorch profiler over one window, its Kineto trace written into `folder` at stop."""
 
-    def __init__(self, folder: str, all_threads: bool = False):
+    def __init__(self, folder: str, all_threads: bool = True):
         self.folder = folder
         self.all_threads = all_threads
         self.prof = None
@@ -376,7 +376,7 @@ class DemoServer:
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
-        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS") == "1")
+        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS", "1") != "0")
                             if os.environ.get(TORCH_DIR_ENV) else None)
         from ..annotate import nvtx_client as nc
         self._wdom = nc.Domain(WINDOW_DOMAIN)
