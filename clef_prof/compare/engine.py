@@ -242,7 +242,7 @@ def _pct(change: float | None, base: float | None) -> float | None:
 
 def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig = StageConfig(), n_boot: int = 2000,
             seed: int = 0, confidence: float = 0.95) -> dict:
-    """The comparison as the JSON contract (see README, Compare)."""
+    """The comparison as the JSON contract (docs/json.md, compare)."""
     from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
 
     stages = tuple(config.stages)

@@ -41,7 +41,7 @@ CUDA_COLUMNS = [
     (lambda f: f.cuda.graph_kernels, "graph kernels /capture", "int"),
 ]
 COLUMNS = HOST_COLUMNS + CUDA_COLUMNS
-# the CSV's columns: keys of the JSON stage block (README, "JSON contract")
+# the CSV's columns: keys of the JSON stage block (docs/json.md)
 CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean", "host_ms_p50", "host_ms_p99",
             "share_of_batch_pct_mean", "share_of_batch_pct_p50", "share_of_batch_pct_p99",
             "h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
