@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 
 from ..analyze.markup import md
 from ..analyze.model import RangeFigures, Result, StageFigures
@@ -132,28 +131,82 @@ def headline(result: Result) -> list[str]:
     return lines
 
 
-def render_terminal(result: Result, console: Console | None = None) -> None:
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
-    console.print(f"[bold]clef-prof analyze[/bold] {escape(result.path)}", highlight=False)
-    for line in headline(result):
-        console.print(Text(line), highlight=False)
-    tables = [("host time per stage (NVTX ranges)", HOST_COLUMNS)]
-    if result.capture.cuda_traced:
-        tables.append(("CUDA work per stage (placed by the launching API call)", CUDA_COLUMNS))
-    for title, cols in tables:
-        table = Table(title=title, title_justify="left")
-        table.add_column("stage")
-        for _, header, _ in cols:
-            table.add_column(header, justify="right")
-        for name, figures in stage_rows(result):
-            table.add_row(Text(name), *(fmt(get(figures), kind) for get, _, kind in cols))
-        console.print(table)
+# the key figures of the default terminal view, one row per stage (the rest: --wide)
+KEY_COLUMNS = [
+    (lambda f: f.host_ms_per_request, "host ms /request", "ms"),
+    (_stage(lambda f: f.share.mean_pct), "% of batch span", "pct"),
+]
+KEY_CUDA_COLUMNS = [
+    (lambda f: f.cuda_per_request.h2d_copies, "H2D copies /req", "f2"),
+    (lambda f: f.cuda_per_request.kernel_launches, "kernel launches /req", "f2"),
+]
+
+
+def stage_table(result: Result, cols, width: int, title: str | None = None) -> list[str]:
+    """The stage rows under `cols` ((get, header, kind) triples) as lines at most `width` wide."""
+    from ..analyze.termtable import Column, table
+
+    columns = [Column("stage", "left")] + [Column(h) for _, h, _ in cols]
+    rows = [[name] + [fmt(get(f), kind) for get, _, kind in cols] for name, f in stage_rows(result)]
+    return table(columns, rows, width, title=title)
+
+
+def key_lines(result: Result) -> list[str]:
+    """The figures a reader looks for first: requests, then per stage host ms per request, share of
+    the batch span, H2D copies and kernel launches per request; then transfers and overlap."""
+    req = result.requests
+    src = result.requests_source
+    what = ("rows scheduled in batch ranges, not requests finished" if src and src != "--requests"
+            else f"from {src}" if src else "")
+    lines = [f"{req if req is not None else 'unknown'} requests in {result.batches} batches"
+             + (f" ({what})" if what else "")]
+    return lines
+
+
+def render_terminal(result: Result, console: Console | None = None, wide: bool = False,
+                    width: int | None = None) -> None:
+    """Key figures first (requests; per stage host ms, share, H2D copies and kernels per request;
+    transfers; overlap), then the findings, then the capture's details; every line fits `width`
+    (the terminal's) without cutting a figure. `wide`: also the full host and CUDA tables."""
     from ..analyze.findings import lines as finding_lines
-    console.print(f"[bold]Findings[/bold] ({len(result.findings)})", highlight=False)
+    from ..analyze.termtable import width as term_width, wrap
+
+    width = width or term_width()
+    console = console or Console(width=max(width, 20), soft_wrap=True)
+
+    def say(lines, style=None):
+        for line in lines:
+            console.print(Text(line, style=style or ""), highlight=False, soft_wrap=True)
+
+    cuda = result.capture.cuda_traced
+    say(wrap(f"clef-prof analyze {result.path}", width, "  "), "bold")
+    say([line for line in key_lines(result) for line in wrap(line, width, "  ")])
+    say([""])
+    cols = KEY_COLUMNS + (KEY_CUDA_COLUMNS if cuda else [])
+    say(stage_table(result, cols, width))
+    say([""])
+    head = headline(result)     # requests; capture; its threads and ranks (indented); transfers, overlap
+    details = [line for line in head[2:] if line.startswith(" ")]
+    say([w for line in head[2:] if not line.startswith(" ") for w in wrap(line, width, "  ")])
+    say([""])
+    say([f"Findings ({len(result.findings)})"], "bold")
     for line in finding_lines(result):
-        console.print(line, highlight=False, markup=False)
+        say(wrap(line, width, "    "))
+    say([""])
+    say(["Details"], "bold")
+    say(wrap(f"stage domain {result.config.domain!r}, batch range {result.config.batch!r}; " + head[1], width, "  "))
+    say([w for line in details for w in wrap(line.strip(), width, "    ", "  ")])
+    if wide:
+        say([""])
+        say(stage_table(result, HOST_COLUMNS, width, "host time per stage (NVTX ranges)"))
+        if cuda:
+            say([""])
+            say(stage_table(result, CUDA_COLUMNS, width, "CUDA work per stage (placed by the launching API call)"))
+    else:
+        say(wrap("Every figure per stage, per batch and per capture: --wide, -f markdown, or report --html.",
+                 width, "  "))
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+        say(wrap(f"warning: {w}", width, "  "), "yellow")
 
 
 def render_markdown(result: Result) -> str:
