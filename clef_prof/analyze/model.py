@@ -279,6 +279,7 @@ class Result:
     findings_thresholds: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     manifest: str | None = None         # the record manifest held against the capture, when there was one
+    window_by_record: bool = False      # that manifest says record opened the window: cut edges are expected
     schema: str = SCHEMA
 
     def to_json(self) -> dict:
@@ -298,6 +299,7 @@ class Result:
                "findings": [f.to_json() for f in self.findings]}
         if self.manifest is not None:
             out["manifest"] = self.manifest
+            out["window_by_record"] = self.window_by_record
         return out
 
     def figure(self, name: str):

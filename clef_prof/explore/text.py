@@ -196,6 +196,10 @@ def render_terminal(result: Result, console: Console | None = None, wide: bool =
     say(["Details"], "bold")
     say(wrap(f"stage domain {result.config.domain!r}, batch range {result.config.batch!r}; " + head[1], width, "  "))
     say([w for line in details for w in wrap(line.strip(), width, "    ", "  ")])
+    cut = result.excluded.cut_at_edges
+    if result.window_by_record and cut:
+        say(wrap(f"{sum(cut.values()):,} ranges cut at the edges of the window record opened were left out, as "
+                 f"expected ({', '.join(f'{k}: {v}' for k, v in cut.items())})", width, "    ", "  "))
     if wide:
         say([""])
         say(stage_table(result, HOST_COLUMNS, width, "host time per stage (NVTX ranges)"))
