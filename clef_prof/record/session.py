@@ -769,7 +769,21 @@ class Recording:
         if self.server_counts:
             print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
                   "batches inside its window")
+        if self.load is not None and (self.server_counts or self.capture_client):
+            print(count_line(self.capture_client))
         print(f"manifest: {path}")
+
+
+def count_line(capture_client: dict | None) -> str:
+    """Why the request counts of one capture differ: each counts something else."""
+    bounds = ""
+    if capture_client and isinstance(capture_client.get("requests_inside"), int):
+        bounds = (f": between {capture_client['requests_inside']} (sent and answered inside the recorded span) and "
+                  f"{capture_client.get('requests_overlapping')} (in flight during it)")
+    return ("counts: the client's completions are requests answered between the window's open and close; the "
+            "server's, requests its batches ran between its own start and stop calls; analyze counts the rows of "
+            "the batch ranges nsys recorded, from the first range to the last, which also holds requests in flight "
+            f"at the edges{bounds}")
 
 
 def _hold_signals(cap: Recording):

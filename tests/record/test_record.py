@@ -217,6 +217,11 @@ def test_record_demo_then_analyze(tmp_path, mark):
     if m["git"]["clef_prof"]:
         assert len(m["git"]["clef_prof"]["revision"]) == 40
     assert "capture:" in p.stdout and "manifest:" in p.stdout
+    # one line says what each request count counts, with the client's bounds for analyze's count
+    (counts,) = [ln for ln in p.stdout.splitlines() if ln.startswith("counts: ")]
+    cap = client["capture"]
+    assert f"between {cap['requests_inside']} (sent and answered" in counts
+    assert f"{cap['requests_overlapping']} (in flight during it)" in counts
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"
