@@ -11,7 +11,7 @@ from .options import add_stage_options
 # subcommand -> the module whose add_parser(subparsers) registers it; a command line naming one
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
-            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "load": "load",
+            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "demo": "demo", "load": "load",
             "bench": "bench"}
 
 
