@@ -71,7 +71,7 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
     for g in gates:
         entry = by_name.get(g.metric)
         if entry is None:
-            why = ("CUDA was not traced in these captures" if not _is_host(g.metric)
+            why = (_no_cuda_reason(comp) if not _is_host(g.metric)
                    else "its stage has no range in these captures")
             raise CompareError(f"--fail-if {g.text!r}: metric {g.metric} is not available ({why})")
         for arm in list(entry["arms"])[1:]:
@@ -92,6 +92,17 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
                         "threshold": g.value, "pct": g.pct, "change": a["change"], "change_pct": a["change_pct"],
                         "ci": a["ci"], "ci_pct": a["ci_pct"]})
     return out
+
+
+def _no_cuda_reason(comp: dict) -> str:
+    """Why the captures have no CUDA figures, in analyze's own words (its warning, less its tail)."""
+    from ..analyze.validate import FIGURES_HIDDEN
+
+    for w in comp.get("warnings", []):
+        text = w.split("): ", 1)[-1]
+        if text.endswith(FIGURES_HIDDEN) and "CUDA" in text:
+            return "these captures: " + text[:-len(FIGURES_HIDDEN)].rstrip(": ")
+    return "these captures: CUDA was not traced"
 
 
 def _is_host(metric: str) -> bool:

@@ -524,7 +524,8 @@ class Recording:
         busy = port_in_use(cfg.health)
         if busy:
             raise ClefError(f"port {busy[1]} on {busy[0]} already answers: another server is running there; "
-                            "stop it or point --url / --health-url at a free port")
+                            "stop it, or pick a free port and give it to both: --url (and --health-url) here and "
+                            "the server's own --port after --")
         error: BaseException | None = None
         interrupted = False
         try:

@@ -191,7 +191,7 @@ def test_port_already_taken(tmp_path, mark):
         sock.listen()
         port = sock.getsockname()[1]
         p = record(tmp_path / "o", port, "-q", mark=mark)
-    one_line(p, 1, f"port {port}", "already answers")
+    one_line(p, 1, f"port {port}", "already answers", "the server's own --port after --")
 
 
 # --------------------------------------------------------------------------------------------
