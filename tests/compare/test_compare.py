@@ -232,7 +232,8 @@ def test_cuda_gate_on_cpu_captures(cap, capsys):
 
 
 def test_refuse_cpu_vs_gpu(cap, capsys):
-    with pytest.raises(CompareError, match="CUDA was traced in gpu .* but not in cpu"):
+    # the CPU capture's reason in analyze's words: it was recorded without -t cuda
+    with pytest.raises(CompareError, match=r"gpu .* has CUDA records, cpu .* none \(CUDA was not traced \(record with"):
         run(f"cpu={cap['cpu23-inline']}", f"gpu={cap['gpu-q1c16-pr']}")
     rc = main(["compare", "--arm", f"cpu={cap['cpu23-inline']}", "--arm", f"gpu={cap['gpu-q1c16-pr']}"])
     err = capsys.readouterr().err
