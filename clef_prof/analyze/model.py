@@ -298,8 +298,8 @@ class Result:
                "findings_thresholds": dict(self.findings_thresholds),
                "findings": [f.to_json() for f in self.findings]}
         if self.manifest is not None:
-            out["manifest"] = self.manifest
             out["window_by_record"] = self.window_by_record
+            out["manifest"] = self.manifest
         return out
 
     def figure(self, name: str):
