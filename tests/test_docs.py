@@ -50,4 +50,4 @@ def test_readme_example_is_the_real_output():
     r = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", m.group(1)], cwd=ROOT, capture_output=True,
                        text=True, env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout == m.group(2)
+    assert r.stdout == m.group(2), "stale: python3 scripts/readme-example.py"
