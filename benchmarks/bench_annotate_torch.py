@@ -7,7 +7,7 @@ batch message, from the profiling thread and from a thread started before the pr
 
 --baseline ROOT times the same loops with the clef_prof of another checkout (today's code) in
 the same runs, for the before/after comparison. Each figure is the best of --repeat loops of -n
-iterations, thread CPU time, an empty loop's cost subtracted (as bench/bench_annotate.py).
+iterations, thread CPU time, an empty loop's cost subtracted (as benchmarks/bench_annotate.py).
 Without torch only the first row is measured.
 """
 from __future__ import annotations

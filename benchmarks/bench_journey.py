@@ -6,7 +6,7 @@
     python benchmarks/bench_journey.py --export BIG.sqlite   # an export made before
 
 The source is the GPU recording in tests/data (2,225 request ranges, 149 batches, 24.8 MB),
-tiled in time by bench/scale_export.py. Each run is a fresh `python -c` process (best of
+tiled in time by benchmarks/scale_export.py. Each run is a fresh `python -c` process (best of
 --repeat, wall time; peak RSS from getrusage): once as analyze runs, once with the journey step
 replaced by one that returns nothing. Journeys are read with their own queries (request ranges,
 enqueue marks, the batches' full rid lists) and joined with sorted searches: the issue's bound is
@@ -61,7 +61,7 @@ def main() -> None:
         with lzma.open(ROOT / "tests" / "data" / "gpu25-journey.sqlite.xz") as f, open(src, "wb") as g:
             shutil.copyfileobj(f, g)
         export = os.path.join(tmp, "tiled.sqlite")
-        subprocess.run([sys.executable, str(ROOT / "bench" / "scale_export.py"), src, export, "--tiles",
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_export.py"), src, export, "--tiles",
                         str(a.tiles)], check=True, capture_output=True)
     try:
         print(f"export: {export} ({os.path.getsize(export) / 1e9:.2f} GB)")

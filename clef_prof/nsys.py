@@ -2,14 +2,15 @@
 
 Standard library only: `clef-prof record` runs on GPU machines that have no pandas.
 
-Where nsys is looked for, first hit wins:
-1. `--nsys PATH` (the binary, or a folder holding `nsys`, `bin/nsys` or `target-linux-x64/nsys`);
-2. the environment variable CLEF_PROF_NSYS (same forms);
-3. `nsys` on PATH;
-4. the project's `.nsys/<version>/nsys` (scripts/install-nsys.sh), newest version first;
-5. the usual install places (/usr/local/cuda/bin, /opt/nvidia/nsight-systems/*/bin), then the
-   nsys that Nsight Compute bundles (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys),
-   newest version first.
+Where nsys is looked for: `--nsys PATH` (the binary, or a folder holding `nsys`, `bin/nsys` or
+`target-linux-x64/nsys`), then the environment variable CLEF_PROF_NSYS (same forms), win.
+Otherwise every nsys found, in this order: `nsys` on PATH; the project's `.nsys/<version>/nsys`
+(scripts/install-nsys.sh), newest version first; the usual install places (/usr/local/cuda/bin,
+/opt/nvidia/nsight-systems/*/bin), then the nsys that Nsight Compute bundles
+(/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys), newest version first. With a CUDA
+driver on the machine, the newest of them whose CUPTI is not older than the driver's CUDA major
+is used (an older CUPTI loses records without failing: clef_prof/cupti.py); without one, or when
+none is known to fit, the first.
 
 When nsys leaves a `.qdstrm` and no `.nsys-rep` (its QdstrmImporter could not load, e.g. for
 lack of libdw.so.1/libelf.so.1), `import_command` runs the importer itself, with
@@ -30,6 +31,7 @@ import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .cupti import cupti_major, driver_major, local_driver_version, nsys_release
 from .errors import ClefError
 
 ENV_NSYS = "CLEF_PROF_NSYS"
@@ -78,23 +80,50 @@ def installed_nsys(patterns: tuple[str, ...] = INSTALL_PLACES) -> list[str]:
     return out
 
 
-def locate(explicit: str | None = None) -> str:
-    """The path of the nsys to use, or NsysMissing with how to get one (one line)."""
+def locate(explicit: str | None = None, driver: int | None = None) -> str:
+    """The path of the nsys to use, or NsysMissing with how to get one (one line). `--nsys` and
+    $CLEF_PROF_NSYS win; otherwise, of every nsys found (PATH, .nsys/, the install places), the
+    newest whose CUPTI is not older than the CUDA driver (`driver`, as cuDriverGetVersion encodes
+    it; read from this machine when None), else the first found (no driver: the CPU path)."""
     for label, value in (("--nsys", explicit), (ENV_NSYS, os.environ.get(ENV_NSYS))):
         if value:
             for c in _candidates_in(os.path.expanduser(value)):
                 if _usable(c):
                     return os.path.abspath(c)
             raise NsysMissing(f"nsys not found at {value} (from {label}); {HOW_TO_GET}")
-    on_path = shutil.which("nsys")
-    if on_path:
-        return on_path
-    for c in _project_nsys():
-        if _usable(c):
-            return c
-    for c in installed_nsys():
-        return c
-    raise NsysMissing(f"nsys (Nsight Systems) is not installed: {HOW_TO_GET}")
+    found = list(dict.fromkeys(filter(None, [shutil.which("nsys"), *filter(_usable, _project_nsys()),
+                                             *installed_nsys()])))
+    if not found:
+        raise NsysMissing(f"nsys (Nsight Systems) is not installed: {HOW_TO_GET}")
+    if driver is None:
+        driver = local_driver_version()[0]
+    return choose([(c, _release_text(c)) for c in found] if driver else [(found[0], None)], driver)
+
+
+def choose(found: list[tuple[str, str | None]], driver: int | None) -> str:
+    """Of (path, version text) in the order found, the newest nsys whose CUPTI is of the driver's
+    CUDA major, else the newest whose CUPTI is newer; the first found when none is known to fit,
+    or without a driver."""
+    drv = driver_major(driver)
+    if drv is None:
+        return found[0][0]
+    lows = [cupti_major(v)[0] for _, v in found]
+    for fits in (lambda lo: lo == drv, lambda lo: lo is not None and lo > drv):
+        ok = [(nsys_release(v), -i) for i, ((_, v), lo) in enumerate(zip(found, lows)) if fits(lo)]
+        if ok:
+            return found[-max(ok)[1]][0]
+    return found[0][0]
+
+
+def _release_text(path: str) -> str | None:
+    """The release in the path's folders ('2025.3.1'), else what `nsys --version` says."""
+    key = _version_key(path)
+    if key != (0,):
+        return ".".join(map(str, key))
+    try:
+        return _run_text([path, "--version"], timeout=20)
+    except NsysMissing:
+        return None
 
 
 def _run_text(argv: list[str], timeout: float = 60) -> str:

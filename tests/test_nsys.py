@@ -41,3 +41,22 @@ def test_importer_gets_the_libraries_alone(tmp_path):
     assert argv == ["/opt/x/host-linux-x64/QdstrmImporter", "-i", str(tmp_path / "c.qdstrm")]
     assert env["LD_LIBRARY_PATH"] == f"{tmp_path}:/usr/lib/a" and env["PATH"] == "/bin"
     assert import_command("imp", "c.qdstrm", None, env={})[1] == {}
+
+
+def test_the_newest_nsys_that_fits_the_driver_is_chosen():
+    """cupti.py's table: 2022.4 ships CUPTI 11.8, 2023.4 12.4, 2025.3 13.0. On a CUDA 13.0 driver
+    (13000) only 2025.3 fits, wherever it was found; on 12.2 (12020) the newest of CUDA 12 (an
+    unlisted 2024.6 lies between 2023.4 and 2025.3: CUDA 12 at least); with no driver, the first."""
+    d22, d23 = "/r/.nsys/2022.4/nsys", "/r/.nsys/2023.4/nsys"
+    ncu = "/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys"
+    found = [(d23, "2023.4"), (d22, "2022.4"), (ncu, "2025.3.1")]
+    assert nsys_mod.choose(found, 13000) == ncu
+    assert nsys_mod.choose(found, 12020) == d23
+    assert nsys_mod.choose(found, 11080) == d22
+    assert nsys_mod.choose(found, None) == d23
+    on_path = ("/usr/bin/nsys", "NVIDIA Nsight Systems version 2024.6.1.90-246160830v0")
+    assert nsys_mod.choose([(d23, "2023.4"), on_path], 12020) == "/usr/bin/nsys"
+    # nothing fits a CUDA 14 driver: the first found (and analyze warns about its CUPTI)
+    assert nsys_mod.choose(found, 14000) == d23
+    # 2025.3's CUPTI 13 is newer than a CUDA 12 driver: only when no CUDA 12 nsys is there
+    assert nsys_mod.choose([(ncu, "2025.3.1"), (d22, "2022.4")], 12020) == ncu

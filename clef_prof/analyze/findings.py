@@ -293,11 +293,13 @@ def _ev_cut(r: Result, s, th):
     cut = r.excluded.cut_at_edges
     tail = r.lost_records.batches_after_cuda_end if r.lost_records is not None else 0
     return {"ranges_cut_at_edges": sum(cut.values()), "cut_by_range": dict(cut), "batches_kept": r.batches,
-            "batches_after_cuda_end": tail}
+            "batches_after_cuda_end": tail, "window_by_record": r.window_by_record}
 
 
 def _sev_cut(ev, th):
-    return "info" if ev["ranges_cut_at_edges"] or ev["batches_after_cuda_end"] else None
+    # ranges cut at a window that `record` opened are expected: only a lost CUDA tail remains
+    cut = ev["ranges_cut_at_edges"] and not ev["window_by_record"]
+    return "info" if cut or ev["batches_after_cuda_end"] else None
 
 
 def _tx_cut(ev, s):

@@ -50,6 +50,11 @@ def find_for(export: str) -> str | None:
     return path
 
 
+def window_by_record(manifest: dict) -> bool:
+    """Whether `clef-prof record` opened and closed the capture window (its manifest says how)."""
+    return bool((manifest.get("window") or {}).get("mode"))
+
+
 def edge_tolerance(manifest: dict) -> int:
     """Requests that may be in flight at one window edge: the load's concurrency (at least 1)."""
     load = manifest.get("load") or {}

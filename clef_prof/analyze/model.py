@@ -360,6 +360,7 @@ class Result:
     findings_thresholds: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     manifest: str | None = None         # the record manifest held against the capture, when there was one
+    window_by_record: bool = False      # that manifest says record opened the window: cut edges are expected
     schema: str = SCHEMA
     journey: Journey | None = None      # per-request journeys, when the capture holds request ranges
 
@@ -379,6 +380,7 @@ class Result:
                "findings_thresholds": dict(self.findings_thresholds),
                "findings": [f.to_json() for f in self.findings]}
         if self.manifest is not None:
+            out["window_by_record"] = self.window_by_record
             out["manifest"] = self.manifest
         if self.journey is not None:
             out["journey"] = self.journey.to_json()

@@ -173,16 +173,23 @@ def _check_manifest(analysis: Analysis) -> None:
     found = mf.find_for(analysis.result.path)
     if found is None:
         return
+    r = analysis.result
     try:
-        m = mf.read(found)
-        warnings = mf.check_manifest(analysis.result, m)
-        if analysis.result.journey is not None:
-            analysis.result.journey.client, more = mf.client_check(analysis.result, m)
+        manifest = mf.read(found)
+        warnings = mf.check_manifest(r, manifest)
+        if r.journey is not None:
+            r.journey.client, more = mf.client_check(r, manifest)
             warnings += more
     except (OSError, ValueError) as exc:
-        warnings = [f"the manifest beside the export cannot be read ({exc})"]
-    analysis.result.manifest = found
-    analysis.result.warnings.extend(warnings)
+        manifest, warnings = {}, [f"the manifest beside the export cannot be read ({exc})"]
+    r.manifest = found
+    r.warnings.extend(warnings)
+    if mf.window_by_record(manifest) and analysis.stages.cut:
+        # record opened and closed the window: ranges cut at its edges are expected, neither a
+        # warning nor a finding (their count stays in `excluded.cut_at_edges`)
+        r.window_by_record = True
+        r.warnings.remove(validate.cut_warning(analysis.stages.cut))
+        r.findings = findings.evaluate(r, r.findings_thresholds)
 
 
 def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:

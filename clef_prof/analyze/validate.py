@@ -105,8 +105,7 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
         out.append(f"{len(stages.batches)} {cfg.batch!r} ranges but no stage range ({', '.join(cfg.stages)}) in them: "
                    "stage figures are empty; check --stages or the annotation")
     if stages.cut:
-        parts = ", ".join(f"{k}: {v}" for k, v in stages.cut.items())
-        out.append(f"{sum(stages.cut.values())} ranges cut at the capture edges were excluded ({parts})")
+        out.append(cut_warning(stages.cut))
     if stages.cross_thread:
         out.append(f"{stages.cross_thread} ranges ended on another thread than they started on; their host span is "
                    "kept, CUDA calls are placed by the starting thread")
@@ -116,6 +115,11 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     if missing:
         out.append(f"stages with no range in the capture: {', '.join(missing)}")
     return out
+
+
+def cut_warning(cut: dict[str, int]) -> str:
+    parts = ", ".join(f"{k}: {v}" for k, v in cut.items())
+    return f"{sum(cut.values())} ranges cut at the capture edges were excluded ({parts})"
 
 
 def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[str]]:

@@ -44,7 +44,7 @@ def cmd_analyze(args) -> int:
     else:
         from ..explore import text as report
         for r in results:
-            report.render_terminal(r)
+            report.render_terminal(r, wide=args.wide)
     if args.strict and any(r.warnings for r in results):
         n = sum(len(r.warnings) for r in results)
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)

@@ -11,8 +11,8 @@ from .options import add_stage_options
 # subcommand -> the module whose add_parser(subparsers) registers it; a command line naming one
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
-            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "load": "load",
-            "bench": "bench", "export": "export"}
+            "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "demo": "demo",
+            "load": "load", "bench": "bench", "export": "export"}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         epilog="A capture is an nsys SQLite export, an .nsys-rep report (exported once with nsys, beside it or\n"
                "under $XDG_CACHE_HOME/clef-prof), a record manifest.json, or a record folder.\n\n"
                "examples:\n"
-               "  clef-prof analyze traces/gpu-main-slice.sqlite\n"
+               "  clef-prof analyze traces/gpu25-pr-slice.sqlite\n"
                "  clef-prof analyze runs/pr --format markdown --strict\n"
                "  clef-prof analyze runs/ab/*/capture.sqlite -f json -o all.json   # a JSON list, in order")
     a.add_argument("captures", nargs="+", metavar="CAPTURE",
@@ -44,6 +44,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="table: terminal tables (default); markdown: for a pull request; csv: one row per stage "
                         "and capture; json: the stable contract (a list for several captures)")
     a.add_argument("--output", "-o", help="write the report to this file instead of stdout")
+    a.add_argument("--wide", action="store_true",
+                   help="table: also every figure per stage (host ms total, per batch mean/p50/p99, shares, CUDA "
+                        "counts), in blocks that fit the terminal")
     a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
     a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "
                    "(default: one per two CPUs for big inputs, in-process for small ones)")

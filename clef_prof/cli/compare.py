@@ -41,6 +41,8 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", "-j", type=int,
                    help="processes analyzing captures, each holding one analysis (default: as analyze, one per "
                         "two CPUs and capture, none below 64 MB of input; 1 keeps the peak memory to one analysis)")
+    p.add_argument("--wide", action="store_true",
+                   help="table: also the dotted metric names, the absolute change and p50/p99 per batch")
     p.add_argument("--all", action="store_true", help="also show metrics that are exactly 0 in every arm")
     p.add_argument("--list-metrics", action="store_true", help="list the metric names gates accept, and exit")
     g = p.add_argument_group("stage ranges")
@@ -84,10 +86,10 @@ def run(args) -> int:
         from rich.console import Console
 
         buf = io.StringIO()
-        render_terminal(comp, Console(file=buf, width=160, color_system=None), args.all)
+        render_terminal(comp, Console(file=buf, color_system=None), args.all, args.wide)
         emit(buf.getvalue(), args.output, inputs)
     else:
-        render_terminal(comp, show_all=args.all)
+        render_terminal(comp, show_all=args.all, wide=args.wide)
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
     for v in verdicts:
         print(f"clef-prof: {gate_line(v, kinds[v['metric']])}", file=sys.stderr)

@@ -30,7 +30,7 @@ def check_jobs(jobs: int | None) -> None:
 def add_threshold_option(g) -> None:
     g.add_argument("--threshold", action="append", metavar="KEY=VALUE",
                    help="override a findings threshold, e.g. overlap_max_pct=30 (repeat; also a [findings] table "
-                        "in the spec; the README lists them)")
+                        "in the spec; docs/analyze.md lists them)")
 
 
 def add_stage_options(p: argparse.ArgumentParser) -> None:

@@ -186,10 +186,12 @@ def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tup
     traced = [(name, ref, d.result.capture.cuda_traced) for name, ref, d in flat]
     if len({t for _, _, t in traced}) > 1:
         on = next((n, r) for n, r, t in traced if t)
-        off = next((n, r) for n, r, t in traced if not t)
-        raise CompareError(f"cannot compare: CUDA was traced in {who(*on)} but not in {who(*off)}: no CUDA metrics in "
-                           "common, and CUDA tracing adds host time to every API call, so host times differ too; "
-                           "record both with the same `nsys -t` options")
+        off, why = next(((n, r), d.result.warnings) for n, r, d in flat if not d.result.capture.cuda_traced)
+        from ..analyze.validate import FIGURES_HIDDEN
+        why = next((w[:-len(FIGURES_HIDDEN)].rstrip(": ") for w in why if w.endswith(FIGURES_HIDDEN)), "no CUDA rows")
+        raise CompareError(f"cannot compare: {who(*on)} has CUDA records, {who(*off)} none ({why}): no CUDA metrics "
+                           "in common, and CUDA tracing adds host time to every API call, so host times differ too; "
+                           "record both with the same `nsys -t` options on machines alike")
     modes = [(name, ref, d.result.capture.graph_trace_mode) for name, ref, d in flat]
     if traced[0][2] and len({m for _, _, m in modes}) > 1:
         a = modes[0]
@@ -256,7 +258,7 @@ def _pct(change: float | None, base: float | None) -> float | None:
 
 def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig = StageConfig(), n_boot: int = 2000,
             seed: int = 0, confidence: float = 0.95) -> dict:
-    """The comparison as the JSON contract (see README, Compare)."""
+    """The comparison as the JSON contract (docs/json.md, compare)."""
     from . import welch
     from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
 

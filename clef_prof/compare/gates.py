@@ -74,7 +74,7 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
     for g in gates:
         entry = by_name.get(g.metric)
         if entry is None:
-            why = ("CUDA was not traced in these captures" if not _is_host(g.metric)
+            why = (_no_cuda_reason(comp) if not _is_host(g.metric)
                    else "its stage has no range in these captures")
             raise CompareError(f"--fail-if {g.text!r}: metric {g.metric} is not available ({why})")
         for arm in list(entry["arms"])[1:]:
@@ -102,6 +102,17 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
                         "ci": a["ci"], "ci_pct": a["ci_pct"], "ci_within": a.get("ci_within"),
                         "ci_within_pct": a.get("ci_within_pct"), "verdict": a.get("verdict")})
     return out
+
+
+def _no_cuda_reason(comp: dict) -> str:
+    """Why the captures have no CUDA figures, in analyze's own words (its warning, less its tail)."""
+    from ..analyze.validate import FIGURES_HIDDEN
+
+    for w in comp.get("warnings", []):
+        text = w.split("): ", 1)[-1]
+        if text.endswith(FIGURES_HIDDEN) and "CUDA" in text:
+            return "these captures: " + text[:-len(FIGURES_HIDDEN)].rstrip(": ")
+    return "these captures: CUDA was not traced"
 
 
 def _is_host(metric: str) -> bool:
@@ -231,9 +242,9 @@ def _ci_short(a: dict, kind: str) -> str:
         return "exact"
     if ci_pct is not None:
         lo, hi = ci_pct
-        return f"{label}{_fmt_change(lo, kind, True)} … {_fmt_change(hi, kind, True)}"
+        return f"{label}{_fmt_change(lo, kind, True)} to {_fmt_change(hi, kind, True)}"
     lo, hi = ci
-    return f"{label}{_fmt_change(lo, kind)} … {_fmt_change(hi, kind)}"
+    return f"{label}{_fmt_change(lo, kind)} to {_fmt_change(hi, kind)}"
 
 
 def method_lines(comp: dict) -> list[str]:
@@ -315,63 +326,89 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_terminal(comp: dict, console=None, show_all: bool = False) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def _label(metric: str) -> str:
+    """The short row label of the terminal table: the stage for host time, the dotted name less
+    `stages.` and `_per_request` otherwise (the full names: --wide, --list-metrics)."""
+    if metric == "per_request.pooler_host_ms":
+        return "pooler (batch)"
+    if metric.startswith("stages.") and metric.endswith(".host_ms_per_request"):
+        return metric[len("stages."):-len(".host_ms_per_request")]
+    return metric.removeprefix("stages.").removesuffix("_per_request")
 
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+
+def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool = False,
+                    width: int | None = None) -> None:
+    """Per arm against the baseline: host time per stage, then CUDA work and overlap, each row its
+    two means, the change in % and its interval, the verdict; then findings, method and warnings.
+    Every line fits `width` (the terminal's) without cutting a figure; `wide` adds the dotted
+    metric names, the absolute change and p50/p99 per batch."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from ..analyze.termtable import Column, table, width as term_width, wrap
+
+    width = width or term_width()
+    console = console or Console(width=max(width, 20), soft_wrap=True)
+
+    def say(lines, style=None):
+        for line in lines:
+            console.print(Text(line, style=style or ""), highlight=False, soft_wrap=True)
+
     names = list(comp["arms"])
     base = comp["baseline"]
     rows, hidden = _shown(comp, show_all)
     conf = f"{100 * comp['method']['confidence']:g}%"
     for n, a in comp["arms"].items():
-        console.print(f"[bold]{escape(n)}[/bold]{' (baseline)' if n == base else ''}: {a['captures']} capture(s), "
-                      f"{a['batches']:,} batches, {a['requests']:,} requests — {escape(', '.join(a['sources']))}",
-                      highlight=False)
+        caps = f"{a['captures']} capture{'s' if a['captures'] != 1 else ''}"
+        say(wrap(f"{n}{' (baseline)' if n == base else ''}: {caps}, {a['batches']:,} batches, {a['requests']:,} "
+                 f"requests: {', '.join(a['sources'])}", width, "    "), "bold")
     for arm in names[1:]:
         host = [m for m in rows if m["kind"] == "host_ms"]
         other = [m for m in rows if m["kind"] != "host_ms"]
-        for title, group, pq in ((f"{escape(base)} → {escape(arm)}: host time, ms per request (p50/p99: ms per batch)", host, True),
-                                 (f"{escape(base)} → {escape(arm)}: CUDA work per request, GPU overlap", other, False)):
+        for title, group, pq in ((f"{base} → {arm}: host time, ms per request", host, True),
+                                 (f"{base} → {arm}: CUDA work per request, GPU overlap", other, False)):
             if not group:
                 continue
-            t = Table(title=title, title_justify="left", caption_justify="left")
-            t.add_column("metric", no_wrap=True)
+            cols = [Column("metric" if wide else "stage" if pq else "figure", "left")]
             if not pq:
-                t.add_column("unit", no_wrap=True)
-            for h in (escape(base), escape(arm), "Δ", "Δ %", f"{conf} CI of Δ") + (("p50", "p99") if pq else ()):
-                t.add_column(h, justify="right", overflow="fold")
-            t.add_column("verdict", overflow="fold")
+                cols.append(Column("unit", "left"))
+            cols += [Column(base), Column(arm)] + ([Column("change")] if wide else [])
+            cols += [Column("change %"), Column(f"{conf} CI of the change"), Column("verdict", "left")]
+            if wide and pq:
+                cols += [Column("p50 ms /batch"), Column("p99 ms /batch")]
+            cells = []
             for m in group:
                 b, a = m["arms"][base], m["arms"][arm]
                 k, ex = m["kind"], m["deterministic"]
-                verdict = _verdict(a, m)
-                style = {"beyond noise": "bold", "exact change": "bold", "within noise": "dim"}.get(verdict, "dim")
-                cells = [escape(m["metric"])] + ([] if pq else [_UNITS[k]])
-                cells += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex), _fmt_change(a["change"], k),
-                          _fmt_change(a["change_pct"], k, True), _ci_short(a, k)]
-                if pq:
-                    cells += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
-                cells.append(escape(_verdict_text(a, m)))
-                t.add_row(*cells, style=style)
-            console.print(t)
-        console.print("bold: beyond noise (the interval excludes 0) or an exact change · dim: within noise or too "
-                      "few captures to judge",
-                      style="dim", highlight=False)
+                row = [m["metric"] if wide else _label(m["metric"])] + ([] if pq else [_UNITS[k]])
+                row += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex)]
+                row += [_fmt_change(a["change"], k)] if wide else []
+                row += [_fmt_change(a["change_pct"], k, True), _ci_short(a, k), _verdict_text(a, m)]
+                if wide and pq:
+                    row += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
+                cells.append(row)
+            say([""])
+            say(table(cols, cells, width, labels=1 if pq else 2, title=title))
+    say([""])
+    say(wrap("beyond noise: the interval excludes 0 · detects ±X%: the smallest change this design could detect "
+             "(80% power) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
+             "labelled) · exact: counts that are one multiple of the batch size, compared without an interval" + ("" if wide else " · gate names: --list-metrics; every column: --wide"),
+             width, "  "))
     if hidden:
-        console.print(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).")
-    for line in method_lines(comp):
-        console.print(escape(line), highlight=False, style="dim")
+        say(wrap(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).", width, "  "))
     from ..analyze.findings import compare_lines
     if comp.get("findings"):
-        console.print("[bold]Findings[/bold] (resolved, new or still there)", highlight=False)
+        say([""])
+        say(["Findings (resolved, new or still there)"], "bold")
     for line in compare_lines(comp):
-        console.print(f"  {line}", highlight=False, markup=False)
+        say(wrap(line, width, "    ", "  "))
+    say([""])
+    for line in method_lines(comp):
+        say(wrap(line, width, "  "), "dim")
     for n in comp["notes"]:
-        console.print(f"note: {escape(n)}", highlight=False)
+        say(wrap(f"note: {n}", width, "  "))
     for w in comp["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+        say(wrap(f"warning: {w}", width, "  "), "yellow")
 
 
 # ---------------------------------------------------------------------------------------------

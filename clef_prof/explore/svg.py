@@ -15,6 +15,7 @@ Every mark of the timeline is an element of its lane's group (`<g data-lane=NAME
 from __future__ import annotations
 
 import html
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -129,23 +130,41 @@ class Timeline(TimelineMarks):
     rows_read: dict[str, int] = field(default_factory=dict)
 
 
-def pick_batches(analysis, first: int, n: int) -> np.ndarray:
-    """Indices (into `analysis.stages.batches`) of `n` consecutive batches from the `first` one
-    (0-based; negative counts from the end) of the thread with the most batches."""
+def _thread_batches(analysis) -> np.ndarray:
+    """Indices (into `analysis.stages.batches`) of the batches of the thread with the most."""
     b = analysis.stages.batches
-    name = os.path.basename(analysis.path)
     if len(b) == 0:
-        raise ClefError(f"{name}: no {analysis.config.batch!r} batch ranges to plot")
+        raise ClefError(f"{os.path.basename(analysis.path)}: no {analysis.config.batch!r} batch ranges to plot")
     g = b["gtid"]
     key = (((g >> 24) & 0xFFFFFF) << 24) | (g & 0xFFFFFF)          # (pid, tid), in that order
     keys, counts = np.unique(key, return_counts=True)
-    mine = np.flatnonzero(key == keys[np.argmax(counts)])
-    if first < 0:
-        first = max(len(mine) + first, 0)
-    sel = mine[first:first + max(int(n), 1)]
-    if len(sel) == 0:
-        raise ClefError(f"{name}: batch {first} is past the last batch ({len(mine)} on that thread)")
-    return sel
+    return np.flatnonzero(key == keys[np.argmax(counts)])
+
+
+def first_batch(analysis, which: str | int) -> int:
+    """The timeline's first batch, 0-based on the busiest thread: an index (negative counts from
+    the end), 'slowest' (the longest batch range) or 'p99' (the batch of nearest rank at the 99th
+    percentile of the batch ranges' durations). An index past the last batch is an error."""
+    mine = _thread_batches(analysis)
+    b = analysis.stages.batches
+    if which in ("slowest", "p99"):
+        dur = (b["end"][mine] - b["start"][mine]).astype(np.int64)
+        order = np.argsort(dur, kind="stable")
+        rank = len(order) - 1 if which == "slowest" else max(math.ceil(0.99 * len(order)) - 1, 0)
+        return int(order[rank])
+    i = int(which)
+    if not -len(mine) <= i < len(mine):
+        raise ClefError(f"{os.path.basename(analysis.path)}: batch {i} is past the last batch "
+                        f"({len(mine)} on the busiest thread: 0 to {len(mine) - 1}, or -1 to -{len(mine)})")
+    return i % len(mine)
+
+
+def pick_batches(analysis, first: int | str, n: int) -> np.ndarray:
+    """Indices (into `analysis.stages.batches`) of `n` consecutive batches from the `first` one
+    (as `first_batch` reads it) of the thread with the most batches."""
+    mine = _thread_batches(analysis)
+    i = first_batch(analysis, first)
+    return mine[i:i + max(int(n), 1)]
 
 
 def timeline(analysis, first: int = 0, n: int = 4, *, zoom: bool = True, title: str | None = None) -> Timeline:

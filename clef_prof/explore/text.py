@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 
 from ..analyze.markup import md
 from ..analyze.model import RangeFigures, Result, StageFigures
@@ -41,7 +40,7 @@ CUDA_COLUMNS = [
     (lambda f: f.cuda.graph_kernels, "graph kernels /capture", "int"),
 ]
 COLUMNS = HOST_COLUMNS + CUDA_COLUMNS
-# the CSV's columns: keys of the JSON stage block (README, "JSON contract")
+# the CSV's columns: keys of the JSON stage block (docs/json.md)
 CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean", "host_ms_p50", "host_ms_p99",
             "share_of_batch_pct_mean", "share_of_batch_pct_p50", "share_of_batch_pct_p99",
             "h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "d2h_bytes",
@@ -135,9 +134,6 @@ def headline(result: Result) -> list[str]:
     return lines
 
 
-JOURNEY_WIDTH = 80          # the journey section's lines fit an 80-column terminal
-
-
 def _jms(v) -> str:
     return "—" if v is None else f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
 
@@ -180,21 +176,23 @@ def journey_head(result: Result) -> list[str]:
         out.append(f"  client check: journeys {c.journey_e2e_ms_mean:.3f} ms, client {c.client_latency_ms_mean:.3f} "
                    f"ms mean; gap {c.gap_ms:.3f} ms ({'within' if c.agrees else 'beyond'} "
                    f"{c.allowance_ms:.3f} ms)")
-    return [_fit(line) for line in out]
+    return out
 
 
-def _fit(line: str) -> str:
-    return line if len(line) <= JOURNEY_WIDTH else line[:JOURNEY_WIDTH - 3] + "..."
+def journey_text(result: Result, width: int = 80) -> list[str]:
+    """The request journey section as lines of at most `width` columns (wrapped, never cut)."""
+    from ..analyze.termtable import Column, table, wrap
 
-
-def journey_text(result: Result) -> list[str]:
-    """The request journey section as plain lines of at most JOURNEY_WIDTH columns."""
-    out = journey_head(result)
-    out.append(f"{'segment':<16}{'mean':>9}{'p50':>9}{'p99':>9}{'share':>8}{'tail mean':>11}{'tail %':>8}")
-    for name, f in journey_rows(result):
-        out.append(f"{name:<16}{_jms(f.mean_ms):>9}{_jms(f.p50_ms):>9}{_jms(f.p99_ms):>9}{_jpct(f.share_pct):>8}"
-                   f"{_jms(f.tail_mean_ms):>11}{_jpct(f.tail_share_pct):>8}")
-    return [_fit(line) for line in out]
+    out = []
+    for line in journey_head(result):
+        body = line.lstrip(" ")
+        lead = line[:len(line) - len(body)]
+        out += wrap(body, width, lead + "  ", lead)
+    cols = [Column("segment", "left")] + [Column(h) for h in ("mean ms", "p50 ms", "p99 ms", "share",
+                                                               "tail mean ms", "tail %")]
+    rows = [[name, _jms(f.mean_ms), _jms(f.p50_ms), _jms(f.p99_ms), _jpct(f.share_pct), _jms(f.tail_mean_ms),
+             _jpct(f.tail_share_pct)] for name, f in journey_rows(result)]
+    return out + table(cols, rows, width)
 
 
 def journey_markdown(result: Result) -> list[str]:
@@ -208,31 +206,89 @@ def journey_markdown(result: Result) -> list[str]:
     return out
 
 
-def render_terminal(result: Result, console: Console | None = None) -> None:
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
-    console.print(f"[bold]clef-prof analyze[/bold] {escape(result.path)}", highlight=False)
-    for line in headline(result):
-        console.print(Text(line), highlight=False)
-    tables = [("host time per stage (NVTX ranges)", HOST_COLUMNS)]
-    if result.capture.cuda_traced:
-        tables.append(("CUDA work per stage (placed by the launching API call)", CUDA_COLUMNS))
-    for title, cols in tables:
-        table = Table(title=title, title_justify="left")
-        table.add_column("stage")
-        for _, header, _ in cols:
-            table.add_column(header, justify="right")
-        for name, figures in stage_rows(result):
-            table.add_row(Text(name), *(fmt(get(figures), kind) for get, _, kind in cols))
-        console.print(table)
-    if result.journey is not None:
-        for line in journey_text(result):
-            console.print(Text(line), highlight=False)
+# the key figures of the default terminal view, one row per stage (the rest: --wide)
+KEY_COLUMNS = [
+    (lambda f: f.host_ms_per_request, "host ms /request", "ms"),
+    (_stage(lambda f: f.share.mean_pct), "% of batch span", "pct"),
+]
+KEY_CUDA_COLUMNS = [
+    (lambda f: f.cuda_per_request.h2d_copies, "H2D copies /req", "f2"),
+    (lambda f: f.cuda_per_request.kernel_launches, "kernel launches /req", "f2"),
+]
+
+
+def stage_table(result: Result, cols, width: int, title: str | None = None) -> list[str]:
+    """The stage rows under `cols` ((get, header, kind) triples) as lines at most `width` wide."""
+    from ..analyze.termtable import Column, table
+
+    columns = [Column("stage", "left")] + [Column(h) for _, h, _ in cols]
+    rows = [[name] + [fmt(get(f), kind) for get, _, kind in cols] for name, f in stage_rows(result)]
+    return table(columns, rows, width, title=title)
+
+
+def key_lines(result: Result) -> list[str]:
+    """The figures a reader looks for first: requests, then per stage host ms per request, share of
+    the batch span, H2D copies and kernel launches per request; then transfers and overlap."""
+    req = result.requests
+    src = result.requests_source
+    what = ("rows scheduled in batch ranges, not requests finished" if src and src != "--requests"
+            else f"from {src}" if src else "")
+    lines = [f"{req if req is not None else 'unknown'} requests in {result.batches} batches"
+             + (f" ({what})" if what else "")]
+    return lines
+
+
+def render_terminal(result: Result, console: Console | None = None, wide: bool = False,
+                    width: int | None = None) -> None:
+    """Key figures first (requests; per stage host ms, share, H2D copies and kernels per request;
+    transfers; overlap), then the findings, then the capture's details; every line fits `width`
+    (the terminal's) without cutting a figure. `wide`: also the full host and CUDA tables."""
     from ..analyze.findings import lines as finding_lines
-    console.print(f"[bold]Findings[/bold] ({len(result.findings)})", highlight=False)
+    from ..analyze.termtable import width as term_width, wrap
+
+    width = width or term_width()
+    console = console or Console(width=max(width, 20), soft_wrap=True)
+
+    def say(lines, style=None):
+        for line in lines:
+            console.print(Text(line, style=style or ""), highlight=False, soft_wrap=True)
+
+    cuda = result.capture.cuda_traced
+    say(wrap(f"clef-prof analyze {result.path}", width, "  "), "bold")
+    say([line for line in key_lines(result) for line in wrap(line, width, "  ")])
+    say([""])
+    cols = KEY_COLUMNS + (KEY_CUDA_COLUMNS if cuda else [])
+    say(stage_table(result, cols, width))
+    say([""])
+    head = headline(result)     # requests; capture; its threads and ranks (indented); transfers, overlap
+    details = [line for line in head[2:] if line.startswith(" ")]
+    say([w for line in head[2:] if not line.startswith(" ") for w in wrap(line, width, "  ")])
+    say([""])
+    if result.journey is not None:
+        say(journey_text(result, width))
+        say([""])
+    say([f"Findings ({len(result.findings)})"], "bold")
     for line in finding_lines(result):
-        console.print(line, highlight=False, markup=False)
+        say(wrap(line, width, "    "))
+    say([""])
+    say(["Details"], "bold")
+    say(wrap(f"stage domain {result.config.domain!r}, batch range {result.config.batch!r}; " + head[1], width, "  "))
+    say([w for line in details for w in wrap(line.strip(), width, "    ", "  ")])
+    cut = result.excluded.cut_at_edges
+    if result.window_by_record and cut:
+        say(wrap(f"{sum(cut.values()):,} ranges cut at the edges of the window record opened were left out, as "
+                 f"expected ({', '.join(f'{k}: {v}' for k, v in cut.items())})", width, "    ", "  "))
+    if wide:
+        say([""])
+        say(stage_table(result, HOST_COLUMNS, width, "host time per stage (NVTX ranges)"))
+        if cuda:
+            say([""])
+            say(stage_table(result, CUDA_COLUMNS, width, "CUDA work per stage (placed by the launching API call)"))
+    else:
+        say(wrap("Every figure per stage, per batch and per capture: --wide, -f markdown, or report --html.",
+                 width, "  "))
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+        say(wrap(f"warning: {w}", width, "  "), "yellow")
 
 
 def render_markdown(result: Result) -> str:

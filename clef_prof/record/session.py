@@ -550,7 +550,8 @@ class Recording:
         busy = port_in_use(cfg.health)
         if busy:
             raise ClefError(f"port {busy[1]} on {busy[0]} already answers: another server is running there; "
-                            "stop it or point --url / --health-url at a free port")
+                            "stop it, or pick a free port and give it to both: --url (and --health-url) here and "
+                            "the server's own --port after --")
         error: BaseException | None = None
         interrupted = False
         try:
@@ -805,6 +806,8 @@ class Recording:
         if self.server_counts:
             print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
                   "batches inside its window")
+        if self.load is not None and (self.server_counts or self.capture_client):
+            print(count_line(self.capture_client))
         print(f"manifest: {path}")
 
 
@@ -825,6 +828,18 @@ def _torch_state(folder: str) -> list[tuple[str, int]]:
         except OSError:
             pass
     return out
+
+
+def count_line(capture_client: dict | None) -> str:
+    """Why the request counts of one capture differ: each counts something else."""
+    bounds = ""
+    if capture_client and isinstance(capture_client.get("requests_inside"), int):
+        bounds = (f": between {capture_client['requests_inside']} (sent and answered inside the recorded span) and "
+                  f"{capture_client.get('requests_overlapping')} (in flight during it)")
+    return ("counts: the client's completions are requests answered between the window's open and close; the "
+            "server's, requests its batches ran between its own start and stop calls; analyze counts the rows of "
+            "the batch ranges nsys recorded, from the first range to the last, which also holds requests in flight "
+            f"at the edges{bounds}")
 
 
 def _hold_signals(cap: Recording):

@@ -101,3 +101,39 @@ def test_requested_stages_with_no_range_warn(tmp_path):
                         "WHERE s.value IN ('tokenize', 'forward')").fetchall()
     con.close()
     assert n == 0
+
+
+def _cut_at_the_end(capture, folder, window: dict | None):
+    """The main capture with its last batch range left open, as a window closed mid-batch leaves it,
+    and a record manifest beside it (with or without the window record opened)."""
+    folder.mkdir()
+    f = folder / "capture.sqlite"
+    shutil.copyfile(capture("gpu-q1c16-main"), f)
+    f.chmod(0o644)
+    con = sqlite3.connect(f)
+    con.execute("UPDATE NVTX_EVENTS SET [end] = NULL WHERE rowid = (SELECT rowid FROM NVTX_EVENTS "
+                "WHERE text LIKE 'pooler n=%' ORDER BY start DESC LIMIT 1)")
+    con.commit()
+    con.close()
+    (folder / "manifest.json").write_text(json.dumps({"export": "capture.sqlite", "status": "ok",
+                                                      "load": {"concurrency": 16},
+                                                      **({"window": window} if window else {})}))
+    return f
+
+
+def test_ranges_cut_at_a_window_record_opened_are_no_finding(capture, tmp_path):
+    """cut-window fires (and warns) for a capture whose window nobody accounts for; for one whose
+    manifest says record opened the window, the cut is expected: no finding, no warning, the count
+    kept in excluded.cut_at_edges, and compare does not call it 'still there'."""
+    plain = analyze(str(_cut_at_the_end(capture, tmp_path / "plain", None))).result
+    assert [f.id for f in plain.findings if f.id == "cut-window"] == ["cut-window"]
+    assert any("ranges cut at the capture edges" in w for w in plain.warnings)
+    f = _cut_at_the_end(capture, tmp_path / "rec", {"mode": "profiler-api"})
+    rec = analyze(str(f)).result
+    assert rec.window_by_record and rec.excluded.cut_at_edges == plain.excluded.cut_at_edges
+    assert sum(rec.excluded.cut_at_edges.values()) >= 1 and rec.batches == plain.batches
+    assert "cut-window" not in [x.id for x in rec.findings]
+    assert not any("ranges cut at the capture edges" in w for w in rec.warnings)
+    assert rec.to_json()["window_by_record"] is True
+    p = run_main("compare", "--arm", f"main={f}", "--arm", f"pr={f}", "-f", "json")
+    assert "cut-window" not in [x["id"] for x in json.loads(p.stdout)["findings"]]

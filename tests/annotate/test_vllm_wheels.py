@@ -224,3 +224,59 @@ def test_inject_check_says_which_runner_runs(tmp_path):
     p = check(None)
     assert p.returncode == 0 and "cannot tell which vLLM model runner" in p.stderr
     assert "will be called" not in p.stderr
+
+
+def _assert_targets_exist(spec_path: Path, root: Path, prefix: str, version: str) -> int:
+    """Every target of the spec under `prefix` is a method of its class in the unpacked wheel, and
+    the batch's size argument is one of its parameters (dotted: the first part)."""
+    checked = 0
+    for b in load(str(spec_path)).bindings():
+        if not b.target.module.startswith(prefix):
+            continue
+        cls_name, meth_name = b.target.qualname.split(".")
+        fn = method(class_def(tree(root, b.target.module), cls_name), meth_name)
+        for arg in (b.size_arg, b.request_ids_arg):
+            if arg:
+                assert arg.split(".")[0] in params(fn), (version, b.where, arg, params(fn))
+        checked += 1
+    return checked
+
+
+def test_every_target_of_the_generic_vllm_pooling_spec_exists():
+    """annotations/vllm-pooling.toml against 0.33.0, and its one documented change for 0.22.1."""
+    spec = ROOT / "annotations" / "vllm-pooling.toml"
+    root = unpacked("vllm", "0.33.0")
+    assert _assert_targets_exist(spec, root, "vllm.", "0.33.0") == 2 + 1 + 1 + 2 + 5
+    old = unpacked("vllm", "0.22.1")
+    base = tree(old, "vllm.entrypoints.pooling.base.serving")
+    method(class_def(base, "PoolingServingBase"), "_preprocessing")
+    for b in load(str(spec)).bindings():
+        if b.target.qualname != "PoolingBaseServing._preprocessing":
+            cls_name, meth_name = b.target.qualname.split(".")
+            method(class_def(tree(old, b.target.module), cls_name), meth_name)
+
+
+def test_the_vllm_pooling_spec_counts_nothing_twice():
+    """The listed poolers are leaves: neither calls the other, and the embedding server's own
+    _preprocessing (not listed) calls the base one (listed): no stage nests in itself."""
+    root = unpacked("vllm", "0.33.0")
+    for module, cls in (("vllm.model_executor.layers.pooler.seqwise.poolers", "SequencePooler"),
+                        ("vllm.model_executor.layers.pooler.tokwise.poolers", "TokenPooler")):
+        calls = [ast.unparse(c.func) for c in ast.walk(method(class_def(tree(root, module), cls), "forward"))
+                 if isinstance(c, ast.Call)]
+        assert calls and not [c for c in calls if "Pooler" in c or "pooler" in c], calls
+    embed = ast.unparse(method(class_def(tree(root, "vllm.entrypoints.pooling.embed.serving"), "ServingEmbedding"),
+                               "_preprocessing"))
+    assert "super()._preprocessing(" in embed
+
+
+def test_every_target_of_the_sglang_spec_exists():
+    root = unpacked("sglang", SGLANG)
+    spec = ROOT / "annotations" / "sglang-embedding.toml"
+    assert _assert_targets_exist(spec, root, "sglang.", SGLANG) == 4
+    fb = class_def(tree(root, "sglang.srt.model_executor.forward_batch_info"), "ForwardBatch")
+    assert "batch_size" in fields(fb)
+    # both tokenizer paths (one request, a batch) go through _tokenize_texts
+    tm = class_def(tree(root, "sglang.srt.managers.tokenizer_manager"), "TokenizerManager")
+    for caller in ("_tokenize_one_request", "_batch_tokenize_and_process"):
+        assert "self._tokenize_texts(" in ast.unparse(method(tm, caller))

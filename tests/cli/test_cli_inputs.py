@@ -203,7 +203,7 @@ def test_folder_without_manifest(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["analyze", str(empty)]) == 1
-    assert "no manifest.json, .sqlite export or .nsys-rep report" in capsys.readouterr().err
+    assert "no manifest.json, .sqlite export, .nsys-rep report or PyTorch profiler trace" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def help_of(*command: str, capsys) -> str:
 
 
 @pytest.mark.parametrize("command, example", [
-    ("analyze", "clef-prof analyze traces/gpu-main-slice.sqlite"),
+    ("analyze", "clef-prof analyze traces/gpu25-pr-slice.sqlite"),
     ("demo-server", "clef-prof demo-server --variant main --port 8000"),
     ("load", "clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16")])
 def test_help_has_a_description_and_an_example(command, example, capsys):

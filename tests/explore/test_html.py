@@ -89,3 +89,36 @@ def test_report_renders_in_headless_chromium(pr_html, tmp_path):
     for colour, share in (((0x4c, 0x72, 0xb0), 0.0005), ((0x55, 0xa8, 0x68), 0.005)):
         near = (np.abs(rgb.astype(int) - np.array(colour)).sum(axis=1) < 30).mean()
         assert near > share, f"colour {colour} not rendered ({near:.3%} of the page)"
+
+
+def _batch_durations(path) -> list[int]:
+    """The batch ranges' durations in time order, by plain SQL (one thread holds them all here)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = con.execute("SELECT e.[end] - e.start FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+                       "WHERE COALESCE(e.text, s.value) LIKE 'pooler n=%' AND e.[end] IS NOT NULL "
+                       "ORDER BY e.start").fetchall()
+    con.close()
+    return [r[0] for r in rows]
+
+
+@pytest.mark.parametrize("which", ["slowest", "p99"])
+def test_timeline_jumps_to_the_slowest_or_p99_batch(which, tmp_path):
+    dur = _batch_durations(PR)
+    ranked = sorted(range(len(dur)), key=lambda i: dur[i])          # nearest rank: ceil(0.99 n)-th smallest
+    want = ranked[-1] if which == "slowest" else ranked[-(-99 * len(dur) // 100) - 1]
+    out = tmp_path / "r.html"
+    assert main(["report", str(PR), "--html", str(out), "--first-batch", which, "--batches", "2"]) == 0
+    assert re.search(rf"consecutive batches \(#{want}–#", out.read_text(encoding="utf-8")), want
+
+
+def test_a_first_batch_past_the_end_is_one_line_and_no_file(tmp_path):
+    from clicheck import assert_one_line, run_main
+
+    out = tmp_path / "r.html"
+    n = len(_batch_durations(PR))
+    for first in ("9999", str(-n - 1)):
+        assert_one_line(run_main("report", PR, "--html", out, "--first-batch", first), 1,
+                        f"batch {first} is past the last batch ({n} on the busiest thread")
+        assert not out.exists()

@@ -191,7 +191,7 @@ def test_port_already_taken(tmp_path, mark):
         sock.listen()
         port = sock.getsockname()[1]
         p = record(tmp_path / "o", port, "-q", mark=mark)
-    one_line(p, 1, f"port {port}", "already answers")
+    one_line(p, 1, f"port {port}", "already answers", "the server's own --port after --")
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,6 +217,11 @@ def test_record_demo_then_analyze(tmp_path, mark):
     if m["git"]["clef_prof"]:
         assert len(m["git"]["clef_prof"]["revision"]) == 40
     assert "capture:" in p.stdout and "manifest:" in p.stdout
+    # one line says what each request count counts, with the client's bounds for analyze's count
+    counts = [ln for ln in p.stdout.splitlines() if ln.startswith("counts: ")][-1]     # the last attempt's
+    cap = client["capture"]
+    assert f"between {cap['requests_inside']} (sent and answered" in counts
+    assert f"{cap['requests_overlapping']} (in flight during it)" in counts
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"

@@ -1,0 +1,53 @@
+"""The documentation: the MkDocs site builds with --strict (every nav entry, link and anchor
+resolves), README.md stays a front door, and its example output is the command's real output."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def test_site_builds_strict(tmp_path):
+    pytest.importorskip("material", reason="mkdocs-material is not installed (run: python3 -m pip install -e '.[docs]')")
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+                        "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    # the home page is the README with its links made relative to docs/
+    assert 'href="getting-started/"' in home and "docs/getting-started" not in home
+    for page in ("getting-started", "profile-your-own-server", "analyze", "compare", "json", "layout"):
+        assert (tmp_path / "site" / page / "index.html").is_file(), page
+
+
+def test_readme_is_a_front_door():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 200
+    # every page of the site is one click from the README
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", text))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages <= linked, pages - linked
+
+
+def test_ci_runs_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    cmd = "python3 -m pip install -e '.[test]' && bash scripts/install-nsys.sh && python3 -m pytest -q"
+    assert f"```bash\n{cmd}\n```" in readme
+    assert cmd in ci
+
+
+def test_readme_example_is_the_real_output():
+    """The README's first command, at 80 columns, prints exactly the block under it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"clef-prof analyze (traces/\S+\.sqlite)\n```\n.*?```text\n(.*?)```", readme, re.S)
+    assert m, "the README's first command and its output block"
+    r = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", m.group(1)], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout == m.group(2), "stale: python3 scripts/readme-example.py"
