@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Iterator, NamedTuple
 
 from ..errors import ClefError
-from ..redact import REMOVED, exe_name, redact_text
+from ..redact import REMOVED, Pseudonyms, exe_name, redact_text
 
 # META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
 _CAPTURE_ROW = re.compile(r"ARGUMENT|(?:^|[:_])ENV|ENVIRONMENT|WORKING_DIR|USER|HOST|DISPLAY_NAME", re.I)
@@ -40,13 +40,14 @@ _FLAG_FACT = re.compile(r"^(?:Has|Supports|Is)[A-Za-z0-9]+$")
 
 
 class Finding(NamedTuple):
-    """One value that looks like it can carry a secret; `fix` is the new value, None to delete the row."""
+    """One value that looks like it can carry a secret; `fix` is the new value (bytes for a BLOB),
+    None to delete the row."""
 
     table: str
     column: str
     rowid: int
     rule: str
-    fix: str | None
+    fix: str | bytes | None
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
@@ -58,7 +59,9 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 
 def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
-    """Every value the scrub removes or changes, table by table (the values are never kept)."""
+    """Every value the scrub removes or changes, table by table (the values are never kept).
+    Request ids and home-folder user names get pseudonyms that are stable across the whole export."""
+    names = Pseudonyms()
     tables = _tables(conn)
     structured: set[tuple[str, str]] = set()
     if "META_DATA_CAPTURE" in tables:
@@ -69,8 +72,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
                 yield Finding("META_DATA_CAPTURE", "value", rowid, "command-line", exe_name(value))
             elif _CAPTURE_ROW.search(name) and value not in (None, "", REMOVED):
                 yield Finding("META_DATA_CAPTURE", "value", rowid, "argument-or-env", REMOVED)
-            elif isinstance(value, str):
-                yield from _text("META_DATA_CAPTURE", "value", rowid, value)
+            else:
+                yield from _text("META_DATA_CAPTURE", "value", rowid, value, names)
     if "TARGET_INFO_SYSTEM_ENV" in tables:
         structured.add(("TARGET_INFO_SYSTEM_ENV", "name"))
         structured.add(("TARGET_INFO_SYSTEM_ENV", "value"))
@@ -79,8 +82,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
                                                and str(value) in ("0", "1"))
             if not keep:
                 yield Finding("TARGET_INFO_SYSTEM_ENV", "name", rowid, "system-env", None)
-            elif isinstance(value, str):
-                yield from _text("TARGET_INFO_SYSTEM_ENV", "value", rowid, value)
+            else:
+                yield from _text("TARGET_INFO_SYSTEM_ENV", "value", rowid, value, names)
     for table, rule, pattern in (("META_DATA_EXPORT", "export-host-path", _EXPORT_ROW),
                                  ("EXPORT_META_DATA", "export-host-path", _EXPORT_ROW)):
         if table in tables:
@@ -88,8 +91,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
             for rowid, name, value in conn.execute(f"SELECT rowid, name, value FROM {table}"):
                 if pattern.search(str(name or "")) and value not in (None, "", REMOVED):
                     yield Finding(table, "value", rowid, rule, REMOVED)
-                elif isinstance(value, str):
-                    yield from _text(table, "value", rowid, value)
+                else:
+                    yield from _text(table, "value", rowid, value, names)
     if "PROCESSES" in tables and "name" in _columns(conn, "PROCESSES"):
         structured.add(("PROCESSES", "name"))
         for rowid, name in conn.execute("SELECT rowid, name FROM PROCESSES"):
@@ -108,21 +111,28 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
         if not cols:
             continue
         q = ", ".join(f'"{c}"' for c in cols)
-        cond = " OR ".join(f"typeof(\"{c}\") = 'text'" for c in cols)
+        cond = " OR ".join(f"typeof(\"{c}\") IN ('text', 'blob')" for c in cols)
         try:
             cur = conn.execute(f'SELECT rowid, {q} FROM "{table}" WHERE {cond}')
         except sqlite3.OperationalError:     # a table without rowid: nsys makes none
             continue
         for row in cur:
             for c, v in zip(cols, row[1:]):
-                if isinstance(v, str) and not (table == "StringIds" and row[0] in streams):
-                    yield from _text(table, c, row[0], v)
+                if not (table == "StringIds" and row[0] in streams):
+                    yield from _text(table, c, row[0], v, names)
 
 
-def _text(table: str, column: str, rowid: int, value: str) -> Iterator[Finding]:
-    new, rules = redact_text(value)
-    if rules:
-        yield Finding(table, column, rowid, rules[0], new)
+def _text(table: str, column: str, rowid: int, value, names: Pseudonyms) -> Iterator[Finding]:
+    """The finding for one value, if a rule fires: text as it is, a BLOB (a string nsys stored as
+    bytes, NVTX binary payloads) as UTF-8 with its other bytes kept as they are."""
+    if isinstance(value, bytes):
+        new, rules = redact_text(value.decode("utf-8", "surrogateescape"), names)
+        if rules:
+            yield Finding(table, column, rowid, rules[0], new.encode("utf-8", "surrogateescape"))
+    elif isinstance(value, str):
+        new, rules = redact_text(value, names)
+        if rules:
+            yield Finding(table, column, rowid, rules[0], new)
 
 
 def scrub(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
@@ -186,6 +196,24 @@ def check_file_for_secrets(path: str) -> list[Finding]:
         raise ClefError(f"{path}: cannot read ({exc})") from None
     finally:
         conn.close()
+
+
+class Group(NamedTuple):
+    """The findings of one rule in one place (table.column): how many, and the first rowids."""
+
+    rule: str
+    place: str
+    count: int
+    rowids: list[int]
+
+
+def grouped(found: list[Finding], examples: int = 3) -> list[Group]:
+    """Findings grouped by rule and place, the largest group first (`scrub --check`'s summary)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for f in found:
+        groups.setdefault((f.rule, f"{f.table}.{f.column}"), []).append(f.rowid)
+    return sorted((Group(rule, place, len(ids), sorted(ids)[:examples]) for (rule, place), ids in groups.items()),
+                  key=lambda g: (-g.count, g.rule, g.place))
 
 
 def print_report(removed: dict[str, dict[str, int]]) -> None:
