@@ -37,6 +37,8 @@ SYSTEM_ENV_KEEP = frozenset({"CpuCores", "CpuSpeedMhz", "CpuArchitecture", "CpuD
                              "NvDriverVersion", "HardwarePlatform", "SoftwarePlatform", "OsDescription",
                              "SupportedABIs", "Supported64BitABIs"})
 _FLAG_FACT = re.compile(r"^(?:Has|Supports|Is)[A-Za-z0-9]+$")
+# bytes of a BLOB that are not UTF-8, as surrogateescape decodes them
+_NOT_UTF8 = re.compile("([\udc80-\udcff]+)")
 
 
 class Finding(NamedTuple):
@@ -123,12 +125,17 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
 
 
 def _text(table: str, column: str, rowid: int, value, names: Pseudonyms) -> Iterator[Finding]:
-    """The finding for one value, if a rule fires: text as it is, a BLOB (a string nsys stored as
-    bytes, NVTX binary payloads) as UTF-8 with its other bytes kept as they are."""
+    """The finding for one value, if a rule fires: text as it is; a BLOB (a string nsys stored as
+    bytes, an NVTX binary payload) read as UTF-8, each run of text on its own: the bytes that are
+    not UTF-8 end a value and stay as they are."""
     if isinstance(value, bytes):
-        new, rules = redact_text(value.decode("utf-8", "surrogateescape"), names)
+        parts = _NOT_UTF8.split(value.decode("utf-8", "surrogateescape"))
+        rules: list[str] = []
+        for i in range(0, len(parts), 2):
+            parts[i], fired = redact_text(parts[i], names)
+            rules += fired
         if rules:
-            yield Finding(table, column, rowid, rules[0], new.encode("utf-8", "surrogateescape"))
+            yield Finding(table, column, rowid, rules[0], "".join(parts).encode("utf-8", "surrogateescape"))
     elif isinstance(value, str):
         new, rules = redact_text(value, names)
         if rules:
