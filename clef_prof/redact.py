@@ -23,46 +23,61 @@ _NOT_DONE = r"(?![\"']?\[removed\])"
 # a quoted value or one running to the next blank or NUL
 _VALUE = r"(\"[^\"\x00]*\"|'[^'\x00]*'|[^\s\x00]+)"
 # a whole value that is an environment-style or secret-named assignment, or an environment block
-_LEADING_ASSIGN = re.compile(rf"^\s*(?:[A-Z_][A-Z0-9_]*|[A-Za-z0-9_.-]*(?i:{_SECRET_WORD})[A-Za-z0-9_.-]*)=")
+_LEADING_ASSIGN = re.compile(rf"^\s*(?:[A-Z_][A-Z0-9_]*|[A-Za-z0-9_.-]{{0,64}}(?i:{_SECRET_WORD})[A-Za-z0-9_.-]{{0,64}})=")
 _NUL_ASSIGN = re.compile(r"(?:^|\x00)\s*[A-Za-z_][A-Za-z0-9_.-]*=")
 
 # the request ids of a batch message (`rid=a,b,c`), as clef_prof.analyze.ranks reads them
 RID = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
 PSEUDONYM = re.compile(r"\[(?:rid|user)-[0-9]+\]")
 
+
+class _AfterCommand:
+    """A flag pattern applied after the first occurrence of a command only (`curl ... -u u:PW`):
+    linear time, where one pattern of command, gap and flag is quadratic on a long value."""
+
+    def __init__(self, command: str, flag: str) -> None:
+        self.command, self.flag = re.compile(command), re.compile(flag)
+
+    def sub(self, fix, text: str) -> str:
+        m = self.command.search(text)
+        return text if m is None else text[:m.end()] + self.flag.sub(fix, text[m.end():])
+
+
 # (rule, pattern): the value is the pattern's last group; what comes before it stays
 _VALUE_RULES = [
     # a private key: from BEGIN to END (or to the end of the value), or a tail of body lines ending at END
     ("private-key", re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[^\x00]*?"
                                r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?=\x00)|\Z)"
-                               r"|[A-Za-z0-9+/=\\\s]*-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)", re.S)),
+                               r"|(?<![A-Za-z0-9+/=\\\s])[A-Za-z0-9+/=\\\s]*-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)", re.S)),
     # Authorization: Bearer X, X-Api-Key: X, Cookie: a=b; c=d (to the end of the line or quote)
     ("header", re.compile(r"(?<![\w-])((?:proxy-)?authorization|x-api-key|api-key|x-auth-token|x-access-token"
                           r"|private-token|x-goog-api-key|(?:set-)?cookie)"
                           r"(\s*:\s*(?:(?:bearer|basic|token|digest|negotiate|apikey)\s+)?)"
                           r"(?![^\r\n\x00\"']*\[removed\])([^\r\n\x00\"']+)", re.I)),
     # scheme://user:PASSWORD@host, redis://:PASSWORD@host
-    ("url-password", re.compile(rf"(?i)\b([a-z][a-z0-9+.-]*://[^\s/@:\x00]*:){_NOT_DONE}([^\s/@\x00]+)(?=@)")),
+    ("url-password", re.compile(rf"(?i)\b([a-z][a-z0-9+.-]{{0,30}}://[^\s/@:\x00]*:){_NOT_DONE}([^\s/@\x00]+)(?=@)")),
     # curl -u user:PASSWORD (also --user, --proxy-user, -U; attached or =)
-    ("curl-user", re.compile(rf"(?i)(?<![\w-])(curl\b[^\n]*?[\s\x00](?:-u|-U|--user|--proxy-user)(?:[\s\x00]+|=)?"
-                             rf"[\"']?[^\s\x00:\"']*:){_NOT_DONE}([^\s\x00\"']+)")),
+    ("curl-user", _AfterCommand(r"(?i)(?<![\w-])curl\b",
+                                rf"(?i)(?<=[\s\x00])((?:-u|--user|--proxy-user)(?:[\s\x00]+|=)?[\"']?[^\s\x00:\"']*:)"
+                                rf"{_NOT_DONE}([^\s\x00\"']+)")),
     # mysql -pPASSWORD (the password attached to -p)
-    ("mysql-password", re.compile(rf"(?<![\w-])((?i:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck"
-                                  rf"|mariadb|mariadb-dump|mariadb-admin)\b[^\n]*?[\s\x00]-p){_NOT_DONE}([^\s\x00]+)")),
+    ("mysql-password", _AfterCommand(r"(?i)(?<![\w-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck"
+                                     r"|mariadb|mariadb-dump|mariadb-admin)\b",
+                                     rf"(?<=[\s\x00])(-p){_NOT_DONE}([^\s\x00]+)")),
     # --token X, --api-key=X, -password X, --password -X (a value may start with one dash, not two)
-    ("secret-flag", re.compile(rf"(?<![\w-])(--?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*(?:=|[\s\x00]+))"
+    ("secret-flag", re.compile(rf"(?<![\w-])(--?[A-Za-z0-9_.-]{{0,64}}{_SECRET_WORD}[A-Za-z0-9_.-]{{0,64}}(?:=|[\s\x00]+))"
                                rf"{_NOT_DONE}(?!--)(\"[^\"\x00]*\"|'[^'\x00]*'|[^\s\x00]+)", re.I)),
     # an upper-case (environment style) assignment inside free text
     ("assignment", re.compile(rf"(?<![\w.-])([A-Z_][A-Z0-9_]+=){_NOT_DONE}{_VALUE}")),
     # a secret-named assignment, blanks allowed around `=` (aws_secret_access_key = X)
-    ("assignment", re.compile(rf"(?<![\w.-])([A-Za-z0-9_]*{_SECRET_WORD}[A-Za-z0-9_]*[ \t]*=(?!=)[ \t]*){_NOT_DONE}{_VALUE}",
+    ("assignment", re.compile(rf"(?<![\w.-])([A-Za-z0-9_]{{0,64}}{_SECRET_WORD}[A-Za-z0-9_]{{0,64}}[ \t]*=(?!=)[ \t]*){_NOT_DONE}{_VALUE}",
                               re.I)),
     # "password": "X" (JSON) and password: X (YAML, a blank after the colon; C++ `::` is not one)
-    ("key-value", re.compile(rf"((?P<q>[\"'])[\w.-]*{_SECRET_WORD}[\w.-]*(?P=q)\s*:\s*"
-                             rf"|(?<![\w.:-])(?!(?:proxy-)?authorization:)[\w.-]*{_SECRET_WORD}[\w.-]*:(?!:)[ \t]+){_NOT_DONE}"
+    ("key-value", re.compile(rf"((?P<q>[\"'])[\w.-]{{0,64}}{_SECRET_WORD}[\w.-]{{0,64}}(?P=q)\s*:\s*"
+                             rf"|(?<![\w.:-])(?!(?:proxy-)?authorization:)[\w.-]{{0,64}}{_SECRET_WORD}[\w.-]{{0,64}}:(?!:)[ \t]+){_NOT_DONE}"
                              r"(\"(?:[^\"\\\x00]|\\.)*\"|'[^'\x00]*'|[^\s,}\x00]+)", re.I)),
     # a URL-encoded secret-named parameter: access_token%3DX (to the encoded & or the end)
-    ("url-encoded", re.compile(rf"(?<![\w%])([\w.-]*{_SECRET_WORD}[\w.-]*%(?:25)?3D){_NOT_DONE}"
+    ("url-encoded", re.compile(rf"(?<![\w%])([\w.-]{{0,64}}{_SECRET_WORD}[\w.-]{{0,64}}%(?:25)?3D){_NOT_DONE}"
                                r"((?:(?!%(?:25)?26)[^\s&\x00\"'])+)", re.I)),
     # signed-URL parameters: Azure SAS sig=, AWS and GCS signatures and credentials
     ("signature", re.compile(rf"(?<![\w.-])((?:sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
