@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from typing import Iterator, NamedTuple
 
-from ..errors import ClefError
+from ..errors import CaptureError, ClefError
 from ..redact import REMOVED, Pseudonyms, exe_name, redact_text
 
 # META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
@@ -52,8 +52,18 @@ class Finding(NamedTuple):
     fix: str | bytes | None
 
 
+# an nsys export has at least one of these (a plain SQLite file is refused, not "scrubbed")
+EXPORT_TABLES = frozenset({"NVTX_EVENTS", "StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA"})
+
+
 def _tables(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+
+
+def require_export(path: str, tables) -> None:
+    """Refuse an SQLite file that is not an nsys export."""
+    if not EXPORT_TABLES & set(tables):
+        raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -186,7 +196,12 @@ def scrub_file(src: str, dst: str) -> dict:
 
     check_file(src)
     removed: dict = {}
-    rewrite(src, dst, lambda d: removed.update(scrub(d)))
+
+    def edit(d: sqlite3.Connection) -> None:
+        require_export(src, _tables(d))
+        removed.update(scrub(d))
+
+    rewrite(src, dst, edit)
     return {"scrubbed": removed, "bytes": os.path.getsize(dst)}
 
 
@@ -198,6 +213,7 @@ def check_file_for_secrets(path: str) -> list[Finding]:
     check_file(path)
     conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
     try:
+        require_export(path, _tables(conn))
         return list(findings(conn))
     except sqlite3.DatabaseError as exc:
         raise ClefError(f"{path}: cannot read ({exc})") from None

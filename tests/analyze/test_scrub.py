@@ -482,3 +482,22 @@ def test_check_groups_its_findings(capture):
     assert "187 value(s) may carry secrets" in grouped_run.stderr
     bad = run_main("scrub", src, "x.sqlite", "--all")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--all" in bad.stderr
+
+
+def test_a_plain_sqlite_file_is_refused(tmp_path):
+    """An SQLite file that is not an nsys export: one line and exit 1 from scrub, --check and
+    slice; nothing written, the input as it was."""
+    src = tmp_path / "notes.sqlite"
+    con = sqlite3.connect(src)
+    with con:
+        con.execute("CREATE TABLE t (x TEXT)")
+        con.execute("INSERT INTO t VALUES ('HF_TOKEN=hf_QwErTyUiOpAsDfGhJkLz')")
+    con.close()
+    digest = sha256(src)
+    for args in (("scrub", src, tmp_path / "o.sqlite"), ("scrub", "--check", src),
+                 ("slice", src, tmp_path / "s.sqlite", "--from", "0", "--to", "1")):
+        p = run_main(*args)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(lines) == 1 and "not an Nsight Systems export" in lines[0], p.stderr
+        assert p.stdout == ""
+    assert sha256(src) == digest and sorted(os.listdir(tmp_path)) == ["notes.sqlite"]
