@@ -1,21 +1,23 @@
 """`clef-prof scrub`: remove what can carry a secret from an export before it is shared.
 
-Rules cover classes, not instances, and apply to every text value of every table:
+Rules cover classes, not instances, and apply to every text and BLOB value of every table
+(clef_prof.redact has them; docs/scrub.md lists them):
 - an environment block (NUL-separated `A=b\\0C=d`, even one assignment) or a value that is an
-  assignment (`NAME=value`) is removed whole; an upper-case or secret-named assignment inside
-  free text loses its value;
-- the value after a flag whose name suggests a secret (`--token`, `--api-key`, `--hf-token`,
-  `--password`, `--secret`, any `...key...`) is removed;
-- tokens that look like keys (`hf_…`, `sk-…`, `AKIA…`, `ghp_…`, JWTs, long hex or base64 runs)
-  are removed;
+  environment-style or secret-named assignment is removed whole; inside free text, assignments,
+  secret-named flags, headers (`Authorization: Bearer ...`), key-value pairs, URL and DSN
+  passwords, `curl -u` and `mysql -p` passwords, signed-URL signatures, private keys and tokens
+  that look like keys lose their values;
+- request ids (`rid=...`) and the user names of home folders become pseudonyms that are stable
+  across the whole export (`[rid-1]`, `[user-1]`), so that what analysis compares keeps its
+  answer: data-parallel ranks differ only by their request ids;
 - `META_DATA_CAPTURE` arguments, environment, working folder, user and host rows are removed and
   the command keeps its executable's base name; `TARGET_INFO_SYSTEM_ENV` keeps only an allow-list
   of harmless facts (driver versions, CPU, OS, capability flags); `PROCESSES.name` keeps only its
   executable's base name (pids stay); process output streams and the exporting host, user and
   paths are removed.
 clef-prof reads none of what is removed (it reads names of ranges, API calls and threads, the
-capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version).
-Standard library only; the text rules are clef_prof.redact's.
+capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version),
+so every figure of analyze is the same after the scrub. Standard library only.
 """
 from __future__ import annotations
 
