@@ -288,10 +288,12 @@ class Export:
 
     @cached_property
     def strings(self) -> dict[int, str]:
-        """StringIds, each cut to NAME_CHARS characters (a hostile export can hold huge names)."""
+        """StringIds, each cut to NAME_CHARS characters (a hostile export can hold huge names); a
+        value stored as a BLOB is read as UTF-8 (bytes that are not become U+FFFD)."""
         if not self.has("StringIds"):
             return {}
-        return {int(i): v for i, v in self.rows(f"SELECT id, substr(value, 1, {NAME_CHARS}) FROM StringIds")}
+        return {int(i): (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v))
+                for i, v in self.rows(f"SELECT id, substr(value, 1, {NAME_CHARS}) FROM StringIds")}
 
     # --- queries ------------------------------------------------------------------------
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:

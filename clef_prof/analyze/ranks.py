@@ -10,15 +10,13 @@ own figures (its batches, its GPU's overlap).
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from ..redact import RID
 from .arrays import unique
 from .columns import Table, factorize
 
 MATCH_SHARE = 0.9        # of the smaller process's batches that must match, for two processes to be replicas
-_RID_RE = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
 
 
 def rid_keys(messages: np.ndarray) -> np.ndarray:
@@ -26,7 +24,7 @@ def rid_keys(messages: np.ndarray) -> np.ndarray:
     if len(messages) == 0:
         return np.zeros(0, dtype=object)
     uniq, codes = factorize(messages)
-    keys = np.array([(m.group(1) if (m := _RID_RE.search(str(t))) else "") for t in uniq], dtype=object)
+    keys = np.array([(m.group(1) if (m := RID.search(str(t))) else "") for t in uniq], dtype=object)
     return keys[codes]
 
 

@@ -1,21 +1,23 @@
 """`clef-prof scrub`: remove what can carry a secret from an export before it is shared.
 
-Rules cover classes, not instances, and apply to every text value of every table:
+Rules cover classes, not instances, and apply to every text and BLOB value of every table
+(clef_prof.redact has them; docs/scrub.md lists them):
 - an environment block (NUL-separated `A=b\\0C=d`, even one assignment) or a value that is an
-  assignment (`NAME=value`) is removed whole; an upper-case or secret-named assignment inside
-  free text loses its value;
-- the value after a flag whose name suggests a secret (`--token`, `--api-key`, `--hf-token`,
-  `--password`, `--secret`, any `...key...`) is removed;
-- tokens that look like keys (`hf_…`, `sk-…`, `AKIA…`, `ghp_…`, JWTs, long hex or base64 runs)
-  are removed;
+  environment-style or secret-named assignment is removed whole; inside free text, assignments,
+  secret-named flags, headers (`Authorization: Bearer ...`), key-value pairs, URL and DSN
+  passwords, `curl -u` and `mysql -p` passwords, signed-URL signatures, private keys and tokens
+  that look like keys lose their values;
+- request ids (`rid=...`) and the user names of home folders become pseudonyms that are stable
+  across the whole export (`[rid-1]`, `[user-1]`), so that what analysis compares keeps its
+  answer: data-parallel ranks differ only by their request ids;
 - `META_DATA_CAPTURE` arguments, environment, working folder, user and host rows are removed and
   the command keeps its executable's base name; `TARGET_INFO_SYSTEM_ENV` keeps only an allow-list
   of harmless facts (driver versions, CPU, OS, capability flags); `PROCESSES.name` keeps only its
   executable's base name (pids stay); process output streams and the exporting host, user and
   paths are removed.
 clef-prof reads none of what is removed (it reads names of ranges, API calls and threads, the
-capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version).
-Standard library only; the text rules are clef_prof.redact's.
+capture settings COLLECT_CUDA_TRACE and CUDA_GRAPH_TRACE_OPTIONS:MODE, and the export version),
+so every figure of analyze is the same after the scrub. Standard library only.
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ import sys
 from collections import Counter
 from typing import Iterator, NamedTuple
 
-from ..errors import ClefError
-from ..redact import REMOVED, exe_name, redact_text
+from ..errors import CaptureError, ClefError
+from ..redact import REMOVED, Pseudonyms, exe_name, redact_text
 
 # META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
 _CAPTURE_ROW = re.compile(r"ARGUMENT|(?:^|[:_])ENV|ENVIRONMENT|WORKING_DIR|USER|HOST|DISPLAY_NAME", re.I)
@@ -37,20 +39,33 @@ SYSTEM_ENV_KEEP = frozenset({"CpuCores", "CpuSpeedMhz", "CpuArchitecture", "CpuD
                              "NvDriverVersion", "HardwarePlatform", "SoftwarePlatform", "OsDescription",
                              "SupportedABIs", "Supported64BitABIs"})
 _FLAG_FACT = re.compile(r"^(?:Has|Supports|Is)[A-Za-z0-9]+$")
+# bytes of a BLOB that are not UTF-8, as surrogateescape decodes them
+_NOT_UTF8 = re.compile("([\udc80-\udcff]+)")
 
 
 class Finding(NamedTuple):
-    """One value that looks like it can carry a secret; `fix` is the new value, None to delete the row."""
+    """One value that looks like it can carry a secret; `fix` is the new value (bytes for a BLOB),
+    None to delete the row."""
 
     table: str
     column: str
     rowid: int
     rule: str
-    fix: str | None
+    fix: str | bytes | None
+
+
+# an nsys export has at least one of these (a plain SQLite file is refused, not "scrubbed")
+EXPORT_TABLES = frozenset({"NVTX_EVENTS", "StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA"})
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+
+
+def require_export(path: str, tables) -> None:
+    """Refuse an SQLite file that is not an nsys export."""
+    if not EXPORT_TABLES & set(tables):
+        raise CaptureError(f"{path}: not an Nsight Systems export (no NVTX_EVENTS, StringIds or export metadata)")
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -58,7 +73,9 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 
 def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
-    """Every value the scrub removes or changes, table by table (the values are never kept)."""
+    """Every value the scrub removes or changes, table by table (the values are never kept).
+    Request ids and home-folder user names get pseudonyms that are stable across the whole export."""
+    names = Pseudonyms()
     tables = _tables(conn)
     structured: set[tuple[str, str]] = set()
     if "META_DATA_CAPTURE" in tables:
@@ -69,8 +86,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
                 yield Finding("META_DATA_CAPTURE", "value", rowid, "command-line", exe_name(value))
             elif _CAPTURE_ROW.search(name) and value not in (None, "", REMOVED):
                 yield Finding("META_DATA_CAPTURE", "value", rowid, "argument-or-env", REMOVED)
-            elif isinstance(value, str):
-                yield from _text("META_DATA_CAPTURE", "value", rowid, value)
+            else:
+                yield from _text("META_DATA_CAPTURE", "value", rowid, value, names)
     if "TARGET_INFO_SYSTEM_ENV" in tables:
         structured.add(("TARGET_INFO_SYSTEM_ENV", "name"))
         structured.add(("TARGET_INFO_SYSTEM_ENV", "value"))
@@ -79,8 +96,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
                                                and str(value) in ("0", "1"))
             if not keep:
                 yield Finding("TARGET_INFO_SYSTEM_ENV", "name", rowid, "system-env", None)
-            elif isinstance(value, str):
-                yield from _text("TARGET_INFO_SYSTEM_ENV", "value", rowid, value)
+            else:
+                yield from _text("TARGET_INFO_SYSTEM_ENV", "value", rowid, value, names)
     for table, rule, pattern in (("META_DATA_EXPORT", "export-host-path", _EXPORT_ROW),
                                  ("EXPORT_META_DATA", "export-host-path", _EXPORT_ROW)):
         if table in tables:
@@ -88,8 +105,8 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
             for rowid, name, value in conn.execute(f"SELECT rowid, name, value FROM {table}"):
                 if pattern.search(str(name or "")) and value not in (None, "", REMOVED):
                     yield Finding(table, "value", rowid, rule, REMOVED)
-                elif isinstance(value, str):
-                    yield from _text(table, "value", rowid, value)
+                else:
+                    yield from _text(table, "value", rowid, value, names)
     if "PROCESSES" in tables and "name" in _columns(conn, "PROCESSES"):
         structured.add(("PROCESSES", "name"))
         for rowid, name in conn.execute("SELECT rowid, name FROM PROCESSES"):
@@ -108,21 +125,33 @@ def findings(conn: sqlite3.Connection) -> Iterator[Finding]:
         if not cols:
             continue
         q = ", ".join(f'"{c}"' for c in cols)
-        cond = " OR ".join(f"typeof(\"{c}\") = 'text'" for c in cols)
+        cond = " OR ".join(f"typeof(\"{c}\") IN ('text', 'blob')" for c in cols)
         try:
             cur = conn.execute(f'SELECT rowid, {q} FROM "{table}" WHERE {cond}')
         except sqlite3.OperationalError:     # a table without rowid: nsys makes none
             continue
         for row in cur:
             for c, v in zip(cols, row[1:]):
-                if isinstance(v, str) and not (table == "StringIds" and row[0] in streams):
-                    yield from _text(table, c, row[0], v)
+                if not (table == "StringIds" and row[0] in streams):
+                    yield from _text(table, c, row[0], v, names)
 
 
-def _text(table: str, column: str, rowid: int, value: str) -> Iterator[Finding]:
-    new, rules = redact_text(value)
-    if rules:
-        yield Finding(table, column, rowid, rules[0], new)
+def _text(table: str, column: str, rowid: int, value, names: Pseudonyms) -> Iterator[Finding]:
+    """The finding for one value, if a rule fires: text as it is; a BLOB (a string nsys stored as
+    bytes, an NVTX binary payload) read as UTF-8, each run of text on its own: the bytes that are
+    not UTF-8 end a value and stay as they are."""
+    if isinstance(value, bytes):
+        parts = _NOT_UTF8.split(value.decode("utf-8", "surrogateescape"))
+        rules: list[str] = []
+        for i in range(0, len(parts), 2):
+            parts[i], fired = redact_text(parts[i], names)
+            rules += fired
+        if rules:
+            yield Finding(table, column, rowid, rules[0], "".join(parts).encode("utf-8", "surrogateescape"))
+    elif isinstance(value, str):
+        new, rules = redact_text(value, names)
+        if rules:
+            yield Finding(table, column, rowid, rules[0], new)
 
 
 def scrub(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
@@ -169,7 +198,12 @@ def scrub_file(src: str, dst: str) -> dict:
 
     check_file(src)
     removed: dict = {}
-    rewrite(src, dst, lambda d: removed.update(scrub(d)))
+
+    def edit(d: sqlite3.Connection) -> None:
+        require_export(src, _tables(d))
+        removed.update(scrub(d))
+
+    rewrite(src, dst, edit)
     return {"scrubbed": removed, "bytes": os.path.getsize(dst)}
 
 
@@ -181,11 +215,30 @@ def check_file_for_secrets(path: str) -> list[Finding]:
     check_file(path)
     conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
     try:
+        require_export(path, _tables(conn))
         return list(findings(conn))
     except sqlite3.DatabaseError as exc:
         raise ClefError(f"{path}: cannot read ({exc})") from None
     finally:
         conn.close()
+
+
+class Group(NamedTuple):
+    """The findings of one rule in one place (table.column): how many, and the first rowids."""
+
+    rule: str
+    place: str
+    count: int
+    rowids: list[int]
+
+
+def grouped(found: list[Finding], examples: int = 3) -> list[Group]:
+    """Findings grouped by rule and place, the largest group first (`scrub --check`'s summary)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for f in found:
+        groups.setdefault((f.rule, f"{f.table}.{f.column}"), []).append(f.rowid)
+    return sorted((Group(rule, place, len(ids), sorted(ids)[:examples]) for (rule, place), ids in groups.items()),
+                  key=lambda g: (-g.count, g.rule, g.place))
 
 
 def print_report(removed: dict[str, dict[str, int]]) -> None:

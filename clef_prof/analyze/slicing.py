@@ -25,7 +25,7 @@ def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
     shifted so that the slice's session is the window; nothing appears at `dst` on failure."""
     from .export import Export, check_file
     from ..safeio import check_output
-    from .scrub import rewrite, scrub
+    from .scrub import require_export, rewrite, scrub
 
     check_file(src)
     check_output(dst, [src])
@@ -33,6 +33,7 @@ def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
         raise CaptureError("slice: --to must be after --from")
     with Export.open(src) as cap:
         tables = set(cap.tables)
+        require_export(src, tables)
         session = cap.duration_ns
     if session is not None:
         if t0_ns >= session or t1_ns <= 0:

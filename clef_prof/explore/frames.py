@@ -19,7 +19,6 @@ Conventions of every frame (see each property for its columns):
 from __future__ import annotations
 
 import os
-import re
 from functools import cached_property
 
 import numpy as np
@@ -29,6 +28,7 @@ from ..analyze.filecache import FileCache
 from ..analyze.model import Overlap, PerRequest, Result
 from ..analyze.result import Analysis, analyze
 from ..analyze.stages import StageConfig
+from ..redact import RID
 
 __all__ = ["Capture", "open", "clear_cache", "arm_means", "parse_rids", "COPY_DIRECTIONS", "MEMORY_KINDS", "API_KINDS"]
 
@@ -41,8 +41,6 @@ MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed
 # clef_prof.analyze.cuda call kinds; 0: a GPU row whose API call was not found
 API_KINDS = {0: "unpaired", 1: "kernel launch", 2: "graph launch", 3: "memcpy", 4: "memset", 5: "sync"}
 _HOST_SIDE_SRC = {1, 3, 9, 11}     # directions whose source is host memory (H2D, H2A, H2H, UVM H2D)
-
-_RID_RE = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
 
 _CACHE = FileCache(8)
 
@@ -62,7 +60,7 @@ def _tid(g: np.ndarray) -> np.ndarray:
 
 def parse_rids(message: str) -> list[str]:
     """Request ids in a batch message: `rid=a,b,c` (also `rids=`, `request_ids=`); [] when none."""
-    m = _RID_RE.search(message or "")
+    m = RID.search(message or "")
     if not m:
         return []
     return [r for r in m.group(1).split(",") if r]

@@ -9,6 +9,7 @@ nothing, analyze's figures do not move, and the input is only read."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 from collections import Counter
@@ -18,8 +19,10 @@ from typing import NamedTuple
 import pytest
 
 from clef_prof.analyze.result import analyze
-from clef_prof.analyze.scrub import check_file_for_secrets, scrub_file
+from clef_prof.analyze.scrub import check_file_for_secrets, rewrite, scrub_file
+from clef_prof.analyze.slicing import _cut, slice_capture
 from clef_prof.errors import ClefError
+from clicheck import run_main
 from conftest import sha256
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -252,3 +255,253 @@ def test_the_input_is_only_read(scrubbed, tmp_path):
     with pytest.raises(ClefError, match="not an SQLite database"):
         scrub_file(str(bad), str(tmp_path / "out.sqlite"))
     assert sorted(os.listdir(tmp_path)) == ["not-an-export.sqlite"]
+
+
+# --------------------------------------------------------------------------------------------
+# every class of secret, in every place nsys writes text (issue 21 item 4)
+
+MATRIX_SRC = TRACES / "gpu25-pr-slice.sqlite"       # nsys 2025.3: NVTX jsonText and binaryData columns
+# (rule in free text, text, the secret that must leave the file)
+CLASSES = [
+    ("header", "curl -H 'Authorization: Bearer bearerTok3n42' http://x", "bearerTok3n42"),
+    ("header", "Authorization: Basic YmFzaWNBdXRoNDI6cHc", "YmFzaWNBdXRoNDI6cHc"),
+    ("header", "X-Api-Key: xApiKeyVal42", "xApiKeyVal42"),
+    ("url-password", "dsn postgres://app:pgDsnPw42@db:5432/main", "pgDsnPw42"),
+    ("url-password", "cache redis://:redisDsnPw42@cache:6379/0", "redisDsnPw42"),
+    ("url-password", "git https://alice:httpsUrlPw42@example.org/r.git", "httpsUrlPw42"),
+    ("signature", "https://a.blob.core.windows.net/c/b?sv=2020-08-04&sig=azureSasSig42%3D&se=2030", "azureSasSig42"),
+    ("key-token", "stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("key-token", "runner glrt-2CR8_eVxiioB1QmzPZwa", "glrt-2CR8_eVxiioB1QmzPZwa"),
+    ("key-token", "short hf_ab12cd34", "hf_ab12cd34"),
+    ("key-token", "slack xoxb-1234567890-slackTok42", "xoxb-1234567890-slackTok42"),
+    ("key-value", '{"password": "jsonPassw42"}', "jsonPassw42"),
+    ("key-value", "password: yamlPassw42", "yamlPassw42"),
+    ("mysql-password", "mysql -u root -pMysqlCliPw42 shop", "MysqlCliPw42"),
+    ("curl-user", "curl -u alice:curlUserPw42 https://x", "curlUserPw42"),
+    ("assignment", "aws_secret_access_key = awsIniSecret42", "awsIniSecret42"),
+    ("secret-flag", "serve --password -dashPassw42 --port 80", "-dashPassw42"),
+    ("secret-flag", "curl --cookie cookieFlagVal42 http://x", "cookieFlagVal42"),
+    ("url-encoded", "GET /cb?next=%2Fa&access_token%3DurlEncTok42%26x%3D1", "urlEncTok42"),
+    ("private-key", "Zm9vYmFyQmF6pemLastLine42==\n-----END PRIVATE KEY-----", "pemLastLine42"),
+    ("user-path", "/home/aliceUser42/venv/lib/python3.12/site-packages/torch/nn/modules/module.py:1751", "aliceUser42"),
+    ("user-path", "File /Users/bobUser42/src/serve.py, line 3", "bobUser42"),
+]
+
+
+def plant_everywhere(path) -> dict[tuple[str, str, int], str]:
+    """Each class once in each place nsys writes text: StringIds (text and BLOB), NVTX_EVENTS text,
+    jsonText and binaryData (a BLOB with non-UTF-8 bytes around the text), TARGET_INFO_SYSTEM_ENV
+    (a kept row's value), META_DATA_CAPTURE (argument rows), PROCESSES names.
+    {(table, column, rowid): the rule --check must name}."""
+    con = sqlite3.connect(path)
+    planted = {}
+    with con:
+        sid = con.execute("SELECT max(id) FROM StringIds").fetchone()[0] + 1
+        start, tid = con.execute("SELECT start, globalTid FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1").fetchone()
+        gpid = con.execute("SELECT max(globalPid) FROM PROCESSES").fetchone()[0]
+        for i, (rule, text, _) in enumerate(CLASSES):
+            for j, value in enumerate((text, text.encode())):
+                con.execute("INSERT INTO StringIds VALUES (?, ?)", (sid + 2 * i + j, value))
+                planted[("StringIds", "value", sid + 2 * i + j)] = rule
+            for col, value in (("text", text), ("jsonText", text),
+                               ("binaryData", b"\x00\x00\x00\x2a\xff" + text.encode() + b"\xfe\x00")):
+                rowid = con.execute(f"INSERT INTO NVTX_EVENTS (start, eventType, {col}, globalTid) VALUES (?, 34, ?, ?)",
+                                    (start, value, tid)).lastrowid
+                planted[("NVTX_EVENTS", col, rowid)] = rule
+            rowid = con.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV SELECT globalVid, devStateName, name, nameEnum, ? "
+                                "FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'OsDescription' LIMIT 1", (text,)).lastrowid
+            planted[("TARGET_INFO_SYSTEM_ENV", "value", rowid)] = rule
+            rowid = con.execute("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)", (f"PROCESS_0:ARGUMENT_{9 + i}", text)).lastrowid
+            planted[("META_DATA_CAPTURE", "value", rowid)] = "argument-or-env"
+            rowid = con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)",
+                                (gpid + ((i + 1) << 24), 900000 + i, f"python3 {text}")).lastrowid
+            planted[("PROCESSES", "name", rowid)] = "process-name"
+    con.close()
+    return planted
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    d = tmp_path_factory.mktemp("matrix")
+    src, out = d / "planted.sqlite", d / "shared.sqlite"
+    shutil.copyfile(MATRIX_SRC, src)
+    planted = plant_everywhere(src)
+    found = check_file_for_secrets(str(src))
+    digest = sha256(src)
+    report = scrub_file(str(src), str(out))
+    assert sha256(src) == digest
+    return src, out, planted, found, report
+
+
+def test_check_flags_every_class_in_every_place(matrix):
+    src, _, planted, found, _ = matrix
+    got = {(f.table, f.column, f.rowid): f.rule for f in found}
+    missed = {k: v for k, v in planted.items() if k not in got}
+    assert not missed
+    assert {k: got[k] for k in planted} == planted
+    # and nothing else than before the plants: the export itself is scrubbed
+    assert check_file_for_secrets(str(MATRIX_SRC)) == [] and len(found) == len(planted) == 8 * len(CLASSES)
+
+
+def test_scrub_removes_every_class_from_every_place(matrix):
+    src, out, _, _, report = matrix
+    raw_in, raw_out = src.read_bytes(), out.read_bytes()
+    assert all(s.encode() in raw_in for *_, s in CLASSES)
+    assert [s for *_, s in CLASSES if s.encode() in raw_out] == []       # gone, free pages included
+    assert check_file_for_secrets(str(out)) == []
+    assert sum(sum(r.values()) for r in report["scrubbed"].values()) == 8 * len(CLASSES)
+    # the non-UTF-8 bytes of a binary payload stay around what was removed
+    with db(out) as con:
+        blobs = [v for (v,) in con.execute("SELECT binaryData FROM NVTX_EVENTS WHERE binaryData IS NOT NULL")]
+    assert len(blobs) == len(CLASSES) and all(isinstance(b, bytes) and b.startswith(b"\x00\x00\x00\x2a\xff")
+                                               and b.endswith(b"\xfe\x00") for b in blobs)
+
+
+def test_no_false_positive_moves_a_name_or_a_figure(matrix):
+    """Stage, NVTX domain, kernel, API and thread names are the same strings after the scrub, and
+    every figure of analyze is the same."""
+    src, out, *_ = matrix
+    for sql in ("SELECT textId FROM NVTX_EVENTS", "SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL UNION "
+                "SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL", "SELECT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+                "SELECT nameId FROM ThreadNames"):
+        names = referenced_strings(src, sql)
+        assert names and referenced_strings(out, sql) == names, sql
+    q = "SELECT text FROM NVTX_EVENTS WHERE eventType = 75 OR (eventType = 59 AND text IS NOT NULL)"
+    assert {t for (t,) in rows(out, q)} == {t for (t,) in rows(src, q)} >= {"clef", "Python Periodic Sampling"}
+    a, b = (analyze(str(p)).result.to_json() for p in (src, out))
+    a.pop("path"), b.pop("path")
+    with db(src) as con:
+        n = con.execute("SELECT sum(CAST(substr(text, 10) AS INTEGER)) FROM NVTX_EVENTS WHERE eventType = 59 "
+                        "AND text LIKE 'pooler n=%'").fetchone()[0]
+    assert a == b and a["requests"] == n == 290
+
+
+# --------------------------------------------------------------------------------------------
+# every figure the same after scrub and slice, on every real capture (issue 21 item 4)
+
+DATA_NAMES = sorted(p.name[:-len(".sqlite.xz")] for p in (TRACES.parent / "tests" / "data").glob("*.sqlite.xz"))
+TRACE_NAMES = sorted(p.stem for p in TRACES.glob("*.sqlite"))
+DP = "cpu23-dp-rids"
+# the batches of each process: count, requests (the n= of the message), independent of analyze
+BATCHES = ("SELECT (globalTid >> 24) & 16777215 AS pid, count(*), sum(CAST(substr(text, 10, instr(text, ' rid=') - 10) AS INTEGER)) "
+           "FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND text LIKE 'pooler n=% rid=%' {} GROUP BY pid ORDER BY pid")
+
+
+def figures(path) -> dict:
+    """analyze's whole result, less the path and the request ids the journey lists by name (scrub
+    turns them into pseudonyms: their number is kept, in the counts beside them)."""
+    r = analyze(str(path)).result.to_json()
+    assert r.pop("path") == str(path)
+    if r.get("journey"):
+        listed = r["journey"].pop("listed")
+        r["journey"]["listed_counts"] = {k: len(v) for k, v in listed.items()}
+    return r
+
+
+@pytest.mark.parametrize("name", [f"data/{n}" for n in DATA_NAMES] + [f"traces/{n}" for n in TRACE_NAMES])
+def test_scrub_and_slice_keep_every_figure(capture, tmp_path, name):
+    """scrub, and a slice over the whole session (which scrubs), give analyze's result unchanged."""
+    where, stem = name.split("/")
+    src = capture(stem) if where == "data" else TRACES / f"{stem}.sqlite"
+    before = figures(src)
+    scrubbed, sliced = tmp_path / "scrubbed.sqlite", tmp_path / "sliced.sqlite"
+    scrub_file(str(src), str(scrubbed))
+    slice_capture(str(src), str(sliced), 0, 10 ** 15)
+    assert before["requests"] > 0
+    assert figures(scrubbed) == before
+    assert figures(sliced) == before
+
+
+def test_data_parallel_ranks_with_request_ids_stay_apart(capture, tmp_path):
+    """Two data-parallel ranks with the same batch sizes at the same times: only their request ids
+    tell them apart. Before and after scrub (and slice), each counts its own requests; the ids
+    become pseudonyms, one per distinct id across the capture."""
+    src = capture(DP)
+    with db(src) as con:
+        per_pid = con.execute(BATCHES.format("")).fetchall()
+    assert len(per_pid) == 2 and [r[1:] for r in per_pid] == [(12, 94), (12, 94)]
+    out = tmp_path / "scrubbed.sqlite"
+    scrub_file(str(src), str(out))
+    for path in (src, out):
+        r = analyze(str(path)).result
+        assert (r.requests, r.batches) == (188, 24)
+        assert sorted((x.pid, x.counted, x.first_rank_pid == x.pid, x.requests) for x in r.ranks) == \
+            [(pid, True, True, n) for pid, _, n in per_pid]
+    # the ids: pseudonyms in the same places, the same id always the same pseudonym, distinct ids distinct
+    q = "SELECT globalTid, start, substr(text, instr(text, ' rid=') + 5) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=% rid=%'"
+    a = {(g, s): ids.split(",") for g, s, ids in rows(src, q)}
+    b = {(g, s): ids.split(",") for g, s, ids in rows(out, q)}
+    assert a.keys() == b.keys() and all(len(a[k]) == len(b[k]) for k in a)
+    pairs = {(x, y) for k in a for x, y in zip(a[k], b[k])}
+    ids = {x for x, _ in pairs if x != "..."}
+    # each batch message shows its first 5 ids (200 characters), then ",...": 50 per rank
+    assert len(ids) == 100 and all(x.startswith("embd-") for x in ids)
+    assert ("...", "...") in pairs and all((x == "...") == (y == "...") for x, y in pairs)
+    assert len({x for x, _ in pairs}) == len({y for _, y in pairs}) == len(pairs)          # one to one
+    assert all(re.fullmatch(r"\[rid-[0-9]+\]", y) for x, y in pairs if x != "...")
+    assert b"embd-" not in out.read_bytes()
+
+
+def test_a_slice_of_a_window_keeps_its_figures(capture, tmp_path):
+    """A window of the data-parallel capture: slice (which scrubs) gives the same result as the
+    same cut without the scrub, and counts the batches that lie wholly inside the window."""
+    src = capture(DP)
+    with db(src) as con:
+        t0, t1 = con.execute("SELECT min(start), max(\"end\") FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'").fetchone()
+        a, b = t0 + (t1 - t0) // 3, t0 + 2 * (t1 - t0) // 3
+        inside = con.execute(BATCHES.format(f'AND start >= {a} AND "end" <= {b}')).fetchall()
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert len(inside) == 2 and 0 < sum(n for *_, n in inside) < 188
+    sliced, cut = tmp_path / "sliced.sqlite", tmp_path / "cut.sqlite"
+    slice_capture(str(src), str(sliced), a, b)
+    rewrite(str(src), str(cut), lambda d: _cut(d, tables, a, b), "slice")
+    assert figures(sliced) == figures(cut)
+    r = analyze(str(sliced)).result
+    assert (r.requests, r.batches) == (sum(n for *_, n in inside), sum(k for _, k, _ in inside))
+    assert len(r.ranks) == 2 and all(x.counted for x in r.ranks)
+
+
+# --------------------------------------------------------------------------------------------
+# scrub --check: findings grouped by rule and place (issue 25 item 9)
+
+def test_check_groups_its_findings(capture):
+    src = capture("gpu-q1c16-main")
+    grouped_run = run_main("scrub", "--check", src)
+    each = run_main("scrub", "--check", src, "--all")
+    assert grouped_run.returncode == each.returncode == 1
+    per_value = Counter()
+    for line in each.stdout.splitlines():
+        place, rule = re.fullmatch(rf"{re.escape(str(src))}: (\S+) rowid [0-9]+: (\S+)", line).groups()
+        per_value[(rule, place)] += 1
+    assert sum(per_value.values()) == 187
+    head, *lines = grouped_run.stdout.splitlines()
+    assert head == f"{src}: 187 value(s) by rule and place (rule, table.column, values, first rowids):"
+    got = {}
+    for line in lines:
+        rule, place, count, _, rowids = line.split(None, 4)
+        got[(rule, place)] = int(count)
+        assert len(rowids.split(", ")) <= 4
+    assert got == {(rule, place): n for (rule, place), n in per_value.items()}
+    assert len(lines) == 5 and got[("process-name", "PROCESSES.name")] == 156
+    assert "187 value(s) may carry secrets" in grouped_run.stderr
+    bad = run_main("scrub", src, "x.sqlite", "--all")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--all" in bad.stderr
+
+
+def test_a_plain_sqlite_file_is_refused(tmp_path):
+    """An SQLite file that is not an nsys export: one line and exit 1 from scrub, --check and
+    slice; nothing written, the input as it was."""
+    src = tmp_path / "notes.sqlite"
+    con = sqlite3.connect(src)
+    with con:
+        con.execute("CREATE TABLE t (x TEXT)")
+        con.execute("INSERT INTO t VALUES ('HF_TOKEN=hf_QwErTyUiOpAsDfGhJkLz')")
+    con.close()
+    digest = sha256(src)
+    for args in (("scrub", src, tmp_path / "o.sqlite"), ("scrub", "--check", src),
+                 ("slice", src, tmp_path / "s.sqlite", "--from", "0", "--to", "1")):
+        p = run_main(*args)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(lines) == 1 and "not an Nsight Systems export" in lines[0], p.stderr
+        assert p.stdout == ""
+    assert sha256(src) == digest and sorted(os.listdir(tmp_path)) == ["notes.sqlite"]

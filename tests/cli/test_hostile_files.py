@@ -171,6 +171,9 @@ def test_failed_slice_leaves_nothing(copy_of, tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_slice_leaves_nothing(copy_of, tmp_path, sig):
+    """Ctrl-C or SIGTERM while slice writes: nothing is left. The child gets SIGINT's default
+    action back: a shell without job control starts background commands (pytest ... &) with
+    SIGINT ignored, which Python and its children inherit, and the signal would go unseen."""
     src = copy_of()
     folder = tmp_path / "out"
     folder.mkdir()
@@ -178,7 +181,8 @@ def test_interrupted_slice_leaves_nothing(copy_of, tmp_path, sig):
     interrupted = 0
     for _ in range(5):
         p = subprocess.Popen([sys.executable, "-m", "clef_prof", "slice", str(src), str(out), "--from", "0",
-                              "--to", "1.4"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                              "--to", "1.4"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         while p.poll() is None and not any(n.endswith(".tmp") for n in os.listdir(folder)):
             pass
         if p.poll() is None:
