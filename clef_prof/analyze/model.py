@@ -1,4 +1,4 @@
-"""analyze's result as types: one dataclass per block of the JSON contract (README, "JSON contract").
+"""analyze's result as types: one dataclass per block of the JSON contract (docs/json.md, "analyze").
 
 Every consumer (the renderers, the data model, compare, the manifest check, the CLI) reads a
 `Result` by attribute; `Result.to_json()` is the documented JSON object, key order included, and
@@ -261,7 +261,7 @@ class LostRecords(_Flat):
 @dataclass
 class Finding(_Flat):
     """One rule that fired for one stage or scope. `evidence` holds the rule's own figures, each
-    with its denominators (their names differ by rule: README, "Findings")."""
+    with its denominators (their names differ by rule: docs/analyze.md, "Findings")."""
 
     id: str
     stage: str
@@ -338,7 +338,7 @@ class Journey:
 
 @dataclass
 class Result:
-    """Everything analyze found in one capture (README, "JSON contract")."""
+    """Everything analyze found in one capture (docs/json.md, "analyze")."""
 
     path: str
     requests: int | None

@@ -1,8 +1,8 @@
 """`analyze`: one capture in, per-request stage metrics and validation warnings out.
 
-Reading happens in `capture`/`nvtx`/`cuda`; this module wires the steps together and
+Reading happens in `export`/`nvtx`/`cuda`; this module wires the steps together and
 assembles the typed result (`clef_prof.analyze.model.Result`, whose `to_json()` is the JSON
-contract documented in the README).
+contract documented in docs/json.md).
 
 CUDA tables are streamed: the API calls, then the GPU activity tables, are read in rowid
 windows on reader threads and reduced window by window (placed in stages, paired, counted,

@@ -29,20 +29,21 @@ CPU = ("This machine has no CUDA GPU, so the server ran its CPU path, and what p
        "Pinned memory and asynchronous copies only help a copy that crosses to a GPU: there each of main's 9 small "
        "pageable copies goes through a staging buffer and blocks the host, which pr's 3 pinned ones avoid. On a "
        "CPU there is no device to copy to: pr's packing is extra Python work with nothing to save, so expect its "
-       "transfer to be no faster, and possibly slower, beyond noise or not. What the CPU run does show: the whole "
-       "tool chain (record, analyze, compare, report), the host time per stage per request, the batch sizes, and "
-       "how compare tells a change beyond noise from one within it. The CUDA figures (H2D copies, kernels, GPU "
+       "transfer to be no faster, and possibly slower. What the CPU run does show: the whole tool chain (record, "
+       "analyze, compare, report), the host time per stage per request, the batch sizes, and how compare reads "
+       "a change with one capture per arm. The CUDA figures (H2D copies, kernels, GPU "
        "overlap) need a GPU: they are absent here, not zero.")
 READ_ANALYZE = ("How to read analyze: the first line counts the requests and batches in the capture. The table "
                 "gives per stage the host ms per request (the stage's total host time over all requests), its "
                 "mean share of the batch's host span, and on a GPU the H2D copies and kernel launches per request. "
                 "Then the transfers and GPU overlap, the findings (rules over these figures, each with a fix and "
                 "the effect to expect), and the capture's details. --wide shows every figure.")
-READ_COMPARE = ("How to read compare: per metric, main's value, pr's, the change in %, the 95% interval of the "
-                "change (a seeded bootstrap over the batches) and the verdict: 'beyond noise' when the interval "
-                "excludes 0, 'exact' for counts that are one multiple of the batch size. With one capture per arm "
-                "the interval covers batch-to-batch noise within one run only; record several per arm (clef-prof "
-                "ab) before trusting a small change. The findings say which of main's problems pr resolved.")
+READ_COMPARE = ("How to read compare: per metric, main's value, pr's, the change in %, its 95% interval and the "
+                "verdict. A capture is the unit that varies from run to run, so a verdict ('beyond noise' when "
+                "Welch's interval between the arms' captures excludes 0, else 'within noise') needs 3 captures per "
+                "arm; with one per arm, as here, each timing says 'too few captures to judge' and its interval is "
+                "the within-capture one (batch-to-batch noise within one run only). Counts that are one multiple of "
+                "the batch size in every batch are 'exact'. The findings say which of main's problems pr resolved.")
 
 
 def add_parser(sub) -> None:
@@ -125,8 +126,8 @@ def cmd_demo(args) -> int:
         return code
     say()
     say(f"Open {html} in a browser: the figures above, and a timeline of consecutive batches with every stage, "
-        "copy and kernel. Next: clef-prof ab records several captures per arm for intervals that cover "
-        "run-to-run noise, and docs/profile-your-own-server.md does all this for a server of your own.")
+        "copy and kernel. Next: clef-prof ab --rounds 3 records 3 captures per arm, the least that gives compare "
+        "a verdict on run-to-run noise, and docs/profile-your-own-server.md does all this for a server of your own.")
     return 0
 
 

@@ -4,11 +4,12 @@
     clef-prof compare AB_DIR
 
 The first arm is the baseline. Every per-request metric of analyze is compared: each arm's
-figure, the change (absolute and %), and a seeded two-level bootstrap interval of the change
-(see `comparison` and `bootstrap`). Gates (`--fail-if`) turn a change into exit code 1.
+figure, the change (absolute and %), Welch's interval of the change between the arms' captures
+(`welch`, a verdict from 3 per arm) and the labelled within-capture interval (`resample`); see
+`engine`. Gates (`--fail-if`) turn a change into exit code 1.
 
-This module only parses, gates and renders; it imports NumPy/pandas (through `comparison`)
-when the command runs, never when the CLI builds its parser.
+This module only parses, gates and renders; it imports NumPy/pandas (through `engine`) when the
+command runs, never when the CLI builds its parser.
 """
 from __future__ import annotations
 

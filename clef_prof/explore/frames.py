@@ -72,7 +72,7 @@ class Capture:
     Attributes:
         path: the export. analysis: the `clef_prof.analyze.result.Analysis` behind it.
         result: analyze's typed `clef_prof.analyze.model.Result` (`result.to_json()` is the JSON
-        contract, README "Analyze"). config: the `StageConfig` used.
+        contract, docs/json.md). config: the `StageConfig` used.
 
     Frames (each built on first access): `stages`, `batches`, `requests`, `transfers`,
     `launches`, `kernels`, `api_calls`, `gpu_busy`, `threads`; and `summary()`.
@@ -524,7 +524,7 @@ class Capture:
         """analyze's per-stage figures, one row per stage plus one for the batch range as a whole.
 
         Index: stage names, then `"<batch> (batch)"`. Columns: the keys of analyze's stage block
-        (README): instances, host_ms_total, host_ms_per_request, host_ms_mean/p50/p99 (per batch),
+        (docs/json.md): instances, host_ms_total, host_ms_per_request, host_ms_mean/p50/p99 (per batch),
         then, with CUDA, h2d_copies, h2d_bytes, h2d_pageable, h2d_pinned, d2h_copies, d2h_bytes,
         kernel_launches, graph_launches, graph_kernels, gpu_kernels, graph_executions,
         memcpy_calls, memset_calls, sync_calls (per capture) and the `*_per_request` figures.
