@@ -132,7 +132,7 @@ def mark():
 
 @pytest.mark.nsys("2022.4", "2023.4")
 def test_dry_run_prints_the_nsys_commands(tmp_path, mark):
-    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api", "--python-sampling", "250",
+    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api", "--nsys-python-sampling", "250",
              "--cuda-graph-trace", "node", "--", "python", "-m", "srv", "--flag", mark=mark)
     assert p.returncode == 0, p.stderr
     cmd = [ln for ln in p.stdout.splitlines() if " profile " in ln][0]
@@ -148,8 +148,9 @@ def test_dry_run_prints_the_nsys_commands(tmp_path, mark):
     assert any(" start --session=clefprof-" in ln and "--output=" in ln for ln in lines)
     assert any(" stop --session=clefprof-" in ln for ln in lines)
     assert any(" export --type=sqlite" in ln for ln in lines)
-    # older nsys: no Python sampling, said so
-    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--nsys", NSYS["2022.4"], "--", "srv", mark=mark)
+    # older nsys: no Python sampling of its own, said so
+    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--nsys", NSYS["2022.4"], "--nsys-python-sampling", "100",
+             "--", "srv", mark=mark)
     cmd = [ln for ln in p.stdout.splitlines() if " launch " in ln][0]
     assert "--python-sampling" not in cmd and "--trace=cuda,nvtx,osrt" in cmd
     assert "has no --python-sampling" in p.stdout
