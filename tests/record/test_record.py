@@ -30,6 +30,8 @@ NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
 MARK = "CLEF_TEST_MARK"
 FAST = ["--warmup", "1", "--duration", "2"]
 
+STAGE_NAMES = ("parse", "index", "transfer", "head", "encode")
+
 
 def leftovers(mark: str) -> list[str]:
     """Processes (other than this one) whose environment holds the test's marker."""
@@ -226,6 +228,10 @@ def test_record_demo_then_analyze(tmp_path, mark):
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"
+    # Python samples by default: clef-prof's sampler asked and recorded, nsys' own off
+    assert (m["trace"]["python_sampling_hz"], m["trace"]["python_sampler"], m["trace"]["nsys_python_sampling_hz"]) == (
+        100, "clef-prof", 0)
+    assert r["samples"]["samples"] > 0 and sum(r["samples"]["stages"][s]["samples"] for s in STAGE_NAMES) > 0
     for name in ("parse", "index", "transfer", "head", "encode"):
         assert r["stages"][name]["instances"] == r["batches"] > 0
     assert_within_client_bounds(r, m, 16)
