@@ -6,8 +6,8 @@ too: a daemon thread reads `sys._current_frames()` at the rate asked and writes 
 per sampled thread and tick, which `clef_prof.analyze.samples` reads from the export.
 
 It starts when the NVTX client attaches to a profiler (`nvtx_client`) and
-$CLEF_PROF_PY_SAMPLING_HZ (set by `clef-prof record --python-sampling HZ` and
-`clef-prof inject --python-sampling HZ`) is a positive rate; never otherwise.
+$CLEF_PROF_PY_SAMPLING_HZ (set by `clef-prof record --python-sampling HZ`, default 100; by hand
+beside `nsys profile`) is a positive rate; never otherwise.
 
 What lands in the export (domain `clef-prof samples`; all text registered once, so that nsys
 stores it once in StringIds, whatever the capture window):
