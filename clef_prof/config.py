@@ -12,6 +12,12 @@ DEFAULT_DOMAIN = "clef"
 DEFAULT_BATCH = "pooler"
 DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
 
+# clef-prof's Python sampler (annotate.sampler): the variable that asks for it in the server, and
+# record's default rate (docs/sampling.md: its cost measured at 100 and 1,000 Hz)
+ENV_PY_SAMPLING_HZ = "CLEF_PROF_PY_SAMPLING_HZ"
+DEFAULT_PY_SAMPLING_HZ = 100
+MAX_PY_SAMPLING_HZ = 10_000
+
 
 @dataclass(frozen=True)
 class StageConfig:

@@ -205,7 +205,7 @@ class TraceOptions:
     """What to record: the switches shared by `nsys profile` and `nsys launch`."""
 
     trace: str = "cuda,nvtx,osrt"
-    python_sampling_hz: int = 100          # 0: off
+    python_sampling_hz: int = 0            # nsys' own Python sampler (2023.4+); 0: off (clef-prof's replaces it)
     cuda_graph_trace: str | None = "graph"
     trace_fork: bool = True
     sample: str | None = "none"            # CPU IP sampling (`-s`); profile/start only

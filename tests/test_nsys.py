@@ -30,7 +30,8 @@ def test_nsys_2022_has_no_python_sampling():
     n22 = ROOT / ".nsys" / "2022.4" / "nsys"
     n = nsys_mod.Nsys.find(str(n22))
     notes = []
-    cmd = nsys_mod.profile_command(n, nsys_mod.TraceOptions(), "/tmp/x", ["srv"], session="s", notes=notes)
+    cmd = nsys_mod.profile_command(n, nsys_mod.TraceOptions(python_sampling_hz=100), "/tmp/x", ["srv"], session="s",
+                                   notes=notes)
     assert not any("python-sampling" in c for c in cmd) and "--capture-range=cudaProfilerApi" in cmd
     assert notes and "python-sampling" in notes[0]
 

@@ -204,7 +204,7 @@ def _ev_overlap(r: Result, s, th):
             "gpu_busy_pct_p50_per_batch": 100.0 * r.overlap.gpu_busy_fraction_p50,
             "batches": r.batches, "host_ms_per_request": r.per_request.pooler_host_ms,
             "gpu_busy_ms_per_request": r.per_request.gpu_busy_ms, "dominant_stage": stage,
-            "dominant_stage_share_pct_mean": share}
+            "dominant_stage_share_pct_mean": share, "top_functions": _top_functions(r, stage)}
 
 
 def _sev_overlap(ev, th):
@@ -217,6 +217,7 @@ def _sev_overlap(ev, th):
 def _tx_overlap(ev, s):
     dom = ev["dominant_stage"]
     where = f"; {dom} takes {ev['dominant_stage_share_pct_mean']:.0f}% of it (mean per batch)" if dom else ""
+    where += _say_top(ev.get("top_functions") or [])
     return (f"the GPU is busy {ev['gpu_busy_pct_of_batch_span']:.1f}% of the batch host span (over {ev['batches']:,} "
             f"batches; p50 per batch {ev['gpu_busy_pct_p50_per_batch']:.1f}%){where}",
             f"the host path bounds the batch: shorten {dom or 'the host stages'} first; GPU-side speed-ups will not show",
@@ -224,12 +225,33 @@ def _tx_overlap(ev, s):
             "rises")
 
 
+def _top_functions(r: Result, stage: str | None, k: int = 3) -> list[dict]:
+    """The stage's top functions by self samples (name, file, samples, share and its interval,
+    ms per request); [] without Python samples there."""
+    s = r.samples
+    if s is None or stage not in s.stages:
+        return []
+    st = s.stages[stage]
+    return [{"function": f.function, "file": f.file, "self_samples": f.self_samples, "stage_samples": st.samples,
+             "self_share": f.self_share, "self_share_low": f.self_share_low, "self_share_high": f.self_share_high,
+             "self_ms_per_request": f.self_ms_per_request} for f in st.top_self[:k]]
+
+
+def _say_top(top: list[dict]) -> str:
+    """`heavy (srv.py) 72% [66–78%] of 210 samples, ...`."""
+    if not top:
+        return ""
+    fs = ", ".join(f"{t['function']} ({t['file'].rsplit('/', 1)[-1]}) {100 * t['self_share']:.0f}% "
+                   f"[{100 * t['self_share_low']:.0f}–{100 * t['self_share_high']:.0f}%]" for t in top)
+    return f"; by Python samples ({top[0]['stage_samples']:,} in the stage, self, 95% interval): {fs}"
+
+
 def _ev_share(r: Result, s, th):
     b = r.stages[s]
     if b.share.mean_pct is None:
         return None
     return {**b.share.to_json(), "batches": r.batches, "host_ms_per_request": b.host_ms_per_request,
-            "batch_host_ms_per_request": r.per_request.pooler_host_ms}
+            "batch_host_ms_per_request": r.per_request.pooler_host_ms, "top_functions": _top_functions(r, s)}
 
 
 def _sev_share(ev, th):
@@ -240,7 +262,9 @@ def _tx_share(ev, s):
     m = ev["share_of_batch_pct_mean"]
     return (f"{s} takes {m:.1f}% of the batch host span (mean per batch over {ev['batches']:,} batches; p50 "
             f"{ev['share_of_batch_pct_p50']:.1f}%, p99 {ev['share_of_batch_pct_p99']:.1f}%): "
-            f"{ev['host_ms_per_request']:.3f} of {ev['batch_host_ms_per_request']:.3f} ms per request",
+            f"{ev['host_ms_per_request']:.3f} of {ev['batch_host_ms_per_request']:.3f} ms per request"
+            + _say_top(ev.get("top_functions") or []),
+            f"look inside {s} first, at the functions named, before any other stage" if ev.get("top_functions") else
             f"look inside {s} first (finer NVTX ranges, or nsys Python sampling) before any other stage",
             f"each 10% cut in {s} saves about {m / 10:.1f}% of the batch host span")
 

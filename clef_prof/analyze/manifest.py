@@ -62,6 +62,20 @@ def edge_tolerance(manifest: dict) -> int:
     return max(1, int(c)) if isinstance(c, (int, float)) and c else 16
 
 
+def sampling_check(result: Result, manifest: dict) -> list[str]:
+    """A warning when the manifest asked for Python samples and the capture has none to read."""
+    trace = manifest.get("trace") or {}
+    hz = trace.get("python_sampling_hz") or 0
+    if not isinstance(hz, (int, float)) or hz <= 0 or (result.samples is not None and result.samples.samples):
+        return []
+    if trace.get("python_sampler") == "clef-prof":
+        return [f"record asked for Python samples at {hz:g} Hz (clef-prof's sampler) and the capture holds none: "
+                "the sampler starts with the first clef_prof stage or batch range of a process (annotate the "
+                "server or use --spec), and nothing else in the capture names Python functions"]
+    return [f"record asked nsys for Python samples at {hz:g} Hz; their frames do not reach the SQLite export "
+            "analyze reads: record again with this clef-prof (its own sampler, --python-sampling)"]
+
+
 def check_manifest(result: Result, manifest: dict) -> list[str]:
     """Warnings from comparing an analyze result with the capture's record manifest.
 
@@ -73,9 +87,10 @@ def check_manifest(result: Result, manifest: dict) -> list[str]:
       special case;
     - the server's own count of its profiling window disagrees;
     - the manifest's export is another file;
-    - nsys said, while recording, importing or exporting, that records were lost or misread.
+    - nsys said, while recording, importing or exporting, that records were lost or misread;
+    - record asked for Python samples and the capture holds none.
     """
-    out: list[str] = []
+    out: list[str] = sampling_check(result, manifest)
     said = (manifest.get("nsys") or {}).get("messages") or []
     if said:
         out.append(f"nsys reported while recording or exporting: {' | '.join(said[:5])}"

@@ -337,6 +337,75 @@ class Journey:
 
 
 @dataclass
+class FunctionSamples(_Flat):
+    """One Python function (name and file) in one stage's samples: self samples (its frame the
+    innermost: the line that called into C for a thread in C code) and inclusive samples (on the
+    stack at all, once per sample), each as a count, a share of the stage's samples with its
+    Wilson interval, and the ms per request it stands for (samples x ms per sample / requests)."""
+
+    function: str
+    file: str
+    self_samples: int
+    inclusive_samples: int
+    self_share: float
+    self_share_low: float
+    self_share_high: float
+    inclusive_share: float
+    inclusive_share_low: float
+    inclusive_share_high: float
+    self_ms_per_request: float | None
+    inclusive_ms_per_request: float | None
+
+
+@dataclass
+class SampleFigures:
+    """One stage's samples (or "(batch)": in a batch range, no stage; "(outside)": in neither):
+    their count, share of all samples, the ms per request they stand for, whether they are too
+    few (< 30) for their shares to be a measurement, and the top functions by self and by
+    inclusive samples (up to 10 each)."""
+
+    samples: int
+    share_of_samples: float
+    ms_per_request: float | None
+    few: bool
+    top_self: list[FunctionSamples]
+    top_inclusive: list[FunctionSamples]
+
+    def to_json(self) -> dict:
+        return {"samples": self.samples, "share_of_samples": self.share_of_samples,
+                "ms_per_request": self.ms_per_request, "few": self.few,
+                "top_self": [f.to_json() for f in self.top_self],
+                "top_inclusive": [f.to_json() for f in self.top_inclusive]}
+
+
+@dataclass
+class Samples:
+    """Python samples per stage (clef_prof.analyze.samples; docs/sampling.md): the sampler, the
+    rate asked and observed, the ms one sample stands for, what was left out, and per slot its
+    `SampleFigures` (the stages in order, then "(batch)" and "(outside)" when they hold samples)."""
+
+    source: str                     # "clef-prof sampler"
+    samples: int                    # samples used (in the session, readable thread)
+    threads: int                    # threads sampled
+    asked_hz: float | None
+    observed_hz: float | None       # from the median gap between a thread's consecutive samples
+    ms_per_sample: float | None
+    requests: int | None
+    confidence: float               # of every share interval (Wilson score)
+    unknown_stack: int              # samples whose stack has no definition (in "(unknown stack)")
+    unreadable: int                 # marks of the domain that name no thread: left out
+    outside_session: int            # samples before the session or after its end: left out
+    cut_stacks: int                 # samples whose stack was cut at 128 frames
+    bad_definitions: int            # sampler strings that could not be read
+    stages: dict[str, SampleFigures]
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}
+        out["stages"] = {k: v.to_json() for k, v in self.stages.items()}
+        return out
+
+
+@dataclass
 class Result:
     """Everything analyze found in one capture (docs/json.md, "analyze")."""
 
@@ -363,6 +432,7 @@ class Result:
     window_by_record: bool = False      # that manifest says record opened the window: cut edges are expected
     schema: str = SCHEMA
     journey: Journey | None = None      # per-request journeys, when the capture holds request ranges
+    samples: Samples | None = None      # Python functions per stage, when the capture holds clef-prof samples
 
     def to_json(self) -> dict:
         """The JSON contract as a dict (`json.dumps` of it is `clef-prof analyze -f json`)."""
@@ -384,6 +454,8 @@ class Result:
             out["manifest"] = self.manifest
         if self.journey is not None:
             out["journey"] = self.journey.to_json()
+        if self.samples is not None:
+            out["samples"] = self.samples.to_json()
         return out
 
     def figure(self, name: str):

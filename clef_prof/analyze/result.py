@@ -21,7 +21,7 @@ import numpy as np
 from . import cuda as cu
 from .. import cupti
 from ..config import thresholds
-from . import ranks
+from . import ranks, samples
 from .attribute import Placer, slots
 from .export import Export
 from .arrays import percentile, unique
@@ -245,6 +245,9 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
                      lost, unions)
     step("journeys")
     journey_rows, result.journey = _journeys(cap, stages, table)
+    step("samples")
+    result.samples, more = samples.figures(cap, stages, result.requests)
+    result.warnings += more
     th = thresholds(config.findings)
     result.findings_thresholds = th
     result.findings = findings.evaluate(result, th)

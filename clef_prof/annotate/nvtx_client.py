@@ -159,12 +159,17 @@ os.register_at_fork(after_in_child=_new_lock_in_child)
 
 def _initialize() -> None:
     global _state
+    attached = False
     with _lock:
         if _state == "fresh":
             try:
                 _attach()
+                attached = _ON
             finally:
                 _state = "done"     # after _ON: a reader that sees "done" sees the final _ON
+    if attached and os.environ.get("CLEF_PROF_PY_SAMPLING_HZ"):    # config.ENV_PY_SAMPLING_HZ
+        from . import sampler       # clef-prof's Python sampler, when asked for (annotate.sampler)
+        sampler.start_from_env()
 
 
 def _attach() -> None:

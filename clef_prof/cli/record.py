@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+from ..config import DEFAULT_PY_SAMPLING_HZ, MAX_PY_SAMPLING_HZ as MAX_HZ
 from ..errors import ClefError
 from ..nsys import ENV_IMPORTER_LIBS, TraceOptions
 from ..record.load import check_url
@@ -34,8 +35,12 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
                         "opens); auto: nsys without a GPU; with one, profiler-api when the preset mounts the "
                         "endpoints (vllm), else the server is probed for them once healthy")
     n.add_argument("--trace", "-t", default="cuda,nvtx,osrt", help="nsys --trace (default %(default)s)")
-    n.add_argument("--python-sampling", type=int, default=100, metavar="HZ",
-                   help="Python backtrace sampling rate, 0 = off (default 100; left out with nsys 2022.4, which lacks it)")
+    n.add_argument("--python-sampling", type=float, default=DEFAULT_PY_SAMPLING_HZ, metavar="HZ",
+                   help="clef-prof's Python sampler in the server (which functions spend each stage's time; "
+                        "docs/sampling.md), samples per second per thread, 0 = off (default %(default)g)")
+    n.add_argument("--nsys-python-sampling", type=int, default=0, metavar="HZ",
+                   help="nsys' own Python sampler (2023.4+; its frames do not reach the SQLite export that analyze "
+                        "reads), 0 = off (default)")
     n.add_argument("--cuda-graph-trace", choices=["graph", "node"], default=None,
                    help="CUDA graphs as a whole or node by node (default graph; node with --preset vllm, as "
                         "vLLM's profiling guide recommends)")
@@ -103,7 +108,9 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
                 raise ClefError(f"--{opt.replace('_', '-')} {v!r} is not JSON ({exc})") from None
     if not 0 < args.duration < math.inf:
         raise ClefError("--duration must be positive")
-    trace = TraceOptions(trace=args.trace, python_sampling_hz=max(0, args.python_sampling),
+    if not 0 <= args.python_sampling <= MAX_HZ:
+        raise ClefError(f"--python-sampling {args.python_sampling:g}: a rate from 0 (off) to {MAX_HZ:,} Hz")
+    trace = TraceOptions(trace=args.trace, python_sampling_hz=max(0, args.nsys_python_sampling),
                          cuda_graph_trace=args.cuda_graph_trace or PRESETS[args.preset].cuda_graph_trace,
                          trace_fork=not args.no_trace_fork,
                          sample=args.sample or None, cpuctxsw=args.cpuctxsw or None, extra=list(args.nsys_arg))
@@ -121,7 +128,7 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
         importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env,
-        profiler=getattr(args, "profiler", "nsys"))
+        profiler=getattr(args, "profiler", "nsys"), py_sampling_hz=args.python_sampling)
 
 
 def add_parser(sub) -> None:

@@ -206,6 +206,55 @@ def journey_markdown(result: Result) -> list[str]:
     return out
 
 
+SAMPLE_TOP = 5      # functions per stage in the terminal and Markdown
+
+
+def samples_head(result: Result) -> list[str]:
+    """What the Python samples are: how many, the rate asked and observed, what one stands for."""
+    s = result.samples
+    rate = f"{s.observed_hz:.0f} Hz observed" if s.observed_hz else "rate unknown"
+    asked = f" (asked {s.asked_hz:g} Hz)" if s.asked_hz else ""
+    each = f"{s.ms_per_sample:.2f} ms each" if s.ms_per_sample else "no time per sample"
+    return [f"Python samples: {s.samples:,} on {s.threads} thread(s), {rate}{asked}, {each}; per stage, the top "
+            f"functions by self samples (the innermost Python frame: the line that called into C), share of the "
+            f"stage's samples with its {s.confidence:.0%} interval, ms per request = samples x ms each / requests"]
+
+
+def _sample_stages(result: Result):
+    """(stage title, [(function label, self share, inclusive share, self ms/req)]) of each slot with samples."""
+    from ..analyze.samples import label, share_text
+
+    out = []
+    for stage, st in result.samples.stages.items():
+        if not st.samples:
+            continue
+        few = "; too few to measure shares" if st.few else ""
+        title = f"{stage}: {st.samples:,} samples ({100 * st.share_of_samples:.0f}% of all), {_jms(st.ms_per_request)} ms per request{few}"
+        out.append((title, [(label(f), share_text(f), share_text(f, self_=False), _jms(f.self_ms_per_request))
+                            for f in st.top_self[:SAMPLE_TOP]]))
+    return out
+
+
+def samples_text(result: Result, width: int = 80) -> list[str]:
+    """The Python samples section as lines of at most `width` columns."""
+    from ..analyze.termtable import Column, table, wrap
+
+    out = [w for line in samples_head(result) for w in wrap(line, width, "  ")]
+    cols = [Column("function (file)", "left"), Column("self [95%]"), Column("incl [95%]"), Column("self ms/req")]
+    for title, rows in _sample_stages(result):
+        out += [""] + table(cols, [list(r) for r in rows], width, title=title)
+    return out
+
+
+def samples_markdown(result: Result) -> list[str]:
+    out = ["", "**Python samples**", ""] + [f"- {md(line)}" for line in samples_head(result)]
+    for title, rows in _sample_stages(result):
+        out += ["", md(title), "", "| function (file) | self [95%] | inclusive [95%] | self ms /request |",
+                "|---|---:|---:|---:|"]
+        out += [f"| {md(fn, code=True)} | {sh} | {inc} | {ms} |" for fn, sh, inc, ms in rows]
+    return out
+
+
 # the key figures of the default terminal view, one row per stage (the rest: --wide)
 KEY_COLUMNS = [
     (lambda f: f.host_ms_per_request, "host ms /request", "ms"),
@@ -267,6 +316,9 @@ def render_terminal(result: Result, console: Console | None = None, wide: bool =
     if result.journey is not None:
         say(journey_text(result, width))
         say([""])
+    if result.samples is not None:
+        say(samples_text(result, width))
+        say([""])
     say([f"Findings ({len(result.findings)})"], "bold")
     for line in finding_lines(result):
         say(wrap(line, width, "    "))
@@ -302,6 +354,8 @@ def render_markdown(result: Result) -> str:
         out.append(f"| {md(name)} | " + " | ".join(fmt(get(figures), kind) for get, _, kind in cols) + " |")
     if result.journey is not None:
         out += journey_markdown(result)
+    if result.samples is not None:
+        out += samples_markdown(result)
     from ..analyze.findings import markdown as findings_markdown
     out += findings_markdown(result)
     if result.warnings:

@@ -8,6 +8,7 @@ import secrets
 import shlex
 from dataclasses import dataclass, field
 
+from ..config import DEFAULT_PY_SAMPLING_HZ, ENV_PY_SAMPLING_HZ as ENV_HZ
 from ..errors import ClefError
 from .load import LoadSettings
 from ..nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
@@ -54,6 +55,7 @@ class RecordConfig:
     quiet: bool = False
     keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
     profiler: str = "nsys"          # "torch": the server's own PyTorch profiler, no nsys (presets.torch_setup)
+    py_sampling_hz: float = DEFAULT_PY_SAMPLING_HZ  # clef-prof's Python sampler (annotate.sampler); 0: off
 
     @property
     def torch_dir(self) -> str:
@@ -128,6 +130,14 @@ _OWNED = {"output": "--out and --name", "force-overwrite": None, "session-new": 
           "capture-range-end": "--capture-range-end", "nvtx-capture": "--nvtx-capture"}
 
 
+def sampling_env(cfg: RecordConfig) -> dict:
+    """The variable that starts clef-prof's Python sampler in the server (annotate.sampler), when
+    asked for and not given by --env; added to the server's environment at its start."""
+    if cfg.py_sampling_hz <= 0 or cfg.profiler != "nsys" or ENV_HZ in cfg.env:
+        return {}
+    return {ENV_HZ: f"{cfg.py_sampling_hz:g}"}
+
+
 def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     if not cfg.server:
         raise ClefError("record: no server command: put it after `--`, e.g. "
@@ -174,6 +184,10 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
         notes.append(f"--preset {cfg.preset}: " + " ".join(f"{k}={v}" for k, v in env.items()))
     if cfg.spec:
         env.update(spec_env(cfg.spec))
+    if cfg.py_sampling_hz > 0:
+        notes.append(f"Python samples: clef-prof's sampler at {cfg.py_sampling_hz:g} Hz ({ENV_HZ}); nsys' own "
+                     + (f"--python-sampling at {cfg.trace.python_sampling_hz} Hz too" if cfg.trace.python_sampling_hz
+                        else "--python-sampling off (its frames do not reach the SQLite export)"))
     env.update(cfg.env)
     if window == "nsys":
         main = launch_command(nsys, cfg.trace, server, session=session, notes=notes)

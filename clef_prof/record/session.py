@@ -55,7 +55,7 @@ from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, import_command, import
                    start_command)
 from ..redact import redact_text
 from .control import http, port_in_use
-from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands
+from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands, sampling_env
 from .presets import VLLM_HINT, max_iterations
 
 AGENT_EXIT_S = 10.0     # how long nsys' agent gets to exit by itself after nsys, before it is ended
@@ -157,6 +157,7 @@ class Recording:
     # -- processes ------------------------------------------------------------------------
     def _env(self) -> dict:
         env = dict(os.environ)
+        env.update(sampling_env(self.cfg))
         env.update(self.pl.env)
         env[procs.ENV_MARK] = self.pl.token
         return env
@@ -756,7 +757,9 @@ class Recording:
                        "healthy_after_s": ((self.t_healthy - self.t_server) / 1e9)
                        if self.t_healthy is not None else None},
             "spec": os.path.abspath(cfg.spec) if cfg.spec else None,
-            "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.trace.python_sampling_hz,
+            "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.py_sampling_hz if cfg.profiler == "nsys" else 0,
+                      "python_sampler": "clef-prof" if cfg.py_sampling_hz and cfg.profiler == "nsys" else None,
+                      "nsys_python_sampling_hz": cfg.trace.python_sampling_hz,
                       "cuda_graph_trace": cfg.trace.cuda_graph_trace, "trace_fork_before_exec": cfg.trace.trace_fork,
                       "capture_range_end": cfg.capture_range_end if pl.window != "nsys" else None},
             "load": ({"generator": "client-cmd", "command": cfg.client_cmd if cfg.keep_env else

@@ -18,15 +18,14 @@ from clef_prof.cli import app as cli
 from clef_prof.cli.record import config_from
 from clef_prof.errors import ClefError
 from clef_prof.nsys import Nsys
-from clef_prof.record.plan import plan
+from clef_prof.record.plan import plan, sampling_env
 from clef_prof.record.presets import DEFAULT_NVTX_CAPTURE
 from clef_prof.record.session import Recording
 from clicheck import assert_one_line, run_main
 from recording import nsys_path
 
 SERVER = ["python3", "-m", "srv", "--port", "8000"]
-DEFAULTS = {"--trace": "cuda,nvtx,osrt", "--python-sampling": "true", "--python-sampling-frequency": "100",
-            "--cuda-graph-trace": "graph", "--trace-fork-before-exec": "true"}
+DEFAULTS = {"--trace": "cuda,nvtx,osrt", "--cuda-graph-trace": "graph", "--trace-fork-before-exec": "true"}
 
 
 def build(monkeypatch, tmp_path, *argv, server=SERVER, gpu=False, nsys=None):
@@ -68,6 +67,7 @@ def test_profiler_api_window_has_the_documented_switches(monkeypatch, tmp_path):
                          f"--output={base}.sqlite", f"{base}.nsys-rep"]
     assert pl.server == SERVER and pl.env == {}
     assert pl.lines() == ["# window: profiler-api", shlex.join(pl.main), shlex.join(pl.export)]
+    assert sampling_env(cfg) == {"CLEF_PROF_PY_SAMPLING_HZ": "100"}      # clef-prof's sampler, in the server's env
     assert not (tmp_path / "out").exists()                                   # a plan writes nothing
 
 
@@ -140,8 +140,9 @@ def test_windows_that_need_the_endpoints(monkeypatch, tmp_path, argv):
 
 
 @pytest.mark.parametrize("argv, present, absent", [
-    (("--python-sampling", "0"), {}, {"--python-sampling", "--python-sampling-frequency"}),
-    (("--python-sampling", "250"), {"--python-sampling": "true", "--python-sampling-frequency": "250"}, set()),
+    ((), {}, {"--python-sampling", "--python-sampling-frequency"}),     # clef-prof's sampler replaces nsys'
+    (("--nsys-python-sampling", "0"), {}, {"--python-sampling", "--python-sampling-frequency"}),
+    (("--nsys-python-sampling", "250"), {"--python-sampling": "true", "--python-sampling-frequency": "250"}, set()),
     (("--no-trace-fork",), {}, {"--trace-fork-before-exec"}),
     (("--trace", "nvtx,osrt"), {"--trace": "nvtx,osrt"}, {"--cuda-graph-trace"}),    # no CUDA, no graph trace
     (("--cuda-graph-trace", "node"), {"--cuda-graph-trace": "node"}, set()),
@@ -292,10 +293,10 @@ def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
 @pytest.mark.parametrize("version, sampling", [("2022.4", False), ("2023.4", True)])
 @pytest.mark.parametrize("window", ["profiler-api", "nsys"])
 def test_nsys_releases(monkeypatch, tmp_path, version, sampling, window):
-    """2022.4 has no Python sampling (left out, with a note); both have the rest."""
+    """2022.4 has no Python sampling of its own (left out, with a note); both have the rest."""
     nsys = Nsys.find(str(nsys_path(version)))
     assert nsys.version.startswith(version)
-    _, pl = build(monkeypatch, tmp_path, "--window", window, nsys=nsys)
+    _, pl = build(monkeypatch, tmp_path, "--window", window, "--nsys-python-sampling", "100", nsys=nsys)
     sw = switches(pl.main)
     assert pl.main[0] == nsys.path
     assert ("--python-sampling" in sw, "--python-sampling-frequency" in sw) == (sampling, sampling)

@@ -30,6 +30,8 @@ NSYS = {v: ROOT / ".nsys" / v / "nsys" for v in ("2022.4", "2023.4")}
 MARK = "CLEF_TEST_MARK"
 FAST = ["--warmup", "1", "--duration", "2"]
 
+STAGE_NAMES = ("parse", "index", "transfer", "head", "encode")
+
 
 def leftovers(mark: str) -> list[str]:
     """Processes (other than this one) whose environment holds the test's marker."""
@@ -132,7 +134,7 @@ def mark():
 
 @pytest.mark.nsys("2022.4", "2023.4")
 def test_dry_run_prints_the_nsys_commands(tmp_path, mark):
-    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api", "--python-sampling", "250",
+    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api", "--nsys-python-sampling", "250",
              "--cuda-graph-trace", "node", "--", "python", "-m", "srv", "--flag", mark=mark)
     assert p.returncode == 0, p.stderr
     cmd = [ln for ln in p.stdout.splitlines() if " profile " in ln][0]
@@ -148,8 +150,9 @@ def test_dry_run_prints_the_nsys_commands(tmp_path, mark):
     assert any(" start --session=clefprof-" in ln and "--output=" in ln for ln in lines)
     assert any(" stop --session=clefprof-" in ln for ln in lines)
     assert any(" export --type=sqlite" in ln for ln in lines)
-    # older nsys: no Python sampling, said so
-    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--nsys", NSYS["2022.4"], "--", "srv", mark=mark)
+    # older nsys: no Python sampling of its own, said so
+    p = clef("record", "--out", tmp_path / "o", "--dry-run", "--nsys", NSYS["2022.4"], "--nsys-python-sampling", "100",
+             "--", "srv", mark=mark)
     cmd = [ln for ln in p.stdout.splitlines() if " launch " in ln][0]
     assert "--python-sampling" not in cmd and "--trace=cuda,nvtx,osrt" in cmd
     assert "has no --python-sampling" in p.stdout
@@ -225,6 +228,10 @@ def test_record_demo_then_analyze(tmp_path, mark):
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"
+    # Python samples by default: clef-prof's sampler asked and recorded, nsys' own off
+    assert (m["trace"]["python_sampling_hz"], m["trace"]["python_sampler"], m["trace"]["nsys_python_sampling_hz"]) == (
+        100, "clef-prof", 0)
+    assert r["samples"]["samples"] > 0 and sum(r["samples"]["stages"][s]["samples"] for s in STAGE_NAMES) > 0
     for name in ("parse", "index", "transfer", "head", "encode"):
         assert r["stages"][name]["instances"] == r["batches"] > 0
     assert_within_client_bounds(r, m, 16)

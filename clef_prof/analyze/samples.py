@@ -1,0 +1,279 @@
+"""Which Python functions spend each stage's time: the samples of clef-prof's sampler
+(clef_prof.annotate.sampler; docs/sampling.md), per stage.
+
+Reading at the edge (the sampler's registered strings from StringIds, its marks through
+`nvtx.read_ranges`), then NumPy: each sample goes to the innermost stage range open on its
+thread at its time, else "(batch)" inside a batch range, else "(outside)"; per slot, the
+functions by self samples (the leaf frame: the Python line that called into C for a thread in C
+code) and by inclusive samples (anywhere on the stack, once per sample), each with its share of
+the slot's samples and a 95% Wilson interval, and the ms per request it stands for (samples x the
+observed sampling period / requests).
+
+Python runs once per distinct frame, stack and thread message (the definitions), never per sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..annotate.sampler import DOMAIN, FRAME_PREFIX, MAX_DEPTH, SAMPLER_PREFIX, STACK_PREFIX
+from .columns import factorize
+from .export import Export
+from .intervals import innermost_containing
+from .model import FunctionSamples, SampleFigures, Samples
+from .nvtx import MARK_TYPES, domains, read_ranges
+from .stages import Stages
+
+BATCH_SLOT = "(batch)"
+OUTSIDE_SLOT = "(outside)"
+NO_FRAMES = "(no frames)"           # a stack defined with no frame
+UNKNOWN_STACK = "(unknown stack)"   # a sample whose stack id has no definition
+UNKNOWN_FRAME = "(unknown frame)"   # a frame id a stack names with no definition
+TOP = 10
+Z95 = 1.959963984540054
+FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
+TEXT_CHARS = 8 * MAX_DEPTH + 200    # a stack definition: up to 128 frame ids
+
+
+def wilson(k: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a binomial share k/n (both bounds 0 where n is 0)."""
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    safe = np.where(n > 0, n, 1.0)
+    p = k / safe
+    den = 1.0 + z * z / safe
+    mid = (p + z * z / (2 * safe)) / den
+    half = z / den * np.sqrt(p * (1 - p) / safe + z * z / (4 * safe * safe))
+    lo = np.where(n > 0, np.clip(mid - half, 0.0, 1.0), 0.0)
+    hi = np.where(n > 0, np.clip(mid + half, 0.0, 1.0), 0.0)
+    return lo, hi
+
+
+@dataclass
+class _Defs:
+    """The sampler's definitions: functions, and per stack its frames as function indices."""
+
+    func_name: list[str]
+    func_file: list[str]
+    stack_key: np.ndarray           # pid << 32 | sid, sorted
+    leaf: np.ndarray                # function index of each stack's innermost frame
+    pair_stack: np.ndarray          # (stack, function) pairs, each once: inclusive samples
+    pair_func: np.ndarray
+    cut_stacks: np.ndarray          # bool per stack: deeper than the sampler's depth
+    asked_hz: float | None
+    bad_definitions: int
+
+
+def _definitions(cap: Export) -> _Defs:
+    rows = cap.rows(f"SELECT value FROM StringIds WHERE value GLOB '{FRAME_PREFIX}*' "
+                    f"OR value GLOB '{STACK_PREFIX}*' OR value GLOB '{SAMPLER_PREFIX}*'")
+    funcs: dict[tuple[str, str], int] = {}
+    frames: dict[tuple[int, int], int] = {}
+    stacks: list[tuple[int, list[str]]] = []
+    asked: list[float] = []
+    bad = 0
+
+    def func(name: str, file: str) -> int:
+        return funcs.setdefault((name, file), len(funcs))
+
+    for (value,) in rows:           # once per distinct definition
+        try:
+            if value.startswith(FRAME_PREFIX):
+                head, name, file, _line = value[len(FRAME_PREFIX):].split("\t")
+                pid, fid = head.split(":")
+                frames[(int(pid), int(fid))] = func(name, file)
+            elif value.startswith(STACK_PREFIX):
+                head, _, ids = value[len(STACK_PREFIX):].partition("\t")
+                pid, sid = head.split(":")
+                stacks.append(((int(pid) << 32) | int(sid), ids.split()))
+            else:
+                asked.append(float(value[len(SAMPLER_PREFIX):].split()[1].removeprefix("hz=")))
+        except (ValueError, IndexError):
+            bad += 1
+    stacks.sort()
+    leaf = np.empty(len(stacks), dtype=np.int64)
+    cut = np.zeros(len(stacks), dtype=bool)
+    ps: list[int] = []
+    pf: list[int] = []
+    for i, (key, ids) in enumerate(stacks):     # once per distinct stack
+        pid = key >> 32
+        fs = []
+        for raw in ids[:MAX_DEPTH + 1]:
+            if raw == "0":
+                cut[i] = True
+                break
+            try:
+                fs.append(frames[(pid, int(raw))])
+            except (KeyError, ValueError):
+                fs.append(func(UNKNOWN_FRAME, ""))
+        if len(fs) > MAX_DEPTH:
+            fs, cut[i] = fs[:MAX_DEPTH], True
+        if not fs:
+            fs = [func(NO_FRAMES, "")]
+        leaf[i] = fs[0]
+        for f in set(fs):
+            ps.append(i)
+            pf.append(f)
+    keys = np.array([k for k, _ in stacks], dtype=np.int64)
+    return _Defs([n for n, _ in funcs], [f for _, f in funcs], keys, leaf, np.array(ps, dtype=np.int64),
+                 np.array(pf, dtype=np.int64), cut, max(asked) if asked else None, bad)
+
+
+def _thread_ids(messages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) of each `t PID TID` message; -1 where unreadable."""
+    uniq, codes = factorize(messages)
+    pid = np.full(len(uniq), -1, dtype=np.int64)
+    tid = np.full(len(uniq), -1, dtype=np.int64)
+    for i, text in enumerate(uniq):     # once per distinct thread
+        parts = str(text).split()
+        if len(parts) == 3 and parts[0] == "t" and parts[1].isdigit() and parts[2].isdigit():
+            if int(parts[2]) < (1 << 24) and int(parts[1]) < (1 << 31):
+                pid[i], tid[i] = int(parts[1]), int(parts[2])
+    return pid[codes], tid[codes]
+
+
+def has_samples(cap: Export) -> bool:
+    return any(name == DOMAIN for _, _, name in domains(cap))
+
+
+def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples | None, list[str]]:
+    """(the typed samples part, warnings); (None, []) when the capture holds no sampler output."""
+    if not cap.has("StringIds") or not has_samples(cap):
+        return None, []
+    d = _definitions(cap)
+    m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
+    t = m.start
+    pid, tid = _thread_ids(m.name)
+    readable = pid >= 0
+    dur = cap.duration_ns
+    outside = (t < 0) | ((t > dur) if dur is not None else False)
+    keep = readable & ~outside
+    n_unreadable = int((~readable).sum())
+    n_outside = int((outside & readable).sum())
+    t, pid, tid, sid = t[keep], pid[keep], tid[keep], m.payload[keep].astype(np.int64)
+    gtid = (m.gtid[keep] & ~np.int64(0xFFFFFF)) | tid
+    n = len(t)
+
+    # each sample's stack (-1: no definition)
+    key = (pid << 32) | (sid & 0xFFFFFFFF)
+    stack = np.full(n, -1, dtype=np.int64)
+    if len(d.stack_key):
+        pos = np.minimum(np.searchsorted(d.stack_key, key), len(d.stack_key) - 1)
+        found = (d.stack_key[pos] == key) & (sid > 0) & (sid < (1 << 32))
+        stack[found] = pos[found]
+    n_unknown = int((stack < 0).sum())
+
+    # each sample's slot: the innermost stage open on its thread, else (batch), else (outside)
+    names = list(stages.config.stages)
+    slots = names + [BATCH_SLOT, OUTSIDE_SLOT]
+    inst, b = stages.instances, stages.batches
+    slot = np.full(n, len(names) + 1, dtype=np.int64)
+    if n and len(b):
+        in_batch = innermost_containing(b["gtid"], b["start"], b["end"], gtid, t, t) >= 0
+        slot[in_batch] = len(names)
+    if n and len(inst):
+        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
+        slot[i >= 0] = inst["code"][i[i >= 0]]
+
+    # functions: the definitions' plus one column for samples with no stack definition
+    n_func = len(d.func_name) + 1
+    unknown_col = n_func - 1
+    n_stack = len(d.stack_key) + 1          # the last stack column: no definition
+    st = np.where(stack >= 0, stack, n_stack - 1)
+    counts = np.bincount(slot * n_stack + st, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
+    leaf = np.r_[d.leaf, unknown_col]
+    self_ = np.zeros((len(slots), n_func), dtype=np.int64)
+    np.add.at(self_, (slice(None), leaf), counts)
+    incl = np.zeros((len(slots), n_func), dtype=np.int64)
+    np.add.at(incl, (slice(None), np.r_[d.pair_func, unknown_col]), counts[:, np.r_[d.pair_stack, n_stack - 1]])
+    per_slot = counts.sum(axis=1)
+
+    period_ms, observed = _period_ms(gtid, t, d.asked_hz)
+    fn_name = d.func_name + [UNKNOWN_STACK]
+    fn_file = d.func_file + [""]
+
+    def ms(k) -> float | None:
+        return None if not requests or period_ms is None else float(k) * period_ms / requests
+
+    def top(mat_row: np.ndarray, other: np.ndarray, total: int, by_self: bool) -> list[FunctionSamples]:
+        order = np.argsort(-mat_row, kind="stable")[:TOP]
+        order = order[mat_row[order] > 0]
+        s_k, i_k = (mat_row[order], other[order]) if by_self else (other[order], mat_row[order])
+        s_lo, s_hi = wilson(s_k, np.full(len(order), total))
+        i_lo, i_hi = wilson(i_k, np.full(len(order), total))
+        return [FunctionSamples(function=fn_name[f], file=fn_file[f], self_samples=int(a), inclusive_samples=int(c),
+                                self_share=a / total, self_share_low=float(sl), self_share_high=float(sh),
+                                inclusive_share=c / total, inclusive_share_low=float(il),
+                                inclusive_share_high=float(ih), self_ms_per_request=ms(a), inclusive_ms_per_request=ms(c))
+                for f, a, c, sl, sh, il, ih in zip(order.tolist(), s_k.tolist(), i_k.tolist(), s_lo, s_hi, i_lo, i_hi)]
+
+    out: dict[str, SampleFigures] = {}
+    for j, name in enumerate(slots):        # once per stage
+        total = int(per_slot[j])
+        if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
+            continue
+        out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(total),
+                                  few=total < FEW_SAMPLES,
+                                  top_self=top(self_[j], incl[j], total, True) if total else [],
+                                  top_inclusive=top(incl[j], self_[j], total, False) if total else [])
+    cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
+    res = Samples(source="clef-prof sampler", samples=n, threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz,
+                  observed_hz=observed, ms_per_sample=period_ms, requests=requests, confidence=0.95,
+                  unknown_stack=n_unknown, unreadable=n_unreadable, outside_session=n_outside, cut_stacks=cut,
+                  bad_definitions=d.bad_definitions, stages=out)
+    return res, _warnings(res)
+
+
+def _period_ms(gtid: np.ndarray, t: np.ndarray, asked_hz: float | None) -> tuple[float | None, float | None]:
+    """(ms one sample stands for, the observed rate in Hz): the median gap between consecutive
+    samples of one thread (a sampler held up by the GIL ticks slower than asked); the asked rate's
+    period when no thread has two samples."""
+    if len(t) > 1:
+        o = np.lexsort((t, gtid))
+        gaps = np.diff(t[o])[gtid[o][1:] == gtid[o][:-1]]
+        gaps = gaps[gaps > 0]
+        if len(gaps):
+            med = float(np.median(gaps))
+            return med / 1e6, 1e9 / med
+    return (1e3 / asked_hz, None) if asked_hz else (None, None)
+
+
+def _warnings(s: Samples) -> list[str]:
+    out = []
+    odd = [(s.unreadable, "with a message that is not `t PID TID`"),
+           (s.unknown_stack, "whose stack has no definition in the export (counted as (unknown stack))"),
+           (s.outside_session, "outside the session's time")]
+    said = [f"{k:,} {what}" for k, what in odd if k]
+    if said:
+        out.append(f"Python samples: {'; '.join(said)}; the samples left out are not in the shares")
+    if s.bad_definitions:
+        out.append(f"Python samples: {s.bad_definitions:,} sampler definitions in StringIds could not be read "
+                   "(damaged or edited export); their frames show as (unknown frame)")
+    if s.cut_stacks:
+        out.append(f"Python samples: {s.cut_stacks:,} samples had stacks deeper than {MAX_DEPTH} frames; their "
+                   "outermost frames were cut (inclusive shares of outer functions are low)")
+    if s.samples == 0:
+        out.append("Python samples: the sampler's domain is in the capture but no sample could be used")
+    return out
+
+
+def share_text(f: FunctionSamples, self_: bool = True) -> str:
+    """`72% [66–78%]`: a function's share of its slot's samples with the interval."""
+    if self_:
+        return f"{100 * f.self_share:.0f}% [{100 * f.self_share_low:.0f}–{100 * f.self_share_high:.0f}%]"
+    return f"{100 * f.inclusive_share:.0f}% [{100 * f.inclusive_share_low:.0f}–{100 * f.inclusive_share_high:.0f}%]"
+
+
+def label(f: FunctionSamples) -> str:
+    """`heavy (prog.py)`: the function and its file's base name."""
+    base = f.file.rsplit("/", 1)[-1]
+    return f"{f.function} ({base})" if base else f.function
+
+
+def top_line(s: Samples | None, stage: str, k: int = 3) -> str | None:
+    """`heavy (prog.py) 72% [66–78%], light (prog.py) 25% [..]` of a stage's top self functions;
+    None without samples there."""
+    if s is None or stage not in s.stages or not s.stages[stage].samples:
+        return None
+    return ", ".join(f"{label(f)} {share_text(f)}" for f in s.stages[stage].top_self[:k]) or None

@@ -1,0 +1,173 @@
+"""Python functions per stage from clef-prof's own sampler (clef_prof.annotate.sampler,
+clef_prof.analyze.samples), on a real recording (nsys 2023.4 on the CPU) of
+tests/programs/sampled_split.py: a `head` stage that calls `three(3K)` then `one(K)`, the same loop
+body. Oracles: the program's own perf_counter_ns split, SQL over the export (marks joined to the
+head ranges of their thread), a by-hand Wilson bound; hostile edits of a copy of the export."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, wilson
+from clef_prof.annotate import sampler
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "programs"
+HZ = 200
+
+
+def sql(path, query):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    from recording import profile
+
+    tmp = tmp_path_factory.mktemp("split")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEF_PROF_")}
+    env.update(PYTHONPATH=str(ROOT), CLEF_PROF_PY_SAMPLING_HZ=str(HZ))
+    facts = tmp / "facts.json"
+    db = profile([sys.executable, "sampled_split.py", "--seconds", "2", "--out", facts], tmp / "split", "2023.4",
+                 env, PROGRAMS, trace="nvtx")
+    return db, json.loads(facts.read_text())
+
+
+def _by_hand_wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z / den * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return mid - half, mid + half
+
+
+def _fn(figs, name):
+    return next((f for f in figs if f.function == name), None)
+
+
+@pytest.mark.nsys("2023.4")
+def test_three_to_one_split_within_its_interval(split):
+    path, facts = split
+    r = analyze(str(path)).result
+    s = r.samples
+    assert s is not None and s.source == "clef-prof sampler" and s.asked_hz == HZ
+    # every sample mark, by SQL; and those inside a head range of the thread the message names
+    (marks,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
+                          "WHERE m.eventType = 34 AND t.value LIKE 't %'")
+    (in_head,), = sql(path, """
+        SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
+        JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
+             AND (h.globalTid >> 24) = (m.globalTid >> 24)
+             AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
+        JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
+        WHERE m.eventType = 34 AND t.value LIKE 't %'""")
+    assert s.samples == marks and s.unknown_stack == s.unreadable == s.outside_session == 0
+    head = s.stages["head"]
+    assert head.samples == in_head and in_head >= 60, (in_head, marks)
+    assert head.samples >= 0.75 * s.samples         # the program does little but the head stage
+    k3 = _fn(head.top_self, "three").self_samples
+    k1 = _fn(head.top_self, "one").self_samples
+    ns = facts["ns"]
+    truth = ns["three"] / (ns["three"] + ns["one"])
+    assert 0.6 < truth < 0.85                       # about 3:1 by construction; the oracle is the measured split
+    lo, hi = _by_hand_wilson(k3, k1 + k3, 3.29)     # 99.9%: a test that fails 1 run in 1,000
+    assert lo <= truth <= hi, (k3, k1, truth)
+    assert 2.0 < k3 / k1 < 4.5
+    # the reported interval is the 95% Wilson interval of three's share of the head samples
+    f3 = _fn(head.top_self, "three")
+    assert (f3.self_share_low, f3.self_share_high) == pytest.approx(_by_hand_wilson(k3, head.samples, 1.96), abs=1e-3)
+    assert f3.file.endswith("sampled_split.py") and f3.self_ms_per_request == pytest.approx(
+        k3 * s.ms_per_sample / r.requests)
+    # main() holds the stage: on the stack of every head sample, counted once per sample
+    assert _fn(head.top_inclusive, "main").inclusive_samples == head.samples
+
+
+def test_wilson_interval_covers_at_its_level():
+    """Seeded simulation: the 95% interval holds the true share in about 95% of binomial draws
+    at the designs analyze shows (30 to 1,000 samples in a stage, shares 5% to 90%)."""
+    rng = np.random.default_rng(24)
+    for n in (30, 100, 400, 1000):
+        for p in (0.05, 0.25, 0.5, 0.75, 0.9):
+            k = rng.binomial(n, p, size=4000)
+            lo, hi = wilson(k, np.full(len(k), n))
+            cover = float(((lo <= p) & (p <= hi)).mean())
+            assert 0.93 <= cover <= 0.975, (n, p, cover)
+
+
+def test_sampler_needs_a_profiler(monkeypatch):
+    """With no NVTX tool attached (no nsys), asking for samples starts nothing."""
+    monkeypatch.setenv("CLEF_PROF_PY_SAMPLING_HZ", "100")
+    assert sampler.rate_from_env() == 100
+    assert sampler.start_from_env() is None
+    for bad in ("", "x", "-5", "0"):
+        assert sampler.rate_from_env({"CLEF_PROF_PY_SAMPLING_HZ": bad}) == 0
+
+
+@pytest.mark.nsys("2023.4")
+def test_hostile_samples_are_counted_not_fatal(split, tmp_path):
+    path, _ = split
+    bad = tmp_path / "hostile.sqlite"
+    shutil.copy(path, bad)
+    con = sqlite3.connect(bad)
+    (pid_text,), = con.execute("SELECT value FROM StringIds WHERE value LIKE 't %' LIMIT 1").fetchall()
+    pid = int(pid_text.split()[1])
+    (fid_text,), = con.execute("SELECT value FROM StringIds WHERE value LIKE 'clef-prof frame %' LIMIT 1").fetchall()
+    fid = fid_text.split("\t")[0].split(":")[1]
+    nid = con.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+    strings = {
+        "garbled": "t garbage",
+        "nostack": f"clef-prof stack {pid}:90001\t",
+        "deep": f"clef-prof stack {pid}:90002\t" + " ".join([fid] * 200),
+        "unknownframe": f"clef-prof stack {pid}:90003\t999999 {fid}",
+        "baddef": "clef-prof frame notanumber",
+    }
+    ids = {}
+    for k, v in strings.items():
+        nid += 1
+        ids[k] = nid
+        con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (nid, v))
+    (dur,), = con.execute("SELECT max(start) FROM NVTX_EVENTS").fetchall()
+    first = con.execute("SELECT rowid, start FROM NVTX_EVENTS m WHERE eventType = 34 AND textId = "
+                        "(SELECT id FROM StringIds WHERE value = ?) ORDER BY start LIMIT 1", (pid_text,)).fetchone()
+
+    def mark(start, text_id, payload):
+        con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, rangeId, category, color, text, globalTid, "
+                    "endGlobalTid, textId, domainId, uint64Value, int64Value) SELECT ?, NULL, 34, rangeId, category, "
+                    "color, NULL, globalTid, endGlobalTid, ?, domainId, uint64Value, ? FROM NVTX_EVENTS WHERE rowid = ?",
+                    (start, text_id, payload, first[0]))
+    t_id = con.execute("SELECT textId FROM NVTX_EVENTS WHERE rowid = ?", (first[0],)).fetchone()[0]
+    t0 = first[1]
+    mark(t0 + 1, t_id, 99_999)              # a stack never defined
+    mark(t0 + 2, ids["garbled"], 1)         # a message that names no thread
+    mark(t0 + 3, t_id, 90001)               # a stack with no frames
+    mark(t0 + 4, t_id, 90002)               # deeper than 128 frames
+    mark(t0 + 5, t_id, 90003)               # a frame never defined
+    mark(10 * dur + 10**12, t_id, 1)        # after the session
+    mark(-5, t_id, 1)                       # before it
+    con.commit()
+    con.close()
+    before = analyze(str(path)).result.samples
+    r = analyze(str(bad)).result
+    s = r.samples
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.bad_definitions) == (1, 1, 2, 1, 1)
+    assert s.samples == before.samples + 4          # the three odd stacks and the unknown one are kept
+    said = " | ".join(r.warnings)
+    for words in ("1 with a message that is not", "1 whose stack has no definition", "2 outside the session",
+                  "deeper than 128", "could not be read"):
+        assert words in said, words
+    funcs = {f.function: f for st in s.stages.values() for f in st.top_self}
+    assert NO_FRAMES in funcs and UNKNOWN_STACK in funcs and UNKNOWN_FRAME in funcs
+    assert r.to_json()["samples"]["unknown_stack"] == 1
