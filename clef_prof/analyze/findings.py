@@ -265,7 +265,8 @@ def _tx_share(ev, s):
             f"{ev['host_ms_per_request']:.3f} of {ev['batch_host_ms_per_request']:.3f} ms per request"
             + _say_top(ev.get("top_functions") or []),
             f"look inside {s} first, at the functions named, before any other stage" if ev.get("top_functions") else
-            f"look inside {s} first (finer NVTX ranges, or nsys Python sampling) before any other stage",
+            f"look inside {s} first (finer NVTX ranges, or record with --python-sampling to see its functions) "
+            "before any other stage",
             f"each 10% cut in {s} saves about {m / 10:.1f}% of the batch host span")
 
 
