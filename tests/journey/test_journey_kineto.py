@@ -224,3 +224,57 @@ def test_real_traces_without_request_ranges_have_no_journey(variant, tmp_path):
     assert a.journeys is None and a.result.journey is None
     db = sqlite3.connect(resolve(str(path))[0])
     assert db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34").fetchone() == (0,)
+
+
+def _as_kineto(export: Path, out: Path) -> int:
+    """The `clef` domain's ranges and marks of an nsys export written as a Kineto trace, the way
+    clef_prof emits them under torch: ranges as user_annotation X events, marks as X events of
+    zero duration. Ranges still open at the capture's end (no end, or nsys' end at the session's
+    end) are left out: a torch trace holds no range that did not close while it ran. Returns the
+    number of events written."""
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    doms = {(d, p) for d, p in con.execute(
+        "SELECT e.domainId, e.globalTid >> 24 FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+        "WHERE e.eventType = 75 AND COALESCE(s.value, e.text) = 'clef'")}
+    rows = con.execute("SELECT e.start, e.\"end\", e.eventType, e.globalTid, e.domainId, COALESCE(s.value, e.text) "
+                       "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+                       "WHERE e.eventType IN (34, 59, 60)").fetchall()
+    session_end = con.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()[0]
+    con.close()
+    events = []
+    for start, end, etype, gtid, did, text in rows:
+        if (did, gtid >> 24) not in doms or text is None:
+            continue
+        if etype == 34:
+            end = start
+        elif end is None or end >= session_end:
+            continue
+        events.append(_x(text, (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF, start, end - start))
+    with gzip.open(out, "wt") as fh:
+        fh.write('{"schemaVersion":1,"traceEvents":[' + ",".join(events) + "]}")
+    return len(events)
+
+
+def test_journeys_equal_those_of_nsys_for_the_same_program(capture, tmp_path):
+    """The demo server's nsys recording (tests/data/gpu25-journey) carried over into a Kineto trace
+    as clef_prof emits it under torch: every complete journey, by id, has the same segments, batch
+    and batch size as analyze finds in the nsys export; what differs is only what the formats
+    differ in (the 16 ranges nsys keeps open at the capture's end are not in a torch trace)."""
+    export = capture("gpu25-journey")
+    trace = tmp_path / "gpu25-journey.pt.trace.json.gz"
+    assert _as_kineto(export, trace) > 5_000          # 2,225 marks, 2,209 closed request ranges, batches, stages
+    ns, kt = analyze(str(export)), analyze(resolve(str(trace))[0])
+    jn, jk = ns.result.journey, kt.result.journey
+    assert (jn.complete, jk.complete) == (2209, 2209)
+    assert (jn.cut_by_window, jk.cut_by_window, jk.request_ranges) == (16, 0, 2209)
+    assert jk.without_enqueue == jn.without_enqueue == 0 and jk.out_of_order == jn.out_of_order == 0
+
+    def rows(a):
+        t = a.journeys
+        ok = ~t["cut"] & (t["batch"] >= 0)
+        return {str(t["rid"][i]): tuple(int(t[f"{s}_ns"][i]) for s in SEGMENTS) + (int(t["batch_size"][i]),)
+                for i in range(len(t)) if ok[i]}
+
+    assert rows(kt) == rows(ns)
+    for s in SEGMENTS:
+        assert jk.segments[s].mean_ms == pytest.approx(jn.segments[s].mean_ms, rel=1e-12), s
