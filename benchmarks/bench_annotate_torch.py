@@ -1,7 +1,8 @@
 """clef-prof's annotations beside a PyTorch profiler: their per-range cost (stage, batch, request
 range, enqueue mark) with torch not imported, with torch imported and no profiler on, and under
-torch.profiler (where each range is also a record_function); and a check that the ranges land in the profiler's trace with the same names and
-batch message, from the profiling thread and from a thread started before the profiler.
+torch.profiler (where each range is also a record_function); and a check that the ranges land in
+the profiler's trace with the same names and batch message, from the profiling thread and from a
+thread started before the profiler.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_annotate_torch.py [--baseline ROOT] [--out DIR]
 
@@ -76,8 +77,8 @@ def timed(root: str, mode: str, n: int, repeat: int) -> tuple[float, ...] | None
 
 def check_emission(out_dir: str, all_threads: bool) -> dict:
     """Request ranges, enqueue marks, batches and stages from the profiling thread and from a thread
-    started before the profiler; the trace must hold each of them as a user_annotation of the same name (the early thread's
-    only with profile_all_threads)."""
+    started before the profiler; the trace must hold each of them as a user_annotation of the same
+    name (the early thread's only with profile_all_threads)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -126,7 +127,8 @@ def check_emission(out_dir: str, all_threads: bool) -> dict:
            "parse": names.count("parse"), "encode": names.count("encode"), "threads": len({r[3] for r in f.ranges}),
            "requests": sum(1 for n in names if n.startswith("request rid=")),
            "enqueued": sum(1 for n in names if n.startswith("enqueued rid=")),
-           "enqueued_max_dur_ns": max((r[1] - r[0] for r in f.ranges if r[4].startswith("enqueued rid=")), default=None),
+           "enqueued_max_dur_ns": max((r[1] - r[0] for r in f.ranges if r[4].startswith("enqueued rid=")),
+                                      default=None),
            "profile_all_threads": bool(kw), "expected_per_thread": k}
     ok = got["batches_main"] == k and got["parse"] >= k and got["encode"] >= k and got["requests"] >= k and \
         got["enqueued"] >= k

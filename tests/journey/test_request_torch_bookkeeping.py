@@ -19,16 +19,12 @@ import pytest
 from clef_prof.annotate import api, nvtx_client
 
 
-class _Log(list):
-    """(event, name, object id) in call order."""
-
-
 @pytest.fixture
 def stand_in(monkeypatch):
     """A recording stand-in of torch.autograd.profiler (NOT torch), and api's torch state reset
     so that it is looked up again (monkeypatch puts everything back)."""
     assert not nvtx_client.enabled(), "these tests run without nsys: NVTX is off, only the torch path emits"
-    log = _Log()
+    log = []                        # (event, name, object id) in call order
 
     class record_function:          # the stand-in: records, measures nothing
         def __init__(self, name):
