@@ -147,3 +147,35 @@ def test_a_range_open_when_the_profiler_starts_closes_nothing(stand_in):
             pass
     assert _names(log) == [("enter", "parse"), ("exit", "parse")]
     assert _paired(log)
+
+
+def test_spec_injected_request_enqueue_and_batch_emit_under_torch(stand_in):
+    """The wrappers `clef-prof inject` puts around a spec's targets ([request], enqueue, batch):
+    with NVTX off and the stand-in's profiler on, the same names as from code, in order; with it
+    off, only the calls."""
+    from clef_prof.annotate import wrap
+
+    mod, log = stand_in
+
+    def submit(rid):
+        return rid
+
+    def run_batch(ids):
+        return len(ids)
+
+    def handle(req):
+        enq(req["id"])
+        return batch([req["id"], "other"])
+
+    enq = wrap._make_request_wrapper(submit, "enqueue", "clef", lambda a, k: a[0])
+    batch = wrap._make_batch_wrapper(run_batch, "pooler", "clef", None, wrap._ArgGetter(run_batch, "ids"))
+    handler = wrap._make_request_wrapper(handle, "request", "clef", lambda a, k: a[0]["id"])
+    assert handler({"id": "s0"}) == 2 and log == []             # no profiler: only the calls
+    mod._is_profiler_enabled = True
+    assert batch(["warm"]) == 1                                   # the batch wrapper looks the profiler up
+    log.clear()
+    assert handler({"id": "s1"}) == 2
+    assert _names(log) == [("enter", "request rid=s1"), ("enter", "enqueued rid=s1"), ("exit", "enqueued rid=s1"),
+                           ("enter", "pooler n=2 rid=s1,other"), ("exit", "pooler n=2 rid=s1,other"),
+                           ("exit", "request rid=s1")]
+    assert _paired(log)
