@@ -412,25 +412,40 @@ class Request:
 
     def __enter__(self):
         if _nc._ON or _TORCH_ON:
-            self._msg = self._message()
-            _req_push(self.domain, self._msg)
+            m = self._msg = self._message()
+            if _nc._ON:
+                _nc.Domain(self.domain).push(m)
+            if _TORCH_ON:
+                _rf_enter(m)
         return self
 
     def __exit__(self, *exc):
-        _req_pop(self.domain, self._msg)
+        if _nc._ON:
+            _nc.Domain(self.domain).pop()
+        if _RF_USED and self._msg:
+            _rf_exit(self._msg)
         return False
 
     async def __aenter__(self):
         if _nc._ON or _TORCH_ON:
-            self._msg = self._message()
-            self._id = _req_start(self.domain, self._msg)
+            m = self._msg = self._message()
+            if _nc._ON:
+                self._id = _nc.Domain(self.domain).start(m)
+            if _TORCH_ON:
+                _rf_start(m)
         return self
 
     async def __aexit__(self, *exc):
-        self._id = _req_end(self.domain, self._id, self._msg)
+        if self._id:
+            _nc.Domain(self.domain).end(self._id)
+            self._id = 0
+        if _RF_USED and self._msg:
+            _rf_end(self._msg)
         return False
 
     def __call__(self, fn):
+        """Decorate `fn`; each call is a request range (NVTX and/or record_function, whichever
+        profiler is on at that call), its message made from the call's arguments."""
         import inspect
         msg, domain = self._message, self.domain
         if inspect.iscoroutinefunction(fn):
@@ -439,11 +454,17 @@ class Request:
                 if _QUIET or not (_nc._ON or _TORCH_ON):
                     return await fn(*args, **kwargs)
                 m = msg(args, kwargs)
-                rid = _req_start(domain, m)
+                rid = _nc.Domain(domain).start(m) if _nc._ON else 0
+                rf = _TORCH_ON
+                if rf:
+                    _rf_start(m)
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    _req_end(domain, rid, m)
+                    if rid:
+                        _nc.Domain(domain).end(rid)
+                    if rf:
+                        _rf_end(m)
             return run_async
 
         @functools.wraps(fn)
@@ -451,47 +472,23 @@ class Request:
             if _QUIET or not (_nc._ON or _TORCH_ON):
                 return fn(*args, **kwargs)
             m = msg(args, kwargs)
-            _req_push(domain, m)
+            on = _nc._ON
+            if on:
+                _nc.Domain(domain).push(m)
+            rf = _TORCH_ON
+            if rf:
+                _rf_enter(m)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _req_pop(domain, m)
+                if on:
+                    _nc.Domain(domain).pop()
+                if rf:
+                    _rf_exit(m)
         return run
 
     def __repr__(self) -> str:
         return f"request({self.rid!r}, domain={self.domain!r})"
-
-
-def _req_push(domain: str, msg: str) -> None:
-    """Open the push/pop request range `msg`: NVTX when attached, a record_function under torch."""
-    if _nc._ON:
-        _nc.Domain(domain).push(msg)
-    if _TORCH_ON:
-        _rf_enter(msg)
-
-
-def _req_pop(domain: str, msg: str) -> None:
-    if _nc._ON:
-        _nc.Domain(domain).pop()
-    if _RF_USED and msg:
-        _rf_exit(msg)
-
-
-def _req_start(domain: str, msg: str) -> int:
-    """Open the start/end request range `msg` of the current task; its NVTX range id (0: none)."""
-    rid = _nc.Domain(domain).start(msg) if _nc._ON else 0
-    if _TORCH_ON:
-        _rf_start(msg)
-    return rid
-
-
-def _req_end(domain: str, rid: int, msg: str) -> int:
-    """Close what _req_start opened; 0 (the range id to keep)."""
-    if rid:
-        _nc.Domain(domain).end(rid)
-    if _RF_USED and msg:
-        _rf_end(msg)
-    return 0
 
 
 class _NoRequest:
