@@ -1,7 +1,8 @@
-"""clef-prof's annotations beside a PyTorch profiler: their per-range cost with torch not imported,
-with torch imported and no profiler on, and under torch.profiler (where each range is also a
-record_function); and a check that the ranges land in the profiler's trace with the same names and
-batch message, from the profiling thread and from a thread started before the profiler.
+"""clef-prof's annotations beside a PyTorch profiler: their per-range cost (stage, batch, request
+range, enqueue mark) with torch not imported, with torch imported and no profiler on, and under
+torch.profiler (where each range is also a record_function); and a check that the ranges land in
+the profiler's trace with the same names and batch message, from the profiling thread and from a
+thread started before the profiler.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_annotate_torch.py [--baseline ROOT] [--out DIR]
 
@@ -38,6 +39,14 @@ def with_batch(k):
     for _ in range(k):
         with batch(n=8):
             pass
+request, enqueued = clef_prof.request, clef_prof.enqueued
+def with_request(k):
+    for _ in range(k):
+        with request("r-12345678"):
+            pass
+def mark(k):
+    for _ in range(k):
+        enqueued("r-12345678")
 def best(fn):
     b = float("inf")
     for _ in range(repeat):
@@ -50,27 +59,26 @@ if mode == "profiler":
     with batch(n=1):      # the profiler is looked up at each batch range
         pass
 base = best(loop)
-print(round(best(with_stage) - base, 1), round(best(with_batch) - base, 1))
+print(*(round(best(f) - base, 1) for f in (with_stage, with_batch, with_request, mark)))
 if prof is not None:
     prof.stop()
 """
 
 
-def timed(root: str, mode: str, n: int, repeat: int) -> tuple[float, float] | None:
+def timed(root: str, mode: str, n: int, repeat: int) -> tuple[float, ...] | None:
     env = dict(os.environ, PYTHONPATH=root)
     p = subprocess.run([sys.executable, "-c", CASES, mode, str(n), str(repeat)], capture_output=True, text=True,
                        env=env, cwd=root)
     if p.returncode != 0:
         print(f"  ({mode} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode})")
         return None
-    a, b = p.stdout.split()
-    return float(a), float(b)
+    return tuple(float(v) for v in p.stdout.split())
 
 
 def check_emission(out_dir: str, all_threads: bool) -> dict:
-    """Batches and stages from the profiling thread and from a thread started before the profiler;
-    the trace must hold each of them as a user_annotation of the same name (the early thread's
-    only with profile_all_threads)."""
+    """Request ranges, enqueue marks, batches and stages from the profiling thread and from a thread
+    started before the profiler; the trace must hold each of them as a user_annotation of the same
+    name (the early thread's only with profile_all_threads)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -82,6 +90,8 @@ def check_emission(out_dir: str, all_threads: bool) -> dict:
 
     def work(tag: str) -> None:
         for i in range(k):
+            with clef_prof.request(f"{tag}{i}"):
+                clef_prof.enqueued(f"{tag}{i}")
             with clef_prof.batch(n=2, request_ids=[f"{tag}{i}", f"{tag}{i}b"]):
                 with clef_prof.stage("parse"):
                     pass
@@ -115,8 +125,13 @@ def check_emission(out_dir: str, all_threads: bool) -> dict:
     got = {"batches_main": sum(1 for n in names if n.startswith("pooler n=2 rid=m")),
            "batches_thread": sum(1 for n in names if n.startswith("pooler n=2 rid=t")),
            "parse": names.count("parse"), "encode": names.count("encode"), "threads": len({r[3] for r in f.ranges}),
+           "requests": sum(1 for n in names if n.startswith("request rid=")),
+           "enqueued": sum(1 for n in names if n.startswith("enqueued rid=")),
+           "enqueued_max_dur_ns": max((r[1] - r[0] for r in f.ranges if r[4].startswith("enqueued rid=")),
+                                      default=None),
            "profile_all_threads": bool(kw), "expected_per_thread": k}
-    ok = got["batches_main"] == k and got["parse"] >= k and got["encode"] >= k
+    ok = got["batches_main"] == k and got["parse"] >= k and got["encode"] >= k and got["requests"] >= k and \
+        got["enqueued"] >= k
     got["ok"] = ok
     return got
 
@@ -138,7 +153,8 @@ def main() -> None:
         print("torch not installed: only the no-torch row")
     modes = ["none"] + (["torch-imported", "profiler"] if have_torch else [])
     rows = {}
-    print(f"ns per range (thread CPU, best of {args.repeat} x {args.n}): with stage / with batch(n=8)")
+    print(f"ns per range (thread CPU, best of {args.repeat} x {args.n}): with stage / with batch(n=8) / "
+          "with request(rid) / enqueued(rid)")
     for mode in modes:
         for label, r in (("this checkout", root), ("baseline", args.baseline)):
             if r is None:
@@ -146,7 +162,7 @@ def main() -> None:
             res = timed(r, mode, args.n if mode != "profiler" else max(1, args.n // 10), args.repeat)
             rows[f"{mode} {label}"] = res
             if res:
-                print(f"  {mode:15s} {label:14s} {res[0]:8.1f} {res[1]:8.1f}")
+                print(f"  {mode:15s} {label:14s} " + " ".join(f"{v:8.1f}" for v in res))
     if have_torch:
         os.makedirs(args.out, exist_ok=True)
         for all_threads in (False, True):

@@ -8,7 +8,11 @@ unchanged, so that analyze, compare, report and `clef_prof.open` run the same pi
 type and JSON contract on it (as for an `.nsys-rep`, exported once to SQLite):
 
 - `user_annotation` events (torch.profiler.record_function, and what clef_prof.stage emits under
-  a torch profiler) become ranges: stage and batch names, and the batch message `pooler n=K rid=..`;
+  a torch profiler) become ranges: stage and batch names, the batch message `pooler n=K rid=..`
+  and request ranges `request rid=ID`; one named `enqueued rid=ID` (what clef_prof.enqueued emits
+  under torch: a record_function opened and closed at once) becomes an NVTX mark at its start
+  (eventType 34, end NULL), as nsys exports clef_prof.enqueued's mark, so that the journeys of
+  analyze read both alike;
 - `cuda_runtime`/`cuda_driver` events become API calls; `kernel`, `gpu_memcpy` and `gpu_memset`
   events become GPU records paired with them by the `correlation` arg (an `ac2g` flow's id where
   an event lacks it); H2D/D2H and pageable/pinned come from the memcpy name
@@ -40,11 +44,14 @@ from ..errors import CaptureError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "1"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "2"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
 RANGE_CATS = frozenset({"user_annotation"})
+# user annotations that are marks, not ranges (clef_prof.annotate.api.ENQUEUED's message)
+MARK_PREFIXES = ("enqueued rid=",)
+NVTX_PUSH_POP, NVTX_MARK = 59, 34
 API_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}     # the last three: older traces
@@ -418,7 +425,7 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     def sid(s: str) -> int:
         return _sid(strings, s)
 
-    nvtx, runtime = [], []
+    nvtx, marks, runtime = [], [], []
     gpu = {"kernel": [], "memcpy": [], "memset": []}
     threads, processes = {}, {}
     dup_corr = 0
@@ -431,7 +438,10 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
             return ((pid & 0xFFFFFF) << 24) | (tid & 0xFFFFFF)
 
         for ts, end, pid, tid, name in f.ranges:
-            nvtx.append((ts + off, end + off, 59, name[:4096], gt(pid, tid)))
+            if name.startswith(MARK_PREFIXES):
+                marks.append((ts + off, None, NVTX_MARK, name[:4096], gt(pid, tid)))
+            else:
+                nvtx.append((ts + off, end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
         # correlation from the ac2g flows where an event lacks the arg
         host_pids = Counter()
         seen: Counter = Counter()
@@ -484,13 +494,15 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     _threads_warning(nvtx, runtime, warnings)
 
     drv = next((f.meta.get("cuda_driver_version") for f in files if _int(f.meta.get("cuda_driver_version"))), None)
-    duration = max(e for _, e, *_ in nvtx + runtime + [r[:2] for v in gpu.values() for r in v]) + 1
+    duration = max(e for _, e, *_ in nvtx + runtime + [r[:2] for v in gpu.values() for r in v] +
+                   [(0, t) for t, *_ in marks]) + 1
     facts = {"format": "kineto", "files": len(files), "file_names": [os.path.basename(f.path) for f in files],
              "events": sum(f.events for f in files),
              "time_precision": "1 ns (decimal microseconds)" if fractional else
              "1 us (the trace holds whole microseconds)",
              "not_available": NOT_AVAILABLE}
-    _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts, drv, duration, cuda_seen, source)
+    _write(out, strings, nvtx + marks, runtime, gpu, threads, processes, warnings, facts, drv, duration, cuda_seen,
+           source)
     return warnings
 
 

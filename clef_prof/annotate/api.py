@@ -39,8 +39,10 @@ only forwards the call).
 
 Under a PyTorch profiler the same ranges are also emitted as `record_function` user annotations
 (`user_annotation` events of its Kineto trace, which `clef-prof analyze` reads as it reads
-NVTX), with the same names and batch message: when torch is already imported (sys.modules is
-looked at; torch is never imported here) and its profiler is on. Whether it is on is looked up at
+NVTX), with the same names and batch message; request ranges too, and an enqueue mark as a
+record_function `enqueued rid=ID` opened and closed at once (torch has no instant event in its
+Python API; analyze turns it back into a mark at its start): when torch is already imported
+(sys.modules is looked at; torch is never imported here) and its profiler is on. Whether it is on is looked up at
 each batch range and when a stage is first made (`_torch_refresh`), not at each stage's `with`
 or push(), which check one module flag: a profiler started between batches is seen from the next
 batch range on (a server with stage ranges and no batch range calls `torch_refresh()` after
@@ -86,6 +88,9 @@ _rf_local = threading.local()
 _rf_task: contextvars.ContextVar[tuple] = contextvars.ContextVar("clef_prof_open_torch_ranges", default=())
 _modules = sys.modules
 _TORCH_PROF = "torch.autograd.profiler"
+# request() and enqueued() do nothing: no NVTX injection and no torch profiler at the last look (set
+# by _quiet_now() and _torch_refresh); False until known, so that the first calls look
+_QUIET = False
 
 
 def torch_refresh() -> bool:
@@ -110,7 +115,15 @@ def _torch_refresh(m) -> bool:
     # is False on every thread (torch 2.11, H200) while record_function is recorded on all of them;
     # torch.autograd.profiler._is_profiler_enabled is set for the process by whichever thread starts it
     _TORCH_ON = bool(getattr(m, "_is_profiler_enabled", False) or (_prof_enabled is not None and _prof_enabled()))
+    _quiet_now()
     return _TORCH_ON
+
+
+def _quiet_now() -> bool:
+    """Set _QUIET from the profilers' flags (never while the NVTX client has not looked yet)."""
+    global _QUIET
+    _QUIET = _nc._state != "fresh" and not _nc._ON and not _TORCH_ON
+    return _QUIET
 
 
 def _rf_open(name: str):
@@ -152,6 +165,12 @@ def _rf_end(name: str) -> None:
     if open_ and open_[-1][0] == name:
         _rf_task.set(open_[:-1])
         open_[-1][1].__exit__(None, None, None)
+
+
+def _rf_mark(name: str) -> None:
+    """A record_function `name` opened and closed at once: a mark in a Kineto trace (an X event
+    of about zero duration, whose start is the mark's time)."""
+    _rf_open(name).__exit__(None, None, None)
 
 
 class Stage:
@@ -378,65 +397,94 @@ class Request:
     start/end range: tasks interleave on one thread). As a decorator, `rid` is the id or a
     callable that takes the decorated function's arguments and returns the id:
     `@clef_prof.request(lambda req: req.headers["X-Request-Id"])`. With no profiler attached
-    the id is not computed and every call returns after one flag check.
+    the id is not computed and every call returns after one flag check. Under a torch profiler
+    the range is also a record_function of the same name (see the module's docstring).
     """
 
-    __slots__ = ("rid", "domain", "_id")
+    __slots__ = ("rid", "domain", "_id", "_msg")
 
     def __init__(self, rid, *, domain: str = DEFAULT_DOMAIN):
-        self.rid, self.domain, self._id = rid, domain, 0
+        self.rid, self.domain, self._id, self._msg = rid, domain, 0, ""
 
     def _message(self, args=(), kwargs=None) -> str:
         rid = self.rid(*args, **(kwargs or {})) if callable(self.rid) else self.rid
         return f"{REQUEST} rid={rid_text(rid)}"
 
     def __enter__(self):
-        if _nc._ON:
-            _nc.Domain(self.domain).push(self._message())
+        if _nc._ON or _TORCH_ON:
+            m = self._msg = self._message()
+            if _nc._ON:
+                _nc.Domain(self.domain).push(m)
+            if _TORCH_ON:
+                _rf_enter(m)
         return self
 
     def __exit__(self, *exc):
         if _nc._ON:
             _nc.Domain(self.domain).pop()
+        if _RF_USED and self._msg:
+            _rf_exit(self._msg)
         return False
 
     async def __aenter__(self):
-        if _nc._ON:
-            self._id = _nc.Domain(self.domain).start(self._message())
+        if _nc._ON or _TORCH_ON:
+            m = self._msg = self._message()
+            if _nc._ON:
+                self._id = _nc.Domain(self.domain).start(m)
+            if _TORCH_ON:
+                _rf_start(m)
         return self
 
     async def __aexit__(self, *exc):
         if self._id:
             _nc.Domain(self.domain).end(self._id)
             self._id = 0
+        if _RF_USED and self._msg:
+            _rf_end(self._msg)
         return False
 
     def __call__(self, fn):
+        """Decorate `fn`; each call is a request range (NVTX and/or record_function, whichever
+        profiler is on at that call), its message made from the call's arguments."""
         import inspect
-        msg = self._message
+        msg, domain = self._message, self.domain
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def run_async(*args, **kwargs):
-                if not _nc._ON:
+                if _QUIET or not (_nc._ON or _TORCH_ON):
                     return await fn(*args, **kwargs)
-                d = _nc.Domain(self.domain)
-                rid = d.start(msg(args, kwargs))
+                m = msg(args, kwargs)
+                rid = _nc.Domain(domain).start(m) if _nc._ON else 0
+                rf = _TORCH_ON
+                if rf:
+                    _rf_start(m)
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    d.end(rid)
+                    if rid:
+                        _nc.Domain(domain).end(rid)
+                    if rf:
+                        _rf_end(m)
             return run_async
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if not _nc._ON:
+            if _QUIET or not (_nc._ON or _TORCH_ON):
                 return fn(*args, **kwargs)
-            d = _nc.Domain(self.domain)
-            d.push(msg(args, kwargs))
+            m = msg(args, kwargs)
+            on = _nc._ON
+            if on:
+                _nc.Domain(domain).push(m)
+            rf = _TORCH_ON
+            if rf:
+                _rf_enter(m)
             try:
                 return fn(*args, **kwargs)
             finally:
-                d.pop()
+                if on:
+                    _nc.Domain(domain).pop()
+                if rf:
+                    _rf_exit(m)
         return run
 
     def __repr__(self) -> str:
@@ -481,16 +529,31 @@ _NO_REQUEST = _NoRequest()
 def request(rid, *, domain: str = DEFAULT_DOMAIN):
     """A request's range `request rid=ID` (see `Request`): `with`, `async with` or a decorator whose
     `rid` is a callable of the call's arguments. With no profiler attached, one shared object that
-    does nothing (the flag check is the whole cost, and the id is never computed)."""
+    does nothing (the flag check is the whole cost, and the id is never computed). A callable `rid`
+    (the decorator form) always gets a Request, whose calls look at the flags each time: a torch
+    profiler started after the decoration is seen (a fixed id used as a decorator while no profiler
+    is attached gets the shared object, which only forwards the call)."""
+    if _QUIET and not callable(rid):
+        return _NO_REQUEST
+    if _nc._ON or _TORCH_ON or callable(rid):
+        return Request(rid, domain=domain)
     if _nc._state == "fresh":
         _nc.enabled()
-    return Request(rid, domain=domain) if _nc._ON else _NO_REQUEST
+    return _NO_REQUEST if _quiet_now() else Request(rid, domain=domain)
 
 
 def enqueued(rid, domain: str = DEFAULT_DOMAIN) -> None:
-    """Mark the moment request `rid` joins the batcher's queue (an NVTX mark `enqueued rid=ID`,
-    on the calling thread)."""
-    if _nc._state == "fresh":
-        _nc.enabled()
+    """Mark the moment request `rid` joins the batcher's queue (an NVTX mark `enqueued rid=ID` on
+    the calling thread; under a torch profiler a record_function of that name, opened and closed)."""
+    if _QUIET:
+        return
+    if not (_nc._ON or _TORCH_ON):
+        if _nc._state == "fresh":
+            _nc.enabled()
+        if _quiet_now():
+            return
+    msg = f"{ENQUEUED} rid={rid_text(rid)}"
     if _nc._ON:
-        _nc.Domain(domain).mark(f"{ENQUEUED} rid={rid_text(rid)}")
+        _nc.Domain(domain).mark(msg)
+    if _TORCH_ON:
+        _rf_mark(msg)

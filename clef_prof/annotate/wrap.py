@@ -222,10 +222,13 @@ def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, r
                 ids = None
         return n, ids
 
+    # a torch profiler is looked up (as clef_prof.batch does) only once torch is imported
+    torch_mod, modules = ann._TORCH_PROF, sys.modules
+
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def run_batch_async(*args, **kwargs):
-            if not nc.enabled():
+            if not (nc.enabled() or (torch_mod in modules and ann.torch_refresh())):
                 return await func(*args, **kwargs)
             n, ids = measure(args, kwargs)
             async with ann.batch(n, ids, name=name, domain=domain):
@@ -234,7 +237,7 @@ def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, r
 
     @functools.wraps(func)
     def run_batch(*args, **kwargs):
-        if not nc.enabled():
+        if not (nc.enabled() or (torch_mod in modules and ann.torch_refresh())):
             return func(*args, **kwargs)
         n, ids = measure(args, kwargs)
         with ann.batch(n, ids, name=name, domain=domain):
@@ -261,7 +264,8 @@ def _request_id(getter: "_ArgGetter", header: str | None):
 
 def _make_request_wrapper(func, role: str, domain: str, read):
     """The request range around a handler (role "request"), or the enqueue mark before a call
-    (role "enqueue"); with no profiler attached, or no id, only the call."""
+    (role "enqueue"); with no profiler attached (NVTX, or a torch profiler seen at the last batch
+    range), or no id, only the call."""
     from . import api as ann
     from . import nvtx_client as nc
 
@@ -273,14 +277,14 @@ def _make_request_wrapper(func, role: str, domain: str, read):
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)
             async def enqueue_async(*args, **kwargs):
-                if nc.enabled():
+                if nc.enabled() or ann._TORCH_ON:
                     mark(args, kwargs)
                 return await func(*args, **kwargs)
             return enqueue_async
 
         @functools.wraps(func)
         def enqueue(*args, **kwargs):
-            if nc.enabled():
+            if nc.enabled() or ann._TORCH_ON:
                 mark(args, kwargs)
             return func(*args, **kwargs)
         return enqueue
@@ -288,7 +292,7 @@ def _make_request_wrapper(func, role: str, domain: str, read):
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def request_async(*args, **kwargs):
-            rid = read(args, kwargs) if nc.enabled() else None
+            rid = read(args, kwargs) if nc.enabled() or ann._TORCH_ON else None
             if rid is None:
                 return await func(*args, **kwargs)
             async with ann.request(rid, domain=domain):
@@ -297,7 +301,7 @@ def _make_request_wrapper(func, role: str, domain: str, read):
 
     @functools.wraps(func)
     def request(*args, **kwargs):
-        rid = read(args, kwargs) if nc.enabled() else None
+        rid = read(args, kwargs) if nc.enabled() or ann._TORCH_ON else None
         if rid is None:
             return func(*args, **kwargs)
         with ann.request(rid, domain=domain):
