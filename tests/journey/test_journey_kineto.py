@@ -289,3 +289,32 @@ def test_journeys_equal_those_of_nsys_for_the_same_program(capture, tmp_path):
     assert rows(kt) == rows(ns)
     for s in SEGMENTS:
         assert jk.segments[s].mean_ms == pytest.approx(jn.segments[s].mean_ms, rel=1e-12), s
+
+
+def test_real_torch_recording_every_journey_matches_the_json(tmp_path):
+    """A real recording (H200, torch 2.11, the demo server's request ranges on its 16 HTTP threads
+    and enqueue events, profile_all_threads=True): every complete journey, segment by segment,
+    equals the hand computation from the JSON, and the counts are the trace's and the server's."""
+    truth = json.loads((DATA / "kineto-journey-pr.truth.json").read_text())
+    path = tmp_path / "journey-pr.pt.trace.json.gz"
+    with lzma.open(DATA / "kineto-journey-pr.pt.trace.json.xz") as src, gzip.open(path, "wb") as dst:
+        dst.write(src.read())
+    a = analyze(resolve(str(path))[0])
+    oracle = _oracle(path)
+    t, j = a.journeys, a.result.journey
+    n = truth["trace_counts"]
+    assert j.request_ranges == len(t) == n["request"]
+    complete = 0
+    for i in range(len(t)):
+        want = oracle[str(t["rid"][i])]
+        got = {s: int(t[f"{s}_ns"][i]) for s in SEGMENTS}
+        assert got == {s: want[s] for s in SEGMENTS}
+        assert sum(got.values()) == int(t["e2e_ns"][i]) == want["e2e"]
+        complete += want["batch_ns"] is not None
+    assert j.complete == complete and j.complete + j.without_batch == n["request"]
+    assert j.without_enqueue == 0
+    # the batches are the server's own count of its window; their ids the batch messages' lists
+    assert (a.result.requests, a.result.batches) == (truth["server_counts"]["requests"],
+                                                     truth["server_counts"]["batches"]) == (812, 52)
+    assert j.batch_ids == oracle["_claims"] == 812
+    assert len({int(x) for x in t["gtid"]}) == n["request_threads"]
