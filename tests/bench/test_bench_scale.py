@@ -43,6 +43,11 @@ def _counts(path) -> dict[str, int]:
     out["schema"] = con.execute("SELECT group_concat(sql, ';') FROM sqlite_master").fetchone()[0]
     out["duration"] = con.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()[0]
     out["max_corr"] = con.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    # rows the session's end cuts (in flight when capture stopped), and rows past the session
+    for t in ("OSRT_API", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        out[t + ":cut"], out[t + ":outside"] = con.execute(
+            f'SELECT count(*) FILTER (WHERE "end" >= {out["duration"]}), count(*) FILTER (WHERE start > '
+            f'{out["duration"]}) FROM "{t}"').fetchone()
     return out
 
 
@@ -51,13 +56,20 @@ def test_tiling_multiplies_event_rows_only(capture, tiled):
     assert out["schema"] == src["schema"]
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
               "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "OSRT_API"):
-        once = src["nvtx_domains"] if t == "NVTX_EVENTS" else 0
+        # domain rows once; a row the session's end cuts once, at the tiled session's end
+        once = (src["nvtx_domains"] if t == "NVTX_EVENTS" else 0) + src.get(t + ":cut", 0)
         assert out[t] == TILES * (src[t] - once) + once, t
     for t in ("StringIds", "ThreadNames", "PROCESSES", "META_DATA_EXPORT", "META_DATA_CAPTURE", "OSRT_CALLCHAINS",
               "TARGET_INFO_GPU", "ANALYSIS_DETAILS"):
         assert out[t] == src[t], t
     assert out["nvtx_domains"] == src["nvtx_domains"]
-    assert out["duration"] > TILES * 0.9 * src["duration"]
+    # the copies lie back to back inside the session: it is K times the source's, nothing starts
+    # after it, and only the rows the source's end cut are cut by the tiling's
+    assert out["duration"] == TILES * src["duration"]
+    assert src["OSRT_API:cut"] >= 1
+    for t in ("OSRT_API", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        assert out[t + ":outside"] == src[t + ":outside"] == 0, t
+        assert out[t + ":cut"] == src[t + ":cut"], t
     assert out["max_corr"] > (TILES - 1) * src["max_corr"]
 
 
