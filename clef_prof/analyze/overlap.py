@@ -79,10 +79,13 @@ class BatchUnion:
         b0 = int(b.min())
         if (int(b.max()) - b0 + 1) * span < (1 << 62):
             base = (b - b0) * span - t0
-            o = np.argsort(base + s, kind="stable")
-            b, s, e, base = b[o], s[o], e[o], base[o]
+            key = base + s
+            if len(key) > 1 and not (key[1:] >= key[:-1]).all():      # often in order already
+                o = np.argsort(key, kind="stable")
+                b, s, e, base = b[o], s[o], e[o], base[o]
+                del o
             reach = np.maximum.accumulate(base + e) - base
-            del o, base
+            del key, base
         else:
             o = np.lexsort((s, b))
             b, s, e = b[o], s[o], e[o]
