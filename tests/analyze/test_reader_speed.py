@@ -47,3 +47,55 @@ def test_call_index_finds_each_window_as_a_dict_does(processes):
         assert got.tolist() == [table.get((p, c), -1) for p, c in zip(qp.tolist(), q.tolist())]
         if processes == 1:
             assert idx.lookup(q).tolist() == [table.get((7, c), -1) for c in q.tolist()]
+
+
+def _union_length(iv: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(iv):
+        if cur_e is not None and s <= cur_e:
+            cur_e = max(cur_e, e)
+        else:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def _covered(iv: list[tuple[int, int]], a: int, b: int) -> int:
+    return _union_length([(max(s, a), min(e, b)) for s, e in iv if min(e, b) > max(s, a)])
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.parametrize("unstaged_from", [None, 0, 3])      # every row staged; some from the start; from window 3
+def test_busy_stream_staged_union_shared_until_a_row_is_not_staged(ordered, unstaged_from):
+    """BusyStream keeps one union while every row is staged: its figures equal plain loops over
+    the same rows, whether or when unstaged rows arrive."""
+    from clef_prof.analyze.overlap import BusyStream
+
+    rng = np.random.default_rng(7 if unstaged_from is None else unstaged_from)
+    n_batches, pks = 40, np.array([5, 9])
+    b_start = np.sort(rng.integers(0, 1_000_000, n_batches))
+    b_end = b_start + rng.integers(1_000, 40_000, n_batches)
+    b_pk = pks[np.arange(n_batches) % 2]
+    busy = BusyStream(b_pk, b_start, b_end, ["K", "M"], ordered=ordered, n_batches=n_batches)
+    rows = []                                           # (pk, start, end, staged, batch)
+    t = {"K": 0, "M": 0}
+    for w in range(8):
+        for src in ("K", "M"):
+            n = int(rng.integers(50, 300))
+            start = t[src] + np.cumsum(rng.integers(0, 8_000, n))
+            t[src] = int(start[-1])
+            end = start + rng.integers(1, 20_000, n)
+            pk = rng.choice(pks, n)
+            staged = np.ones(n, bool) if unstaged_from is None or w < unstaged_from else rng.random(n) < 0.6
+            batch = np.where(rng.random(n) < 0.8, rng.integers(0, n_batches, n), -1)
+            busy.add(src, pk, start, end, staged, batch)
+            rows += list(zip(pk.tolist(), start.tolist(), end.tolist(), staged.tolist(), batch.tolist()))
+    busy.done("K")
+    busy.done("M")
+    cov, own_ns, per_batch = busy.finish()
+    by_pk = {int(p): [(s, e) for q, s, e, _, _ in rows if q == p] for p in pks}
+    assert cov.tolist() == [_covered(by_pk[int(p)], int(a), int(b)) for p, a, b in zip(b_pk, b_start, b_end)]
+    assert own_ns == sum(_union_length([(s, e) for q, s, e, st, _ in rows if st and q == p]) for p in pks)
+    assert per_batch.tolist() == [_union_length([(s, e) for _, s, e, st, bb in rows if st and bb == b])
+                                  for b in range(n_batches)]
