@@ -54,12 +54,23 @@ READER = os.environ.get("CLEF_PROF_READER", "")     # "sqlite" or "adbc" forces 
 
 
 class Query(NamedTuple):
-    """One columnar read: `tag` travels with the result, for the caller's bookkeeping."""
+    """One columnar read: `tag` travels with the result, for the caller's bookkeeping; `fill`
+    names columns the table lacks, each one value for every row (made here, not selected: a
+    constant column costs as much to fetch as a real one)."""
 
     tag: object
     sql: str
     names: list[str]
     dtypes: dict[str, str] | None = None
+    fill: dict[str, int] | None = None
+
+    def complete(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`cols` with the `fill` columns added."""
+        if self.fill:
+            n = len(cols[self.names[0]]) if self.names else 0
+            for name, value in self.fill.items():
+                cols[name] = np.full(n, value, dtype=(self.dtypes or {}).get(name, "int64"))
+        return cols
 
 def _adbc_module():
     """`AdbcConnection` when adbc-driver-sqlite and pyarrow are installed, else None (their
@@ -398,7 +409,7 @@ class Stream:
             q = next(self.queries, None)
             if q is None:
                 return
-            self.pending.append((q.tag, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
+            self.pending.append((q, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
 
     def __iter__(self) -> "Stream":
         return self
@@ -408,18 +419,18 @@ class Stream:
             return self.back.pop()
         if self.pool is None:
             q = next(self.queries)
-            return q.tag, self.cap.read(q.sql, q.names, q.dtypes)
+            return q.tag, q.complete(self.cap.read(q.sql, q.names, q.dtypes))
         if not self.pending:
             self.close()
             raise StopIteration
-        tag, fut = self.pending.popleft()
+        q, fut = self.pending.popleft()
         try:
             res = fut.result()
         except BaseException:
             self.close()
             raise
         self._fill()
-        return tag, res
+        return q.tag, q.complete(res)
 
     def push_back(self, tag, columns) -> None:
         """Return one result to the front of the stream (read one too many)."""
