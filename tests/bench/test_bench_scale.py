@@ -111,13 +111,20 @@ def test_benchmark_smoke_run(capture, tmp_path):
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_analyze.py"), "--source",
                         str(capture("gpu-q1c16-main")), "--tiles", "4", "--repeat", "1", "--workdir", str(tmp_path),
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--json", str(out), "--tree", f"this={ROOT}", "--tree", f"again={ROOT}"],
+                       capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
     (rec,) = doc["results"]
     assert rec["bytes"] <= 100e6
     assert rec["analyze"]["requests"] == 4 * MAIN[0] and rec["analyze"]["warnings"] == 1     # nsys 2023.4 on CUDA 13
     assert rec["a_scan"]["rows"] > 0 and rec["b"]["wall_s"] > 0 and rec["b"]["rss_mb"] > 0
+    # the two-thread floor reads every row the one-thread floor reads, in the same round
+    assert rec["a_scan2"]["rows"] == rec["a_scan"]["rows"] and rec["a_scan2"]["runs"] == 1
+    # two trees: each timed in the round, a row each; b is the first's
+    assert list(rec["trees"]) == ["this", "again"] and rec["b"] == rec["trees"]["this"]
+    assert len(rec["b_over_a_rounds"]) == 1 and len(rec["load"]) == 2
+    assert "MB this |" in p.stdout and "MB again |" in p.stdout
     assert rec["c"] is not None
     assert "| export |" in p.stdout
     assert not any(f.suffix == ".sqlite" for f in tmp_path.iterdir())    # the tiling was deleted
