@@ -330,7 +330,16 @@ class Export:
     def _read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
         try:
             if self._adbc is not None:
-                table = self._arrow(sql, threaded)
+                try:
+                    table = self._arrow(sql, threaded)
+                except OSError as exc:
+                    # the driver types each column from the first record batch of a query: a
+                    # value of another type in a later batch is this error
+                    m = _MISMATCH.search(str(exc))
+                    if m is None or int(m.group(1)) >= len(names):
+                        raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be "
+                                           "truncated or corrupt") from None
+                    raise _NotInteger(names[int(m.group(1))], m.group(2).lower()) from None
                 out = {}
                 for i, name in enumerate(names):
                     col = table.column(i)
@@ -481,6 +490,9 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
             return None
         out[name] = arr.astype(dt, copy=False)
     return out
+
+
+_MISMATCH = re.compile(r"Type mismatch in column (\d+): expected \w+ but got ([\w/]+)")
 
 
 class _NotInteger(Exception):

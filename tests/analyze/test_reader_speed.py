@@ -99,3 +99,41 @@ def test_busy_stream_staged_union_shared_until_a_row_is_not_staged(ordered, unst
     assert own_ns == sum(_union_length([(s, e) for q, s, e, st, _ in rows if st and q == p]) for p in pks)
     assert per_batch.tolist() == [_union_length([(s, e) for _, s, e, st, bb in rows if st and bb == b])
                                   for b in range(n_batches)]
+
+
+def _late_export(tmp_path, late) -> str:
+    """A table of 3,000 rows whose column b holds integers (after NULLs) and then `late`."""
+    import sqlite3
+
+    path = tmp_path / "late.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (a INTEGER, b)")
+    vals = [None] * 1_000 + list(range(1_999)) + [late]
+    con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(vals)))
+    con.commit()
+    con.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("late", ["abc", 2.5, b"\x01", 7, None])
+def test_adbc_reads_or_refuses_a_value_past_the_first_record_batch(tmp_path, monkeypatch, late):
+    """The ADBC driver types a column from the first record batch (here all NULL): a value of
+    another type in a later batch is refused naming the column, as in the first; integers and
+    NULLs read as the row reader reads them."""
+    import sqlite3
+
+    from clef_prof.analyze import export as export_module
+    from clef_prof.analyze.export import Export
+    from clef_prof.errors import CaptureError
+
+    monkeypatch.setattr(export_module, "READER", "adbc")
+    monkeypatch.setattr(export_module, "BATCH_ROWS", 500)
+    path = _late_export(tmp_path, late)
+    with Export.open(path) as cap:
+        if isinstance(late, (int, type(None))):
+            got = cap.read("SELECT a, b FROM t", ["a", "b"], threaded=True)
+            want = [0 if v is None else v for (v,) in sqlite3.connect(path).execute("SELECT b FROM t")]
+            assert got["b"].tolist() == want and len(got["b"]) == 3_000
+        else:
+            with pytest.raises(CaptureError, match=r"t holds \S+ values in integer column 'b'"):
+                cap.read("SELECT a, b FROM t", ["a", "b"])
