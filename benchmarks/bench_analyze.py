@@ -10,19 +10,23 @@ with the file in the page cache:
 
   a  the floor: a bare SELECT of the columns analyze reads, table by table, one thread.
      a_scan: C-level `SELECT total(col), ... FROM t` (SQLite decodes every value, nothing
-     leaves C); a_adbc: the same columns fetched into Arrow through ADBC (what any Python
-     reader pays to get them out of SQLite). Both in this process.
+     leaves C); a_scan2: the same split in two rowid ranges per table, on two connections
+     and threads (the floor of two cores); a_adbc: the same columns fetched into Arrow
+     through ADBC, one thread (what any Python reader pays to get them out of SQLite). All
+     in this process.
   b  `python -m clef_prof analyze FILE -f json` in a fresh process (interpreter start and
      imports included; `startup` is that part alone), wall time, CPU time and peak RSS
      (os.wait4).
   c  `nsys stats -r nvtx_gpu_proj_trace,cuda_gpu_trace -f csv -o - FILE` (the nsys reports
      that compute the same projection), stdout discarded; wall, CPU, peak RSS.
 
-It prints a Markdown table (sizes, times, b/a, c/b, RSS) and the exponent p of time ~ size^p
-fitted over the sizes, and writes everything as JSON (--json). Each timing is the best of
---repeat runs; the CPU times are given too, because wall times on a shared machine include
-waiting for a core (the load average of each run is recorded). No timing is asserted here:
-the CI runs this on a small tiling only to keep it working.
+It prints a Markdown table (sizes, times, b/a, c/b, RSS, the load average) and the exponent p
+of time ~ size^p fitted over the sizes, and writes everything as JSON (--json). a and b are
+interleaved: each of --repeat rounds runs every one of them once, so that a load change on a
+shared machine meets them alike; each timing is the best of the rounds, and the per-round
+ratios b/a are kept too. The CPU times are given, because wall times on a shared machine
+include waiting for a core (the load average of each run is recorded). No timing is asserted
+here: the CI runs this on a small tiling only to keep it working.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -81,17 +86,41 @@ def floor_columns(path: str) -> dict[str, list[str]]:
     return out
 
 
-def measure_scan(path: str) -> dict:
-    """a_scan: every needed value decoded by SQLite, summed in C."""
-    con = sqlite3.connect(_uri(path), uri=True)
-    w0, c0 = time.perf_counter(), _cpu()
+def _scan(path: str, jobs: list[tuple[str, list[str], str]]) -> int:
+    """Run `SELECT count(*), total(col), ... FROM t WHERE ...` for each job on one connection."""
+    con = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
     rows = 0
-    for table, cols in floor_columns(path).items():
+    for table, cols, where in jobs:
         aggs = ", ".join(f'total("{c}")' for c in cols)
-        rows += int(con.execute(f'SELECT count(*), {aggs} FROM "{table}"').fetchone()[0])
-    out = {"wall_s": time.perf_counter() - w0, "cpu_s": _cpu() - c0, "rows": rows}
+        rows += int(con.execute(f'SELECT count(*), {aggs} FROM "{table}" {where}').fetchone()[0])
     con.close()
-    return out
+    return rows
+
+
+def measure_scan(path: str, threads: int = 1) -> dict:
+    """a_scan: every needed value decoded by SQLite, summed in C; with `threads` > 1, each table
+    split into that many rowid ranges, each range on its own connection and thread (SQLite runs
+    without the GIL), the two-thread floor of a 2-core machine."""
+    cols = floor_columns(path)
+    con = sqlite3.connect(_uri(path), uri=True)
+    ranges = {t: con.execute(f'SELECT min(rowid), max(rowid) FROM "{t}"').fetchone() for t in cols}
+    con.close()
+    parts: list[list] = [[] for _ in range(threads)]
+    for t, c in cols.items():
+        lo, hi = ranges[t]
+        if lo is None:
+            continue
+        step = -(-(hi - lo + 1) // threads)
+        for i in range(threads):
+            parts[i].append((t, c, f"WHERE rowid >= {lo + i * step} AND rowid < {lo + (i + 1) * step}"
+                             if threads > 1 else ""))
+    w0, c0 = time.perf_counter(), _cpu()
+    if threads == 1:
+        rows = _scan(path, parts[0])
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            rows = sum(pool.map(lambda p: _scan(path, p), parts))
+    return {"wall_s": time.perf_counter() - w0, "cpu_s": _cpu() - c0, "rows": rows}
 
 
 def measure_adbc(path: str) -> dict | None:
@@ -169,21 +198,42 @@ def find_nsys(given: str | None) -> str | None:
     return None
 
 
-def bench_file(path: str, repeat: int, nsys: str | None, env: dict, tmp: str, repeat_nsys: int | None = None) -> dict:
+def bench_file(path: str, repeat: int, nsys: str | None, envs: dict[str, dict], tmp: str,
+               repeat_nsys: int | None = None) -> dict:
+    """Every measurement of one file, interleaved: each round runs the one-thread floor, the
+    two-thread floor, the ADBC fetch and analyze (once per tree in `envs`, label -> environment)
+    once, so that a load change on a shared machine meets all of them alike; best of `repeat`
+    rounds each, and the per-round ratios. `b` is the first tree's analyze."""
     size = os.path.getsize(path)
     warm(path)
     rec: dict = {"file": path, "bytes": size, "mb": size / 1e6}
-    rec["a_scan"] = best([measure_scan(path) for _ in range(repeat)])
-    adbc = [measure_adbc(path) for _ in range(repeat)]
-    rec["a_adbc"] = best(adbc) if adbc[0] is not None else None
     out_json = os.path.join(tmp, "analyze.json")
-    runs = []
+    scans, scans2, adbc = [], [], []
+    runs: dict[str, list] = {label: [] for label in envs}
     for _ in range(repeat):
-        r = run_child([sys.executable, "-m", "clef_prof", "analyze", path, "-f", "json", "-o", out_json], env=env, cwd=tmp)
-        if r["rc"] != 0:
-            raise SystemExit(f"analyze failed on {path} (exit {r['rc']}): {r['stderr']}")
-        runs.append(r)
-    rec["b"] = best(runs)
+        scans.append(measure_scan(path))
+        scans2.append(measure_scan(path, threads=2))
+        adbc.append(measure_adbc(path))
+        for label, env in envs.items():
+            r = run_child([sys.executable, "-m", "clef_prof", "analyze", path, "-f", "json", "-o", out_json], env=env,
+                          cwd=tmp)
+            if r["rc"] != 0:
+                raise SystemExit(f"analyze ({label}) failed on {path} (exit {r['rc']}): {r['stderr']}")
+            r.pop("stderr", None)
+            runs[label].append(r)
+    rec["a_scan"] = best(scans)
+    rec["a_scan2"] = best(scans2)
+    rec["a_adbc"] = best(adbc) if adbc[0] is not None else None
+    rec["trees"] = {}
+    for label, rs in runs.items():
+        b = best(rs)
+        rec["trees"][label] = {**b, "b_over_a": b["wall_s"] / rec["a_scan"]["wall_s"],
+                               "b_over_a2": b["wall_s"] / rec["a_scan2"]["wall_s"],
+                               "b_over_a_cpu": b["cpu_s"] / rec["a_scan"]["cpu_s"],
+                               "b_over_a_rounds": [x["wall_s"] / a["wall_s"] for a, x in zip(scans, rs)]}
+    rec["b"] = rec["trees"][next(iter(envs))]
+    rec["b_over_a_rounds"] = rec["b"]["b_over_a_rounds"]
+    rec["load"] = [r["load"] for rs in runs.values() for r in rs]
     res = json.loads(Path(out_json).read_text())
     rec["analyze"] = {"requests": res["requests"], "batches": res["batches"],
                       "h2d_copies": res["totals"]["h2d_copies"], "kernel_launches": res["totals"]["kernel_launches"],
@@ -200,11 +250,12 @@ def bench_file(path: str, repeat: int, nsys: str | None, env: dict, tmp: str, re
         rec["c"] = None
     a, b, c = rec["a_scan"], rec["b"], rec["c"]
     rec["b_over_a"] = b["wall_s"] / a["wall_s"]
+    rec["b_over_a2"] = b["wall_s"] / rec["a_scan2"]["wall_s"]
     rec["b_over_a_cpu"] = b["cpu_s"] / a["cpu_s"]
     rec["b_over_a_adbc"] = b["wall_s"] / rec["a_adbc"]["wall_s"] if rec["a_adbc"] else None
     rec["c_over_b"] = c["wall_s"] / b["wall_s"] if c else None
     rec["c_over_b_cpu"] = c["cpu_s"] / b["cpu_s"] if c else None
-    for r in (rec["a_scan"], rec["a_adbc"], b, c):
+    for r in (rec["a_scan"], rec["a_scan2"], rec["a_adbc"], b, c):
         if r:
             r.pop("stderr", None)
     return rec
@@ -225,16 +276,20 @@ def table(recs: list[dict], fits: dict) -> str:
     def f(v, fmt="{:.2f}"):
         return "—" if v is None else fmt.format(v)
 
-    lines = ["| export | a: floor scan s (ADBC s) | b: analyze s (startup s) | b CPU s | b/a | b/a CPU | "
-             "c: nsys stats s | c/b | analyze peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| export | a: floor scan s, 1 thread (2 threads; ADBC) | b: analyze s (startup s) | b CPU s | b/a | "
+             "b/a (2 threads) | b/a CPU | c: nsys stats s | c/b | analyze peak RSS MB | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         c = r["c"]
-        lines.append(
-            f"| {r['mb']:,.0f} MB | {f(r['a_scan']['wall_s'])} ({f(r['a_adbc'] and r['a_adbc']['wall_s'])}) | "
-            f"{f(r['b']['wall_s'])} ({f(r.get('startup_s'))}) | {f(r['b']['cpu_s'])} | {f(r['b_over_a'])} | "
-            f"{f(r['b_over_a_cpu'])} | {f(c and c['wall_s'], '{:.1f}')} | {f(r['c_over_b'], '{:.1f}')} | "
-            f"{r['b']['rss_mb']:,.0f} |")
+        for i, (label, b) in enumerate(r["trees"].items()):
+            name = f"{r['mb']:,.0f} MB" + (f" {label}" if len(r["trees"]) > 1 else "")
+            lines.append(
+                f"| {name} | {f(r['a_scan']['wall_s'])} ({f(r['a_scan2']['wall_s'])}; "
+                f"{f(r['a_adbc'] and r['a_adbc']['wall_s'])}) | "
+                f"{f(b['wall_s'])} ({f(r.get('startup_s'))}) | {f(b['cpu_s'])} | {f(b['b_over_a'])} | "
+                f"{f(b['b_over_a2'])} | {f(b['b_over_a_cpu'])} | {f(c and c['wall_s'], '{:.1f}') if i == 0 else '—'} | "
+                f"{f(c and c['wall_s'] / b['wall_s'], '{:.1f}')} | {b['rss_mb']:,.0f} | "
+                f"{min(r['load']):.1f}–{max(r['load']):.1f} |")
     if fits:
         lines.append("")
         lines.append("time ~ size^p over the sizes: " + ", ".join(f"{k} p = {f(v)}" for k, v in fits.items()))
@@ -256,15 +311,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nsys", help="nsys binary for (c) (default .nsys/2023.4/nsys, then PATH)")
     p.add_argument("--no-nsys", action="store_true", help="skip (c)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--tree", action="append", help="run analyze from this source tree (LABEL=PATH); give it twice "
+                   "or more to time trees side by side in every round (default: this tree)")
     args = p.parse_args(argv)
+    from bench_small import parse_trees, tree_env
+
+    envs = {label: tree_env(root) for label, root in parse_trees(args.tree).items()}
 
     nsys = None if args.no_nsys else find_nsys(args.nsys)
     if not args.no_nsys and nsys is None:
         print("bench: nsys not found, (c) skipped (install with scripts/install-nsys.sh)", file=sys.stderr)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)     # as installed: byte-code cached
-    run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result, clef_prof.explore.text"], env=env)
+    for env in envs.values():
+        run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result, clef_prof.explore.text"],
+                  env=env)
+    env = next(iter(envs.values()))
     made: list[str] = []
     if args.files:
         files = args.files
@@ -290,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                             for _ in range(args.repeat)])
             for f in files:
                 print(f"bench: measuring {f} ({os.path.getsize(f) / 1e6:,.0f} MB)", file=sys.stderr)
-                rec = bench_file(f, args.repeat, nsys, env, tmp, args.repeat_nsys)
+                rec = bench_file(f, args.repeat, nsys, envs, tmp, args.repeat_nsys)
                 rec["startup_s"] = startup["wall_s"]
                 recs.append(rec)
                 print(f"  a {rec['a_scan']['wall_s']:.2f} s  b {rec['b']['wall_s']:.2f} s "

@@ -7,17 +7,24 @@
 Tile k (k = 1 .. K-1) is a copy of every event row of the source, shifted by k * span in
 time and by k * (max + 1) in correlationId (and NVTX rangeId), appended to the same table,
 so an export tiled K times holds exactly K times the source's events, in time order,
-table by table (each table's pages stay contiguous, as in a real export):
+table by table (each table's pages stay contiguous, as in a real export). span is the
+source's session length (ANALYSIS_DETAILS.duration), so the copies lie back to back and every
+one inside the session, as the parts of one long capture do; the session grows to K * span:
 
 - event tables are the tables with a `start` (or `timestamp`) column and no PRIMARY KEY
   (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME / KERNEL / MEMCPY / MEMSET / SYNCHRONIZATION /
   GRAPH_TRACE, OSRT_API, PROFILER_OVERHEAD, ...); DIAGNOSTIC_EVENT is kept once;
 - rows that set the session up are kept once, where they are: NVTX domain create/destroy
-  (eventType 75/76) and any row with a negative timestamp (e.g. CUDA graph creation);
+  (eventType 75/76) and any row with a negative timestamp (e.g. CUDA graph creation); one
+  of them that ends at or after the session's end (a range open at the end) is stretched to
+  the tiled session's end;
+- rows the session's end cuts (a time at or after `duration`: a call in flight, a range still
+  open when capture stopped) are in the last copy only, as only the end of a long capture
+  cuts rows: the copies before hold every other row;
 - StringIds, ThreadNames, PROCESSES, callchains, ENUM_*, META_DATA_*, TARGET_INFO_* and every
   other table are kept once (callchain ids stay valid: the copies reference the same chains);
-- span = the latest timestamp of any tiled row + 1 ns (>= the session length), so tiles never
-  overlap; ANALYSIS_DETAILS.duration/stopTime grow to (K-1) * span + the source's duration.
+- without ANALYSIS_DETAILS, span = the latest timestamp of any tiled row + 1 ns, and no row is
+  taken for cut by the end.
 
 The schema is left untouched (no index, no ANALYZE table), so the result stays valid input
 for nsys's own tools (`nsys stats`). The work is K INSERT ... SELECT statements per table in
@@ -135,8 +142,8 @@ def scale(src: str, out: str, tiles: int | None = None, size: int | None = None,
         duration = None
         if "ANALYSIS_DETAILS" in once:
             row = con.execute("SELECT max(duration) FROM ANALYSIS_DETAILS").fetchone()
-            duration = row[0] if row else None
-        span = max(int(t_max) + 1, int(duration or 0))
+            duration = int(row[0]) if row and row[0] is not None and row[0] > 0 else None
+        span = duration or int(t_max) + 1
         corr_shift, range_shift = int(corr_max) + 1, int(range_max) + 1
 
         con.execute("BEGIN")
@@ -144,6 +151,9 @@ def scale(src: str, out: str, tiles: int | None = None, size: int | None = None,
             names, once_sql, max_rowid = info[t]
             cols = [c for c, _ in _columns(con, t)]
             col_list = ", ".join(_q(c) for c in cols)
+            tcols = [c for c in TIME_COLUMNS if c in names]
+            # cut by the session's end: in the last copy only
+            edge_sql = " OR ".join(f"COALESCE({_q(c)}, 0) >= {duration}" for c in tcols) if duration else "0"
             for k in range(1, tiles):
                 exprs = []
                 for c in cols:
@@ -155,12 +165,18 @@ def scale(src: str, out: str, tiles: int | None = None, size: int | None = None,
                         exprs.append(f"{_q(c)} + {k * range_shift}")
                     else:
                         exprs.append(_q(c))
+                edge = "" if k == tiles - 1 else f" AND NOT ({edge_sql})"
                 con.execute(f"INSERT INTO {_q(t)} ({col_list}) SELECT {', '.join(exprs)} FROM {_q(t)} "
-                            f"WHERE rowid <= {max_rowid} AND NOT ({once_sql}) ORDER BY rowid")
+                            f"WHERE rowid <= {max_rowid} AND NOT ({once_sql}){edge} ORDER BY rowid")
+            if tiles > 1 and duration:
+                con.execute(f"DELETE FROM {_q(t)} WHERE rowid <= {max_rowid} AND NOT ({once_sql}) AND ({edge_sql})")
+                if "end" in names:          # open at the session's end from before it started
+                    con.execute(f'UPDATE {_q(t)} SET "end" = "end" + {(tiles - 1) * span} '
+                                f'WHERE rowid <= {max_rowid} AND ({once_sql}) AND "end" >= {duration}')
             if not quiet:
                 print(f"  {t}: x{tiles}", file=sys.stderr)
         if duration is not None and tiles > 1:
-            new = (tiles - 1) * span + int(duration)
+            new = tiles * span
             cols = {c for c, _ in _columns(con, "ANALYSIS_DETAILS")}
             sets = ["duration = ?"] + (["stopTime = startTime + ?"] if {"stopTime", "startTime"} <= cols else [])
             con.execute(f"UPDATE ANALYSIS_DETAILS SET {', '.join(sets)}", (new,) * len(sets))

@@ -176,12 +176,15 @@ GPU_TABLES = {MEMCPY: MEMCPY_EXTRA, KERNEL: [], MEMSET: [], GRAPH_TRACE: []}
 
 
 def _gpu_spec(cap: Export, table: str, extra: list[tuple[str, str, int]], device: bool = True):
+    """(the table's columns, (name, column, default) of each column read, the SELECT of those
+    the table has, {name: default} of those it lacks)."""
     cols = cap.columns(table)
     spec = [("start", "start", 0), ("end", "end", 0), ("gpid", "globalPid", 0), ("corr", "correlationId", 0),
             *([("device", "deviceId", 0)] if device else []), *extra]
     # NULL reads as 0 (capture.read): COALESCE only where the default is not 0
-    exprs = [(f'COALESCE("{c}", {d})' if d else f'"{c}"') if c in cols else str(d) for _, c, d in spec]
-    return cols, spec, f"SELECT {', '.join(exprs)} FROM {table}"
+    exprs = [f'COALESCE("{c}", {d})' if d else f'"{c}"' for _, c, d in spec if c in cols]
+    fill = {n: d for n, c, d in spec if c not in cols}
+    return cols, spec, f"SELECT {', '.join(exprs)} FROM {table}", fill
 
 
 def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool = False,
@@ -189,12 +192,12 @@ def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool 
     """One GPU table in rowid windows (`parts` of them, or windows of the default size), with
     the device column only when asked (tag: (table, window, windows)); `where` filters further
     (an SQL condition on the table's columns)."""
-    cols, spec, sql = _gpu_spec(cap, table, GPU_TABLES[table], device=device)
+    cols, spec, sql, fill = _gpu_spec(cap, table, GPU_TABLES[table], device=device)
     if not cols:
         return []
     windows = cap.rowid_windows(table, parts=parts)
     return [Query((table, i, len(windows)), f"{sql} WHERE {w}{f' AND ({where})' if where else ''}",
-                  [n for n, _, _ in spec]) for i, w in enumerate(windows)]
+                  [n for n, c, _ in spec if c in cols], fill=fill) for i, w in enumerate(windows)]
 
 
 def has_pid(cap: Export, table: str) -> bool:
@@ -289,9 +292,13 @@ class CallIndex:
 
     @staticmethod
     def _search(rows, order, vals, q):
-        if len(vals) == 0:
+        if len(vals) == 0 or len(q) == 0:
             return np.full(len(q), -1, dtype=np.int64)
-        pos = np.searchsorted(vals, q, side="left")
+        # a window's ids lie close together: search the slice of the index between its least and
+        # greatest (a few cache lines instead of a path through the whole index per id)
+        a = int(np.searchsorted(vals, q.min(), side="left"))
+        b = int(np.searchsorted(vals, q.max(), side="right"))
+        pos = np.searchsorted(vals[a:b], q, side="left") + a
         posc = np.minimum(pos, len(vals) - 1)
         found = (pos < len(vals)) & (vals[posc] == q)
         idx = posc if order is None else order[posc]

@@ -54,12 +54,23 @@ READER = os.environ.get("CLEF_PROF_READER", "")     # "sqlite" or "adbc" forces 
 
 
 class Query(NamedTuple):
-    """One columnar read: `tag` travels with the result, for the caller's bookkeeping."""
+    """One columnar read: `tag` travels with the result, for the caller's bookkeeping; `fill`
+    names columns the table lacks, each one value for every row (made here, not selected: a
+    constant column costs as much to fetch as a real one)."""
 
     tag: object
     sql: str
     names: list[str]
     dtypes: dict[str, str] | None = None
+    fill: dict[str, int] | None = None
+
+    def complete(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`cols` with the `fill` columns added."""
+        if self.fill:
+            n = len(cols[self.names[0]]) if self.names else 0
+            for name, value in self.fill.items():
+                cols[name] = np.full(n, value, dtype=(self.dtypes or {}).get(name, "int64"))
+        return cols
 
 def _adbc_module():
     """`AdbcConnection` when adbc-driver-sqlite and pyarrow are installed, else None (their
@@ -321,7 +332,16 @@ class Export:
     def _read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
         try:
             if self._adbc is not None:
-                table = self._arrow(sql, threaded)
+                try:
+                    table = self._arrow(sql, threaded)
+                except OSError as exc:
+                    # the driver types each column from the first record batch of a query: a
+                    # value of another type in a later batch is this error
+                    m = _MISMATCH.search(str(exc))
+                    if m is None or int(m.group(1)) >= len(names):
+                        raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be "
+                                           "truncated or corrupt") from None
+                    raise _NotInteger(names[int(m.group(1))], m.group(2).lower()) from None
                 out = {}
                 for i, name in enumerate(names):
                     col = table.column(i)
@@ -400,7 +420,7 @@ class Stream:
             q = next(self.queries, None)
             if q is None:
                 return
-            self.pending.append((q.tag, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
+            self.pending.append((q, self.pool.submit(self.cap.read, q.sql, q.names, q.dtypes, True)))
 
     def __iter__(self) -> "Stream":
         return self
@@ -410,18 +430,18 @@ class Stream:
             return self.back.pop()
         if self.pool is None:
             q = next(self.queries)
-            return q.tag, self.cap.read(q.sql, q.names, q.dtypes)
+            return q.tag, q.complete(self.cap.read(q.sql, q.names, q.dtypes))
         if not self.pending:
             self.close()
             raise StopIteration
-        tag, fut = self.pending.popleft()
+        q, fut = self.pending.popleft()
         try:
             res = fut.result()
         except BaseException:
             self.close()
             raise
         self._fill()
-        return tag, res
+        return q.tag, q.complete(res)
 
     def push_back(self, tag, columns) -> None:
         """Return one result to the front of the stream (read one too many)."""
@@ -472,6 +492,9 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
             return None
         out[name] = arr.astype(dt, copy=False)
     return out
+
+
+_MISMATCH = re.compile(r"Type mismatch in column (\d+): expected \w+ but got ([\w/]+)")
 
 
 class _NotInteger(Exception):

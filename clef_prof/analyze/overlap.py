@@ -94,10 +94,13 @@ class BatchUnion:
         b0 = int(b.min())
         if (int(b.max()) - b0 + 1) * span < (1 << 62):
             base = (b - b0) * span - t0
-            o = np.argsort(base + s, kind="stable")
-            b, s, e, base = b[o], s[o], e[o], base[o]
+            key = base + s
+            if len(key) > 1 and not (key[1:] >= key[:-1]).all():      # often in order already
+                o = np.argsort(key, kind="stable")
+                b, s, e, base = b[o], s[o], e[o], base[o]
+                del o
             reach = np.maximum.accumulate(base + e) - base
-            del o, base
+            del key, base
         else:
             o = np.lexsort((s, b))
             b, s, e = b[o], s[o], e[o]
@@ -134,6 +137,9 @@ class BusyStream:
         self._batches = {int(k): np.flatnonzero(bpk == k) for k in unique(bpk)}
         self._last: dict[str, float | None] = {s: None for s in sources}   # None: not started
         self._all, self._own = _Held(), _Held()
+        # while every row added is staged, the staged rows are all the rows: `_own` is not
+        # kept, and its union is `_all`'s (one union per window instead of two)
+        self._own_is_all = True
         self._per_batch = BatchUnion(n_batches)
         self.peak_held = 0
 
@@ -146,16 +152,21 @@ class BusyStream:
             if (last is not None and start[0] < last) or (len(start) > 1 and (start[1:] < start[:-1]).any()):
                 raise Unordered(source)
             self._last[source] = int(start[-1])
+        if self._own_is_all and not staged.all():
+            self._own_is_all = False
+            self._own.parts = {k: list(p) for k, p in self._all.parts.items()}
+            self._own.size = self._all.size
         keys = [int(pk[0])] if (pk == pk[0]).all() else [int(k) for k in unique(pk)]
         for k in keys:
             m = None if len(keys) == 1 else (pk == k)
             s, e, st = (start, end, staged) if m is None else (start[m], end[m], staged[m])
             self._all.add(k, s, e)
-            self._own.add(k, s[st], e[st])
+            if not self._own_is_all:
+                self._own.add(k, s[st], e[st])
         if batch is not None:
             m = staged & (batch >= 0)
             self._per_batch.add(batch[m], start[m], end[m])
-        held = self._all.size + self._own.size + self._per_batch.size
+        held = self._all.size * (1 + self._own_is_all) + self._own.size + self._per_batch.size
         self.peak_held = max(self.peak_held, held)
         if self.ordered:
             if all(v is not None for v in self._last.values()):
@@ -190,9 +201,9 @@ class BusyStream:
                 cut = len(me) if w == float("inf") else int(np.searchsorted(me, w, side="left"))
                 fs, fe = ms[:cut], me[:cut]
                 if cut:
-                    if own:
+                    if own or self._own_is_all:
                         self.own_ns += int((fe - fs).sum())
-                    else:
+                    if not own:
                         self._cover(k, fs, fe)
                 if cut < len(ms):
                     held.parts[k] = [(ms[cut:], me[cut:])]

@@ -479,9 +479,16 @@ def _pair(paired: np.ndarray, call: np.ndarray) -> int:
     paired (a duplicated row: each memcpy call and kernel launch has exactly one)."""
     if len(call) == 0:
         return 0
-    u, n = np.unique(call, return_counts=True)
-    dup = int((n - 1).sum() + paired[u].sum())
-    paired[u] = True
+    lo, hi = int(call.min()), int(call.max()) + 1
+    if hi - lo > 4 * len(call) + 4096:     # calls far apart: sort them
+        u = np.unique(call)
+        dup = len(call) - len(u) + int(paired[u].sum())
+        paired[u] = True
+        return dup
+    # a window's calls lie close together: count them over their range (no sort)
+    seen = np.bincount(call - lo, minlength=hi - lo).astype(bool)
+    dup = len(call) - int(seen.sum()) + int(paired[lo:hi][seen].sum())
+    paired[lo:hi] |= seen
     return dup
 
 

@@ -43,6 +43,11 @@ def _counts(path) -> dict[str, int]:
     out["schema"] = con.execute("SELECT group_concat(sql, ';') FROM sqlite_master").fetchone()[0]
     out["duration"] = con.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()[0]
     out["max_corr"] = con.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    # rows the session's end cuts (in flight when capture stopped), and rows past the session
+    for t in ("OSRT_API", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        out[t + ":cut"], out[t + ":outside"] = con.execute(
+            f'SELECT count(*) FILTER (WHERE "end" >= {out["duration"]}), count(*) FILTER (WHERE start > '
+            f'{out["duration"]}) FROM "{t}"').fetchone()
     return out
 
 
@@ -51,13 +56,20 @@ def test_tiling_multiplies_event_rows_only(capture, tiled):
     assert out["schema"] == src["schema"]
     for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
               "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "OSRT_API"):
-        once = src["nvtx_domains"] if t == "NVTX_EVENTS" else 0
+        # domain rows once; a row the session's end cuts once, at the tiled session's end
+        once = (src["nvtx_domains"] if t == "NVTX_EVENTS" else 0) + src.get(t + ":cut", 0)
         assert out[t] == TILES * (src[t] - once) + once, t
     for t in ("StringIds", "ThreadNames", "PROCESSES", "META_DATA_EXPORT", "META_DATA_CAPTURE", "OSRT_CALLCHAINS",
               "TARGET_INFO_GPU", "ANALYSIS_DETAILS"):
         assert out[t] == src[t], t
     assert out["nvtx_domains"] == src["nvtx_domains"]
-    assert out["duration"] > TILES * 0.9 * src["duration"]
+    # the copies lie back to back inside the session: it is K times the source's, nothing starts
+    # after it, and only the rows the source's end cut are cut by the tiling's
+    assert out["duration"] == TILES * src["duration"]
+    assert src["OSRT_API:cut"] >= 1
+    for t in ("OSRT_API", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        assert out[t + ":outside"] == src[t + ":outside"] == 0, t
+        assert out[t + ":cut"] == src[t + ":cut"], t
     assert out["max_corr"] > (TILES - 1) * src["max_corr"]
 
 
@@ -99,13 +111,20 @@ def test_benchmark_smoke_run(capture, tmp_path):
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_analyze.py"), "--source",
                         str(capture("gpu-q1c16-main")), "--tiles", "4", "--repeat", "1", "--workdir", str(tmp_path),
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--json", str(out), "--tree", f"this={ROOT}", "--tree", f"again={ROOT}"],
+                       capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
     (rec,) = doc["results"]
     assert rec["bytes"] <= 100e6
     assert rec["analyze"]["requests"] == 4 * MAIN[0] and rec["analyze"]["warnings"] == 1     # nsys 2023.4 on CUDA 13
     assert rec["a_scan"]["rows"] > 0 and rec["b"]["wall_s"] > 0 and rec["b"]["rss_mb"] > 0
+    # the two-thread floor reads every row the one-thread floor reads, in the same round
+    assert rec["a_scan2"]["rows"] == rec["a_scan"]["rows"] and rec["a_scan2"]["runs"] == 1
+    # two trees: each timed in the round, a row each; b is the first's
+    assert list(rec["trees"]) == ["this", "again"] and rec["b"] == rec["trees"]["this"]
+    assert len(rec["b_over_a_rounds"]) == 1 and len(rec["load"]) == 2
+    assert "MB this |" in p.stdout and "MB again |" in p.stdout
     assert rec["c"] is not None
     assert "| export |" in p.stdout
     assert not any(f.suffix == ".sqlite" for f in tmp_path.iterdir())    # the tiling was deleted
