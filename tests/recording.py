@@ -57,8 +57,8 @@ def profile(argv: list, stem: Path, version: str, env: dict, cwd: Path, nsys_arg
     then held nothing at all from the target (no NVTX_EVENTS, no OSRT_API).
 
     Recorded again (3 tries) on one known nsys failure under load and on nothing else: nsys
-    crashing at start-up (its agent's sem_open ENOENT race with nsys-launcher, see
-    clef_prof.record.session.nsys_crash).
+    failing at start-up (its agent's sem_open ENOENT race with nsys-launcher, 2022.4's
+    "Failed to probe the process (sync)": see clef_prof.record.session.nsys_crash).
     """
     nsys = nsys_path(version)
     db = None

@@ -80,6 +80,7 @@ class NsysCrashed(CaptureFailed):
 
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
+_NSYS_RESUMER = re.compile(r"^(Failed to (?:probe|resume) the process\b.*)$", re.M)   # nsys' ProcessResumer
 _NSYS_USAGE = re.compile(r"^usage: nsys \w+ \[<args>\]", re.M)     # after nsys' line on a switch it refused
 
 
@@ -87,10 +88,13 @@ def nsys_crash(text: str) -> str | None:
     """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F`
     and its errinfo lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open
     ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
-    semaphore before nsys-launcher has created it."""
+    semaphore before nsys-launcher has created it. 2022.4 also fails its handshake with the launched
+    process now and then under load, with one line of its ProcessResumer ("Failed to probe the
+    process (sync)") and no report."""
     m = _NSYS_THROW.search(text)
     if m is None:
-        return None
+        r = _NSYS_RESUMER.search(text)
+        return f"ProcessResumer: {r.group(1).strip()}" if r else None
     info = {(k or api): v.strip() for k, api, v in _NSYS_ERRINFO.findall(text[m.end():])}
     why = info.get("errno_text") or info.get("message")
     if why and "api_function" in info:

@@ -183,6 +183,9 @@ def test_nsys_crash_is_read_from_its_log():
         "ProcessWaiterImpl.cpp(166): QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl("
         "QuadDCommon::ProcessId, bool): sem_open: No such file or directory")
     assert nsys_crash("Traceback (most recent call last):\nRuntimeError: simulated start-up failure\n") is None
+    # 2022.4 under load, verbatim (tests/recording.py's nsys profile of a small program, no report)
+    assert nsys_crash("Failed to probe the process (sync)\n") == "ProcessResumer: Failed to probe the process (sync)"
+    assert nsys_crash("my server: Failed to probe the process\n") is None
 
 
 @pytest.mark.nsys("2023.4")
