@@ -185,12 +185,13 @@ class Nsys:
         return os.path.dirname(real)
 
 
-def session_state(nsys_path: str, session: str) -> str | None:
+def session_state(nsys_path: str, session: str, env: dict | None = None) -> str | None:
     """The state `nsys sessions list` shows for a session (Configured, StartRange, RangeCollection,
-    RangeGeneration, RangeImportation, Launched, ...), or None when it is not listed."""
+    RangeGeneration, RangeImportation, Launched, ...), or None when it is not listed. `env`: the
+    environment the session's nsys ran with (its TMPDIR holds the sessions nsys lists)."""
     try:
         p = subprocess.run([nsys_path, "sessions", "list"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=20, errors="replace")
+                           timeout=20, errors="replace", env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in p.stdout.splitlines():

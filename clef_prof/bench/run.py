@@ -399,7 +399,8 @@ def run(args) -> dict:
         for s, h in old.items():
             signal.signal(s, h)
         if not ok and args.out:
-            write_json(os.path.join(logs, "bench.json"), {"schema": "clef-prof/bench/1", "status": "failed",
+            from .stats import SCHEMA
+            write_json(os.path.join(logs, "bench.json"), {"schema": SCHEMA, "status": "failed",
                                                       "servers": servers, "windows": windows, "notes": notes})
         elif ok and not args.out:
             shutil.rmtree(logs, ignore_errors=True)

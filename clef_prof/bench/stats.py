@@ -166,10 +166,17 @@ def verdict_text(c: dict) -> str:
     return f"{c['verdict']} (detects ±{c['mdc_pct']:.1f}%)"
 
 
+def _many(result: dict) -> bool:
+    """More than one arm beside the baseline: the table gets an arm column."""
+    return len(result["arms"]) > 2
+
+
 def rows(result: dict) -> list[list[str]]:
-    """Table rows: C | words / questions | req/s base → arm | change | CI | p50 | p99 | peak device MiB | verdict."""
+    """Table rows: C | words / questions | [arm |] req/s base → arm | change | CI | p50 | p99 | peak device MiB |
+    verdict; the arm column only with 3 or more arms, one row per case and arm."""
     out = []
     base = result["baseline"]
+    many = _many(result)
     for case in result["cases"]:
         k, arms = case["case"], case["arms"]
         by = {(c["arm"], c["metric"]): c for c in case["changes"]}
@@ -179,7 +186,7 @@ def rows(result: dict) -> list[list[str]]:
             c = f"{k['concurrency']}" + (f" @ {k['rate']:g}/s" if k.get("rate") else "")
             dev = (f"{_num(a['device_memory_peak_mib'], 6)} → {_num(b['device_memory_peak_mib'], 6)}"
                    if a["device_memory_peak_mib"] is not None or b["device_memory_peak_mib"] is not None else "—")
-            out.append([c, f"{k['words']} / {k['questions']}",
+            out.append([c, f"{k['words']} / {k['questions']}", *([name] if many else []),
                         f"{_num(a['throughput_rps'])} → {_num(b['throughput_rps'])}",
                         _pct(t["change_pct"]) if t else "—",
                         f"{_pct(t['ci'][0])} … {_pct(t['ci'][1])}" if t and t["ci"] else "—",
@@ -191,8 +198,9 @@ def rows(result: dict) -> list[list[str]]:
 
 def header(result: dict) -> list[str]:
     names = list(result["arms"])
-    arm = names[1] if len(names) == 2 else "arm"
-    return ["C", "words / questions", f"req/s {result['baseline']} → {arm}", "change",
+    arm = "arm" if _many(result) else names[1]
+    return ["C", "words / questions", *(["arm"] if _many(result) else []), f"req/s {result['baseline']} → {arm}",
+            "change",
             f"{100 * result['method']['confidence']:g}% CI", "p50 ms", "p99 ms", "peak device MiB", "verdict"]
 
 
@@ -247,13 +255,15 @@ def footer_lines(result: dict) -> list[str]:
 
 def render_markdown(result: dict) -> str:
     names = list(result["arms"])
+    lead = 3 if _many(result) else 2
     out = [f"### clef-prof bench: {' → '.join(names)}", "", "| " + " | ".join(header(result)) + " |",
-           "|" + "---|" * 2 + "---:|" * 6 + "---|"]
+           "|" + "---|" * lead + "---:|" * 6 + "---|"]
     out += ["| " + " | ".join(r) + " |" for r in rows(result)]
     out.append("")
     out += [f"<sub>{line}</sub>  " for line in footer_lines(result)]
     for g in result.get("gates", []):
-        out.append(f"- **{'fired' if g['fired'] else 'passed'}** ({g['case']}): `{g['gate']}`")
+        out.append(f"- **{'fired' if g['fired'] else 'passed'}** ({g['case']}): `{g['gate']}` — {g['arm']} vs "
+                   f"{g['baseline']}")
     return "\n".join(out) + "\n"
 
 
@@ -263,8 +273,9 @@ def render_terminal(result: dict, console=None) -> None:
 
     console = console or Console()
     t = Table(title=f"clef-prof bench: {' → '.join(result['arms'])}")
+    lead = 3 if _many(result) else 2
     for i, h in enumerate(header(result)):
-        t.add_column(h, justify="right" if 1 < i < 8 else "left")
+        t.add_column(h, justify="right" if lead <= i < lead + 6 else "left")
     for r in rows(result):
         t.add_row(*r)
     console.print(t)

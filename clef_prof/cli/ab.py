@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arm", action="append", default=[], metavar="NAME=COMMAND", required=True,
                    help="an arm and its server command (quoted; repeat for each arm, baseline first)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="captures per arm (default 2; compare gives a verdict on a timing from 3 per arm)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="captures per arm (default 3, the fewest compare judges: it needs 3 per arm)")
     p.add_argument("--order", choices=["ABBA", "AB"], default="ABBA",
                    help="ABBA: reverse the arm order every other round (default); AB: fixed order")
     p.add_argument("--pause", type=float, default=0.0, metavar="S", help="seconds between captures")

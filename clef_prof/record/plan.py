@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import tempfile
 from dataclasses import dataclass, field
 
 from ..config import DEFAULT_PY_SAMPLING_HZ, ENV_PY_SAMPLING_HZ as ENV_HZ
@@ -113,12 +114,14 @@ class Plan:
     sqlite: str = ""
     probe: bool = False                   # --window auto: probe the endpoints once healthy
     torch_dir: str | None = None          # --profiler torch: the server's trace folder
+    nsys_tmp: str | None = None           # TMPDIR of this capture's nsys processes alone (see nsys_tmpdir)
 
     def lines(self) -> list[str]:
-        env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
-        out = [f"# window: {self.window}", env + quote(self.main)]
+        tmp = f"TMPDIR={shlex.quote(self.nsys_tmp)} " if self.nsys_tmp else ""
+        env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items() if k != "TMPDIR")
+        out = [f"# window: {self.window}", tmp + env + quote(self.main)]
         if self.start:
-            out += [quote(self.start) + "    # opens the window", quote(self.stop) + "    # closes it"]
+            out += [tmp + quote(self.start) + "    # opens the window", tmp + quote(self.stop) + "    # closes it"]
         if self.export:
             out.append(quote(self.export))
         return out
@@ -189,20 +192,42 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
                      + (f"--python-sampling at {cfg.trace.python_sampling_hz} Hz too" if cfg.trace.python_sampling_hz
                         else "--python-sampling off (its frames do not reach the SQLite export)"))
     env.update(cfg.env)
+    nsys_tmp = nsys_tmpdir(token)
+    app = keep_tmpdir(server, env)
     if window == "nsys":
-        main = launch_command(nsys, cfg.trace, server, session=session, notes=notes)
+        main = launch_command(nsys, cfg.trace, app, session=session, notes=notes)
         start = start_command(nsys, cfg.trace, base, session=session)
         stop = stop_command(nsys, session=session)
     else:
         rng = "cudaProfilerApi" if window == "profiler-api" else "nvtx"
         if window == "nvtx":
             env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
-        main = profile_command(nsys, cfg.trace, base, server, session=session, capture_range=rng,
+        main = profile_command(nsys, cfg.trace, base, app, session=session, capture_range=rng,
                                capture_range_end=cfg.capture_range_end, nvtx_capture=cfg.nvtx_capture, notes=notes)
         start = stop = None
     report, sqlite = base + ".nsys-rep", base + ".sqlite"
     exp = export_command(nsys, report, sqlite) if cfg.export else None
-    return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe)
+    return Plan(window, nsys, server, main, start, stop, exp, env, notes, session, token, report, sqlite, probe,
+                nsys_tmp=nsys_tmp)
+
+
+def nsys_tmpdir(token: str) -> str:
+    """A temporary folder of one capture's own, given to its nsys processes as TMPDIR.
+
+    Every nsys on a machine keeps its sessions' files under $TMPDIR/nvidia/nsight_systems
+    (quadd_session_<id>/: the injection's event files, the server's streams), and any nsys
+    running beside it there, of the same release or another, may remove them as another's dead
+    session's: the agent then finds no event file at `nsys stop` and the export holds no NVTX,
+    OS-runtime or sampling row at all. Under a TMPDIR of its own no other nsys sees them. The injection finds the folder through nsys' NSYS_AGENT_TMP_DIR, so the server
+    keeps its own TMPDIR (keep_tmpdir)."""
+    return os.path.join(tempfile.gettempdir(), f"clef-prof-nsys-{token}")
+
+
+def keep_tmpdir(server: list[str], env: dict) -> list[str]:
+    """The server command run with the TMPDIR it would have had without record's (its --env
+    TMPDIR, else this process's, else none): nsys passes its own environment on."""
+    value = env.get("TMPDIR", os.environ.get("TMPDIR"))
+    return ["env", "-u", "TMPDIR", *server] if value is None else ["env", f"TMPDIR={value}", *server]
 
 
 def _torch_plan(cfg: RecordConfig, nsys: Nsys | None) -> Plan:

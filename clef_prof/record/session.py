@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,12 +70,17 @@ class CaptureFailed(ClefError):
     pass
 
 
+class NoNvtx(CaptureFailed):
+    """The export holds no NVTX record though the server was annotated (its manifest says so)."""
+
+
 class NsysCrashed(CaptureFailed):
     """nsys itself died while starting the server (its exception in the server's log)."""
 
 
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
+_NSYS_RESUMER = re.compile(r"^(Failed to (?:probe|resume) the process\b.*)$", re.M)   # nsys' ProcessResumer
 _NSYS_USAGE = re.compile(r"^usage: nsys \w+ \[<args>\]", re.M)     # after nsys' line on a switch it refused
 
 
@@ -82,10 +88,13 @@ def nsys_crash(text: str) -> str | None:
     """The one line of an nsys exception in a log (`.../QuadD/.../X.cpp(166): Throw in function F`
     and its errinfo lines), or None. nsys 2022.4 and 2023.4 throw at start-up under load: sem_open
     ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
-    semaphore before nsys-launcher has created it."""
+    semaphore before nsys-launcher has created it. 2022.4 also fails its handshake with the launched
+    process now and then under load, with one line of its ProcessResumer ("Failed to probe the
+    process (sync)") and no report."""
     m = _NSYS_THROW.search(text)
     if m is None:
-        return None
+        r = _NSYS_RESUMER.search(text)
+        return f"ProcessResumer: {r.group(1).strip()}" if r else None
     info = {(k or api): v.strip() for k, api, v in _NSYS_ERRINFO.findall(text[m.end():])}
     why = info.get("errno_text") or info.get("message")
     if why and "api_function" in info:
@@ -155,11 +164,15 @@ class Recording:
         self.say(f"note: {text}")
 
     # -- processes ------------------------------------------------------------------------
-    def _env(self) -> dict:
+    def _env(self, nsys: bool = True) -> dict:
+        """The environment of this capture's processes; nsys' (and so the server's, which
+        plan.keep_tmpdir gives its own TMPDIR back) with the capture's private TMPDIR."""
         env = dict(os.environ)
         env.update(sampling_env(self.cfg))
         env.update(self.pl.env)
         env[procs.ENV_MARK] = self.pl.token
+        if nsys and self.pl.nsys_tmp:
+            env["TMPDIR"] = self.pl.nsys_tmp
         return env
 
     def start_server(self) -> None:
@@ -174,6 +187,8 @@ class Recording:
             os.makedirs(self.pl.torch_dir, exist_ok=True)
             for f in _torch_traces(self.pl.torch_dir):
                 os.remove(f)
+        if self.pl.nsys_tmp:
+            os.makedirs(self.pl.nsys_tmp, mode=0o700, exist_ok=True)
         self.say("starting: " + quote(self.pl.main))
         self.t_server = time.time_ns()
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
@@ -237,7 +252,7 @@ class Recording:
 
     def start_load(self) -> None:
         if self.cfg.client_cmd:
-            env = self._env()
+            env = self._env(nsys=False)
             env["CLEF_PROF_URL"] = self.cfg.url
             self.say(f"client: {self.cfg.client_cmd}")
             with open(self.log_client, "wb") as log:
@@ -384,7 +399,7 @@ class Recording:
             self.check_range_opened()
 
     def state(self) -> str | None:
-        return session_state(self.pl.nsys.path, self.pl.session)
+        return session_state(self.pl.nsys.path, self.pl.session, self._env())
 
     def check_range_opened(self, wait_s: float = 5.0) -> None:
         """An application-opened window (cudaProfilerStart, an NVTX range) must show in nsys' session
@@ -544,6 +559,8 @@ class Recording:
         left = procs.terminate_marked(self.pl.token, tree=self.tree)
         if left:
             self.say(f"warning: processes left that could not be ended: {procs.describe(left)}")
+        if self.pl.nsys_tmp:
+            shutil.rmtree(self.pl.nsys_tmp, ignore_errors=True)
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -603,7 +620,15 @@ class Recording:
                 error = CaptureFailed(problem)
         if exported and not self.pl.torch_dir and "nvtx" in self.cfg.trace.trace.split(","):
             n = self.nvtx_rows = mf.count_rows(exported, "NVTX_EVENTS") or 0
-            if not n:
+            why = self.annotated() if not n and error is None and self.status == mf.STATUS_OK else None
+            if why:
+                self.status = mf.STATUS_FAILED
+                self.detail = (f"the export holds no NVTX record though {why}: nsys recorded none of the server's "
+                               f"annotations (see {mf.relative_to(self.log_nsys, self.out)}); {exported} is not a "
+                               "usable capture")
+                self.notes.append(self.detail)
+                error = NoNvtx(self.detail)
+            elif not n:
                 self.note("the export holds no NVTX record: nsys collected nothing from the server's annotations "
                           "(not annotated, or the capture's data was lost; see " + mf.relative_to(self.log_nsys, self.out)
                           + ")")
@@ -627,6 +652,16 @@ class Recording:
                                 f"\"status\": \"server died\" in {path}")
         self.summary(exported, path)
         return {"manifest": path, "export": exported, "status": self.status, "nvtx_rows": self.nvtx_rows}
+
+    def annotated(self) -> str | None:
+        """Why this server's window must hold NVTX ranges (a stage spec was injected, or the server's
+        stop call counted batches it ran, which clef-prof's servers annotate), or None."""
+        if self.cfg.spec:
+            return f"the stage spec {os.path.basename(self.cfg.spec)} was injected"
+        batches = (self.server_counts or {}).get("batches")
+        if isinstance(batches, int) and not isinstance(batches, bool) and batches > 0:
+            return f"the server ran {batches} annotated batches in its window"
+        return None
 
     def finish_files(self, error) -> tuple[str | None, str | None]:
         """(export, problem): export the report when there is one; explain when there is none.
@@ -910,6 +945,11 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
                     raise
                 crashed += 1
                 msg = f"attempt {attempt}: {exc}; recorded again (--retries {cfg.retries})"
+            except NoNvtx as exc:
+                if lost >= cfg.retries:
+                    raise NoNvtx(f"{exc}" + (f" (after {lost + 1} attempts, --retries {cfg.retries})" if lost else ""))
+                lost += 1
+                msg = f"attempt {attempt}: {exc}; recorded again with a fresh server (--retries {cfg.retries})"
             else:
                 if res["nvtx_rows"] != 0 or lost >= cfg.retries:
                     return res

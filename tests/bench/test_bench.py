@@ -212,6 +212,7 @@ def test_server_dies_mid_window(tmp_path):
     assert "killed by SIGKILL" in lines[0]
     run = json.loads((tmp_path / "run" / "bench.json").read_text())
     assert run["status"] == "failed" and [s["arm"] for s in run["servers"]] == ["dying"]
+    assert run["schema"] == bs.SCHEMA == "clef-prof/bench/2"      # the same schema as a finished run's
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -328,6 +329,38 @@ def test_from_rejudges_saved_windows(ab, capsys):
         for a, b in zip(c95["changes"], c80["changes"]):
             assert (a["metric"], a["change"]) == (b["metric"], b["change"])
             assert a["ci"][0] < b["ci"][0] < b["ci"][1] < a["ci"][1]            # narrower, same centre
+
+
+def test_three_arms_name_their_arm(ab, tmp_path, capsys):
+    """With 3 arms each table row and gate line says which arm it is: the saved run with a third
+    arm made of the slow arm's windows (so both non-baseline arms fire the same gate)."""
+    from clef_prof.cli.app import main
+
+    _, r, tmp = ab
+    saved = json.loads((tmp / "run" / "bench.json").read_text())
+    saved["arms"]["slow2"] = dict(saved["arms"]["slow"])
+    top = max(w["seq"] for c in saved["cases"] for a in c["arms"].values() for w in a["windows"])
+    for c in saved["cases"]:
+        c["arms"]["slow2"] = {"windows": [dict(w, arm="slow2", seq=w["seq"] + top, server=w["server"] + 1000)
+                                          for w in c["arms"]["slow"]["windows"]]}
+    (tmp_path / "bench.json").write_text(json.dumps(saved))
+    gate = ["--fail-if", "throughput_rps < -2%"]
+    assert main(["bench", "--from", str(tmp_path), *gate, "-f", "markdown"]) == 1
+    out = capsys.readouterr()
+    table = [ln for ln in out.out.splitlines() if ln.startswith("| ")]
+    assert table[0].startswith("| C | words / questions | arm | req/s main → arm | change |")
+    assert [ln.split(" | ")[2] for ln in table[1:]] == ["slow", "slow2"] * len(r["cases"])
+    verdicts = [g for g in r["gates"] if g["gate"] == "throughput_rps < -2%"]
+    assert any(g["fired"] for g in verdicts)
+    for g in verdicts:                  # slow2 holds slow's windows: the same verdict, named for each arm
+        word = "fired" if g["fired"] else "passed"
+        for arm in ("slow", "slow2"):
+            assert f"- **{word}** ({g['case']}): `throughput_rps < -2%` — {arm} vs main" in out.out
+            assert f"clef-prof: {g['case']}: gate {word}: throughput_rps < -2% — {arm} vs main: " in out.err
+    assert main(["bench", "--from", str(tmp_path), "-f", "json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [row[2] for row in bs.rows(res)] == ["slow", "slow2"] * len(r["cases"])     # the terminal table's rows
+    assert bs.header(r)[:3] == ["C", "words / questions", "req/s main → slow"]         # two arms: as before
 
 
 def test_from_refusals(ab, tmp_path):

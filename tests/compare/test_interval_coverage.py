@@ -1,7 +1,7 @@
 """compare's within-capture interval (`ci_within`, the labelled figure of one capture per arm)
 against a known truth: its coverage of the change in host time per request on simulated arms
 with a known difference and no capture-to-capture variation, and an arm against itself. The
-verdict between captures is checked in test_verdict_calibration.py."""
+verdict between captures is checked in test_compare_calibration.py."""
 from __future__ import annotations
 
 import numpy as np

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -25,6 +26,7 @@ from clicheck import assert_one_line, run_main
 from recording import nsys_path
 
 SERVER = ["python3", "-m", "srv", "--port", "8000"]
+APP = ["env", "-u", "TMPDIR", *SERVER]           # nsys runs the server with the TMPDIR it had (none, in build)
 DEFAULTS = {"--trace": "cuda,nvtx,osrt", "--cuda-graph-trace": "graph", "--trace-fork-before-exec": "true"}
 
 
@@ -34,12 +36,13 @@ def build(monkeypatch, tmp_path, *argv, server=SERVER, gpu=False, nsys=None):
     for where in ("plan", "session"):
         monkeypatch.setattr(f"clef_prof.record.{where}.gpu_present", lambda: gpu)
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    monkeypatch.delenv("TMPDIR", raising=False)
     args = cli.build_parser().parse_args(["record", "--out", str(tmp_path / "out"), *argv, "--", *server])
     cfg = config_from(args, list(server))
     return cfg, plan(cfg, nsys or Nsys.assumed())
 
 
-def switches(cmd: list[str], server=SERVER) -> dict[str, str | None]:
+def switches(cmd: list[str], server=APP) -> dict[str, str | None]:
     """The nsys switches of a command (between the subcommand and the server), each given once."""
     assert cmd[-len(server):] == server
     body = cmd[2:-len(server)]
@@ -66,7 +69,8 @@ def test_profiler_api_window_has_the_documented_switches(monkeypatch, tmp_path):
     assert pl.export == ["nsys", "export", "--type=sqlite", "--quiet=true", "--force-overwrite=true",
                          f"--output={base}.sqlite", f"{base}.nsys-rep"]
     assert pl.server == SERVER and pl.env == {}
-    assert pl.lines() == ["# window: profiler-api", shlex.join(pl.main), shlex.join(pl.export)]
+    assert pl.lines() == ["# window: profiler-api", f"TMPDIR={pl.nsys_tmp} " + shlex.join(pl.main),
+                          shlex.join(pl.export)]
     assert sampling_env(cfg) == {"CLEF_PROF_PY_SAMPLING_HZ": "100"}      # clef-prof's sampler, in the server's env
     assert not (tmp_path / "out").exists()                                   # a plan writes nothing
 
@@ -95,7 +99,7 @@ def test_nsys_window_is_launch_start_stop(monkeypatch, tmp_path):
                         f"--output={base}", "--force-overwrite=true"]
     assert pl.stop == ["nsys", "stop", f"--session={pl.session}"]
     lines = pl.lines()
-    assert lines[0] == "# window: nsys" and lines[2] == shlex.join(pl.start) + "    # opens the window"
+    assert lines[0] == "# window: nsys" and lines[2] == f"TMPDIR={pl.nsys_tmp} {shlex.join(pl.start)}    # opens the window"
 
 
 @pytest.mark.parametrize("given, start, launch", [
@@ -111,7 +115,7 @@ def test_nsys_window_gives_start_the_switches_only_start_takes(monkeypatch, tmp_
     _, pl = build(monkeypatch, tmp_path, "--window", "nsys", *(f"--nsys-arg={a}" for a in given))
     assert pl.start[3:-2] == start
     assert pl.main == ["nsys", "launch", f"--session-new={pl.session}",
-                       *(f"{k}={v}" for k, v in DEFAULTS.items() if not (launch and k == "--trace")), *launch, *SERVER]
+                       *(f"{k}={v}" for k, v in DEFAULTS.items() if not (launch and k == "--trace")), *launch, *APP]
 
 
 @pytest.mark.parametrize("argv, gpu, window, probe, note", [
@@ -194,7 +198,7 @@ def test_nsys_args_replace_records_switches(monkeypatch, tmp_path, window, given
     _, pl = build(monkeypatch, tmp_path, "--window", window, *given)
     sw = switches(pl.main)
     user = [g.split("=", 1)[1] for g in given]
-    before = pl.main[:-len(SERVER)]                    # the user's switches come last, before --output
+    before = pl.main[:-len(APP)]                       # the user's switches come last, before --output
     if window == "profiler-api":
         assert before[-2:] == [f"--output={tmp_path / 'out' / 'capture'}", "--force-overwrite=true"]
         before = before[:-2]
@@ -219,7 +223,12 @@ def test_a_prefix_that_nsys_takes_replaces_records_switch(monkeypatch, tmp_path,
     _, pl = build(monkeypatch, tmp_path, "--window", "nvtx", f"--nsys-arg={given}", server=["/bin/true"],
                   nsys=Nsys.find(str(nsys_path("2023.4"))))
     assert given in pl.main and not any(a.startswith(ours + "=") for a in pl.main)
-    p = subprocess.run(pl.main, capture_output=True, text=True, timeout=120)
+    os.makedirs(pl.nsys_tmp)        # as record runs it: in the capture's own TMPDIR, which no other nsys clears
+    try:
+        p = subprocess.run(pl.main, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "TMPDIR": pl.nsys_tmp})
+    finally:
+        shutil.rmtree(pl.nsys_tmp, ignore_errors=True)
     assert p.returncode == 0 and "more than once" not in p.stdout + p.stderr, p.stdout + p.stderr
 
 
@@ -272,13 +281,15 @@ def test_duration_must_be_positive(tmp_path, monkeypatch, value):
 def test_dry_run_prints_the_plan(tmp_path, monkeypatch):
     """`--dry-run` without nsys: the switches of a recent nsys, said so; nothing written."""
     monkeypatch.setenv("CLEF_PROF_NSYS", str(tmp_path / "no-nsys"))
+    monkeypatch.delenv("TMPDIR", raising=False)
     p = run_main("record", "--out", tmp_path / "o", "--dry-run", "--window", "profiler-api",
                  "--nsys-arg=--trace=cuda,nvtx", "--", *SERVER)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == "# nsys not found here: switches shown as for a recent nsys"
     assert "# window: profiler-api" in lines
-    (main,) = [shlex.split(ln) for ln in lines if ln.startswith("nsys profile ")]
+    (main,) = [shlex.split(ln) for ln in lines if ln.startswith("TMPDIR=/") and " nsys profile " in ln]
+    main = main[1:]                                     # nsys in a TMPDIR of the capture's own
     sw = switches(main)
     assert sw["--trace"] == "cuda,nvtx" and sw["--output"] == str(tmp_path / "o" / "capture")
     assert any(ln.startswith("nsys export --type=sqlite") for ln in lines)
@@ -344,3 +355,24 @@ def test_keep_env_keeps_the_command_lines(monkeypatch, tmp_path):
     assert c["server"][4] == SECRETS["sk"] and f"--env-var=AWS_SECRET_ACCESS_KEY={SECRETS['aws']}" in c["nsys"]
     assert SECRETS["sk"] in c["client"] and m["load"]["command"] == c["client"]
     assert f"HF_TOKEN={SECRETS['hf']}" in c["clef_prof"]
+
+
+def test_nsys_gets_a_tmpdir_of_its_own_and_the_server_keeps_its(monkeypatch, tmp_path):
+    """nsys keeps its sessions' files under $TMPDIR/nvidia/nsight_systems, where any other nsys may
+    clear them (the capture then holds no NVTX at all): each capture's nsys gets a folder of its own
+    as TMPDIR, and nsys runs the server with the TMPDIR it would have had."""
+    import tempfile
+
+    _, pl = build(monkeypatch, tmp_path, "--window", "nsys")
+    _, again = build(monkeypatch, tmp_path, "--window", "nsys")
+    assert os.path.dirname(pl.nsys_tmp) == tempfile.gettempdir() and pl.nsys_tmp != again.nsys_tmp
+    assert "TMPDIR" not in pl.env and not os.path.exists(pl.nsys_tmp)     # made by the recording, not the plan
+    assert pl.main[-len(APP):] == APP
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    for argv, value in (((), str(tmp_path)), (("--env", "TMPDIR=/srv/tmp"), "/srv/tmp")):
+        args = cli.build_parser().parse_args(["record", "--out", str(tmp_path / "o"), "--window", "nsys", *argv,
+                                              "--", *SERVER])
+        pl = plan(config_from(args, SERVER), Nsys.assumed())
+        assert pl.main[-len(SERVER) - 2:] == ["env", f"TMPDIR={value}", *SERVER]
+    rec = Recording(config_from(args, SERVER), pl)
+    assert rec._env()["TMPDIR"] == pl.nsys_tmp and rec._env(nsys=False)["TMPDIR"] == "/srv/tmp"

@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -185,6 +186,9 @@ def test_nsys_crash_is_read_from_its_log():
         "ProcessWaiterImpl.cpp(166): QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl("
         "QuadDCommon::ProcessId, bool): sem_open: No such file or directory")
     assert nsys_crash("Traceback (most recent call last):\nRuntimeError: simulated start-up failure\n") is None
+    # 2022.4 under load, verbatim (tests/recording.py's nsys profile of a small program, no report)
+    assert nsys_crash("Failed to probe the process (sync)\n") == "ProcessResumer: Failed to probe the process (sync)"
+    assert nsys_crash("my server: Failed to probe the process\n") is None
 
 
 @pytest.mark.nsys("2023.4")
@@ -231,7 +235,10 @@ def test_record_demo_then_analyze(tmp_path, mark):
     # Python samples by default: clef-prof's sampler asked and recorded, nsys' own off
     assert (m["trace"]["python_sampling_hz"], m["trace"]["python_sampler"], m["trace"]["nsys_python_sampling_hz"]) == (
         100, "clef-prof", 0)
-    assert r["samples"]["samples"] > 0 and sum(r["samples"]["stages"][s]["samples"] for s in STAGE_NAMES) > 0
+    # every sample placed in one slot; whether any lands in a stage depends on the GIL (the demo's
+    # CPU batches are shorter than the switch interval: docs/sampling.md, limits), so not asserted
+    smp = r["samples"]
+    assert smp["samples"] > 0 and sum(v["samples"] for v in smp["stages"].values()) == smp["samples"]
     for name in ("parse", "index", "transfer", "head", "encode"):
         assert r["stages"][name]["instances"] == r["batches"] > 0
     assert_within_client_bounds(r, m, 16)
@@ -544,3 +551,84 @@ def test_record_ends_a_grandchild_without_the_marker(tmp_path, mark):
             break
         time.sleep(0.1)
     assert not alive, f"the server's grandchild {pid} (setsid env -i sleep 3017) is still running"
+
+
+# --------------------------------------------------------------------------------------------
+# captures that hold no NVTX
+
+
+class Clearing:
+    """A thread removing what matches `pattern` under `root` every 50 ms, as another nsys on the
+    machine removes a session's files under $TMPDIR/nvidia/nsight_systems."""
+
+    def __init__(self, root: Path, pattern: str):
+        self.root, self.pattern, self.cleared = root, pattern, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self):
+        while not self.stop.is_set():
+            for f in self.root.glob(self.pattern):
+                shutil.rmtree(f, ignore_errors=True) if f.is_dir() else f.unlink(missing_ok=True)
+                self.cleared.append(f.name)
+            self.stop.wait(0.05)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.mark.nsys("2023.4")
+def test_no_nvtx_from_an_annotated_server_fails(tmp_path, mark):
+    """The demo server annotates every batch; with the session's event files removed while it
+    runs (what another nsys did to the shared session folder) the export holds no NVTX at all.
+    That is no usable capture: one line, exit 1, "failed" in the manifest (it was "ok", exit 0)."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    out, port = tmp_path / "cap", free_port()
+    with Clearing(shared, "clef-prof-nsys-*/nvidia/nsight_systems/quadd_session_*/injection_files/*") as c:
+        p = record(out, port, *FAST, "-q", "--retries", "0", server_args=("--variant", "pr"), mark=mark,
+                   env=env_for(mark, TMPDIR=str(shared)))
+    assert any(n.endswith("_storage.dat") for n in c.cleared)
+    m = json.loads((out / "manifest.json").read_text())
+    batches = m["server_counts"]["batches"]
+    assert batches > 0
+    line = one_line(p, 1, f"the export holds no NVTX record though the server ran {batches} annotated batches in "
+                          "its window", "not a usable capture")
+    assert m["status"] == "failed" and m["status_detail"] in line
+    con = sqlite3.connect(out / "capture.sqlite")
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert not tables & {"NVTX_EVENTS", "OSRT_API"}         # nothing at all from the server
+
+
+@pytest.mark.nsys("2023.4")
+def test_capture_survives_another_nsys_clearing_the_shared_session_folder(tmp_path, mark):
+    """nsys keeps a session's event files under $TMPDIR/nvidia/nsight_systems/quadd_session_*/, and
+    another nsys on the machine may remove them there: the export then held no NVTX, OS-runtime or
+    sampling row at all, with status ok (20% of recordings on a machine where other nsys ran).
+    Here the test clears that shared folder all through the recording; record's nsys works in a
+    TMPDIR of its own, so the capture keeps every batch."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    out, port = tmp_path / "cap", free_port()
+    with Clearing(shared, "nvidia/nsight_systems/quadd_session_*") as c:
+        p = record(out, port, *FAST, "--retries", "0", server_args=("--variant", "pr"), mark=mark,
+                   env=env_for(mark, TMPDIR=str(shared)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert c.cleared == []                      # record's nsys left nothing there to clear
+    assert not list(shared.glob("clef-prof-nsys-*"))        # its own folder is removed after the capture
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok" and m["attempt"] == 1
+    con = sqlite3.connect(out / "capture.sqlite")
+    batches = con.execute("SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                          "WHERE e.eventType = 59 AND s.value LIKE 'pooler n=%'").fetchone()[0]
+    batches += con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE 'pooler n=%'"
+                           ).fetchone()[0]
+    osrt = con.execute("SELECT count(*) FROM OSRT_API").fetchone()[0]
+    con.close()
+    assert batches >= m["server_counts"]["batches"] > 0 and osrt > 0
