@@ -1,0 +1,129 @@
+"""Replica ranks, both NVTX range kinds and `requests=K` on a committed real capture (CPU-only),
+and the per-request D2H figure (issue 21 item 8).
+
+tests/data/cpu23-ranks.sqlite.xz is a real nsys 2023.4 recording of tests/programs/ranks_capture.py:
+three phases of two spawned workers each, one after another: tensor-parallel replicas with request
+ids (push/pop batch ranges, eventType 59), replicas without ids (start/end batch ranges, eventType
+60), and data-parallel ranks whose batch messages say `requests=K`. Every expected figure comes from
+the program (its batch sizes) and from SQL over the export, never from analyze's own code.
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from clef_prof.analyze.result import analyze
+
+NAME = "cpu23-ranks"
+SIZES = (3, 1, 4, 2, 5, 2)
+
+# per process: its batch ranges, the sizes their messages give (n=K or requests=K), the range kinds
+BATCHES_SQL = """
+SELECT globalTid >> 24 & 16777215 AS pid, count(*), min(start),
+       sum(CAST(CASE WHEN text LIKE 'pooler n=%' THEN substr(text, 10)
+                     ELSE substr(text, 17) END AS INTEGER)),
+       group_concat(DISTINCT eventType)
+FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND (text LIKE 'pooler n=%' OR text LIKE 'pooler requests=%')
+GROUP BY pid ORDER BY min(start)
+"""
+
+
+def sql(path, query):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def phases(capture):
+    """[(pid, batches, requests, range kinds)] of the two processes of each phase, in time order."""
+    rows = sql(capture(NAME), BATCHES_SQL)
+    assert len(rows) == 6, rows
+    out = [sorted(rows[i:i + 2]) for i in (0, 2, 4)]
+    return [[(pid, n, req, kinds) for pid, n, _, req, kinds in pair] for pair in out]
+
+
+@pytest.fixture(scope="module")
+def result(capture):
+    return analyze(str(capture(NAME))).result
+
+
+def test_the_capture_holds_what_the_program_ran(phases, truth):
+    tp_rid, tp_sizes, dp = phases
+    total = sum(SIZES)
+    assert [(n, req, kinds) for _, n, req, kinds in tp_rid] == [(6, total, "59")] * 2
+    assert [(n, req, kinds) for _, n, req, kinds in tp_sizes] == [(6, total, "60")] * 2
+    assert sorted((n, req) for _, n, req, _ in dp) == [(3, sum(SIZES[1::2])), (3, sum(SIZES[0::2]))]
+    assert {kinds for *_, kinds in dp} == {"59"}
+    assert truth(NAME)["ground_truth"]["requests"] == 3 * total
+
+
+def test_replica_ranks_count_once_and_data_parallel_ranks_all(result, phases):
+    tp_rid, tp_sizes, dp = phases
+    # a replica pair counts its requests once, data-parallel ranks each count theirs
+    assert result.requests == tp_rid[0][2] + tp_sizes[0][2] + dp[0][2] + dp[1][2] == 51
+    assert result.batches == tp_rid[0][1] + tp_sizes[0][1] + dp[0][1] + dp[1][1] == 18
+    assert result.stages["head"].instances == result.stages["parse"].instances == 18
+    ranks = {x.pid: x for x in result.ranks}
+    assert set(ranks) == {pid for pair in phases for pid, *_ in pair}
+    for (first, n, req, _), (second, *_) in (tp_rid, tp_sizes):
+        assert ranks[first].counted and ranks[first].first_rank_pid == first
+        assert not ranks[second].counted and ranks[second].first_rank_pid == first
+        assert (ranks[second].batches, ranks[second].requests) == (n, req)
+    for pid, n, req, _ in dp:
+        assert ranks[pid].counted and ranks[pid].first_rank_pid == pid
+        assert (ranks[pid].batches, ranks[pid].requests) == (n, req)
+
+
+def _copy(capture, tmp_path, *statements) -> str:
+    f = tmp_path / "changed.sqlite"
+    shutil.copyfile(capture(NAME), f)
+    f.chmod(0o644)
+    with sqlite3.connect(f) as con:
+        for s in statements:
+            con.execute(s)
+    return str(f)
+
+
+@pytest.mark.parametrize("kind", [59, 60])
+def test_push_pop_and_start_end_ranges_count_alike(capture, tmp_path, result, kind):
+    """Every range rewritten as one kind (59 push/pop, 60 start/end): the same figures."""
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET eventType = {kind} WHERE eventType IN (59, 60)")
+    assert sql(f, "SELECT DISTINCT eventType FROM NVTX_EVENTS WHERE eventType IN (59, 60)") == [(kind,)]
+    r = analyze(f).result
+    assert (r.requests, r.batches, r.stages["head"].instances) == (51, 18, 18)
+    assert [(x.pid, x.counted, x.batches, x.requests) for x in r.ranks] == \
+        [(x.pid, x.counted, x.batches, x.requests) for x in result.ranks]
+
+
+def test_requests_k_is_a_batch_size(capture, tmp_path, result, phases):
+    """`requests=K` reads as the batch size: spelled `n=K` instead, the figures stay; with the size
+    removed from the data-parallel messages, the request count is unknown (not 34)."""
+    assert result.requests_source is not None
+    same = _copy(capture, tmp_path, "UPDATE NVTX_EVENTS SET text = replace(text, 'pooler requests=', 'pooler n=')")
+    r = analyze(same).result
+    assert (r.requests, r.batches) == (result.requests, result.batches) == (51, 18)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    f = _copy(capture, gone, "UPDATE NVTX_EVENTS SET text = replace(text, 'pooler requests=', 'pooler k=')")
+    r = analyze(f).result
+    assert r.batches == 18 and r.requests is None and r.per_request.pooler_host_ms is None
+    assert any("batch size not found" in w for w in r.warnings)
+
+
+def test_d2h_per_request_counts_d2h_copies(capture):
+    """gpu-q1c16-main copies once device-to-host per batch (its truth) and 9 times host-to-device per
+    request: the per-request D2H figure is the D2H count (SQL, copyKind 2) over the requests."""
+    path = capture("gpu-q1c16-main")
+    (d2h,), = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2")
+    (req,), = sql(path, "SELECT SUM(CAST(substr(text, 10) AS INT)) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'")
+    (batches,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'")
+    assert (d2h, req, batches) == (282, 1520, 282)
+    r = analyze(str(path)).result
+    assert r.per_request.d2h_copies == pytest.approx(d2h / req)
+    assert r.stages["head"].cuda_per_request.d2h_copies == pytest.approx(d2h / req)
+    assert r.per_request.h2d_copies == 9.0 != r.per_request.d2h_copies
