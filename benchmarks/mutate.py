@@ -46,11 +46,45 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/redact.py")
 DEFAULT_MARK = "not nsys and not chromium and not jupyter and not vllm"
-# the test paths that exercise each module (the baseline runs their union; --tests overrides)
-DEFAULT_TESTS = {"clef_prof/analyze/": ("tests/analyze", "tests/cli"),
-                 "clef_prof/compare/": ("tests/compare", "tests/analyze/test_findings.py"),
-                 "clef_prof/bench/": ("tests/bench",),
-                 "clef_prof/redact.py": ("tests/test_redact.py", "tests/analyze/test_scrub.py", "tests/cli")}
+# the tests of each module (fnmatch patterns of modules -> test files or folders): a mutant runs
+# those of them that ran its line in the traced baseline (all of them for a line run only at
+# import); --tests and --wide override. The core figures' tests go with every analysis module.
+_A = "tests/analyze/"
+_CORE = (_A + "test_analyze_truth.py", _A + "test_gpu_captures.py", _A + "test_result_model.py")
+MODULE_TESTS = {
+    "clef_prof/analyze/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
+    "clef_prof/analyze/attribute.py": (_A + "test_oracles.py", _A + "test_metrics.py", *_CORE),
+    "clef_prof/analyze/columns.py": (_A + "test_metrics.py", _A + "test_arrays.py", *_CORE),
+    "clef_prof/analyze/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
+                                  _A + "test_ranks_capture.py", *_CORE),
+    "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_bad_input.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_streaming.py", *_CORE),
+    "clef_prof/analyze/filecache.py": (_A + "test_reader.py", _A + "test_streaming.py"),
+    "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py"),
+    "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
+    "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE),
+    "clef_prof/analyze/manifest.py": (_A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py"),
+    "clef_prof/analyze/markup.py": (_A + "test_findings.py",),
+    "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE),
+    "clef_prof/analyze/nvtx.py": (_A + "test_ranks_capture.py", _A + "test_validate.py", _A + "test_reader.py", *_CORE),
+    "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/analyze/parallel.py": (_A + "test_streaming.py",),
+    "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py",),
+    "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
+                                    _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_validate.py", *_CORE),
+    "clef_prof/analyze/scrub.py": (_A + "test_scrub.py",),
+    "clef_prof/analyze/slicing.py": (_A + "test_overlap.py", _A + "test_window.py"),
+    "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE),
+    "clef_prof/analyze/validate.py": (_A + "test_validate.py", _A + "test_validate_edges.py", *_CORE),
+    "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE),
+    "clef_prof/analyze/*": (_A,),
+    "clef_prof/compare/*": ("tests/compare",),
+    "clef_prof/bench/*": ("tests/bench",),
+    "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
+}
 EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
 
 # comparison operator -> what it becomes (relaxed/strict, negated)
@@ -277,7 +311,7 @@ class _Edits(ast.NodeVisitor):
         if isinstance(v, int):
             news = [repr(v + 1)] + ([repr(v - 1)] if v else [])
         else:
-            news = [repr(v * 1.25) if v else "1e-09", repr(v * 0.8) if v else "-1e-09"]
+            news = [repr(round(v * 1.25, 12)) if v else "1e-09", repr(round(v * 0.8, 12)) if v else "-1e-09"]
         for new in news:
             self.add(self.pos(node), self.pos(node, True), new if not new.startswith("-") else f"({new})", "constant")
 
@@ -466,6 +500,13 @@ def _kill_group(pid: int):
 # the pass
 
 
+def module_tests(rel: str) -> list[str]:
+    """The test paths of a module: its MODULE_TESTS entry (the first pattern that matches)."""
+    import fnmatch
+
+    return next((list(ts) for pat, ts in MODULE_TESTS.items() if fnmatch.fnmatch(rel, pat)), [])
+
+
 def target_files(paths: list[str]) -> list[str]:
     out = []
     for p in paths:
@@ -483,8 +524,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="*", default=list(DEFAULT_TARGETS), help="modules or folders to mutate")
-    ap.add_argument("--tests", nargs="+", help="the test paths of the selection (default: those of the modules, "
-                    "from DEFAULT_TESTS)")
+    ap.add_argument("--tests", nargs="+", help="the test paths every mutant may run (default: each module's own, "
+                    "MODULE_TESTS)")
+    ap.add_argument("--wide", action="store_true", help="every test under tests/ that ran the line (slow)")
     ap.add_argument("-m", "--mark", default=DEFAULT_MARK, help="pytest -m expression of the selection")
     ap.add_argument("--timeout", type=float, default=3.0,
                     help="a mutant times out after this many times its tests' baseline seconds (+20 s)")
@@ -511,11 +553,12 @@ def main(argv=None) -> int:
             print(f"{m.path}:{m.line} [{m.kind}] {m.before.strip()}  ->  {m.after.strip()}")
         print(f"{len(muts)} mutants")
         return 0
-    if not a.tests:
-        a.tests = list(dict.fromkeys(t for rel in files for pre, ts in DEFAULT_TESTS.items()
-                                     if rel.startswith(pre) for t in ts if (ROOT / t).exists()))
-        if not a.tests:
-            sys.exit("mutate: no default tests for these modules; name them with --tests")
+    focus = {rel: [t for t in module_tests(rel) if (ROOT / t).exists()] for rel in files}
+    if a.tests or a.wide:
+        focus = {rel: list(a.tests or ["tests"]) for rel in files}
+    if not all(focus.values()):
+        sys.exit(f"mutate: no tests for {', '.join(r for r, t in focus.items() if not t)}; name them with --tests")
+    a.tests = list(dict.fromkeys(t for ts in focus.values() for t in ts))
     equivalent = {}
     if a.equivalent and Path(a.equivalent).exists():
         for e in json.loads(Path(a.equivalent).read_text()):
@@ -526,6 +569,8 @@ def main(argv=None) -> int:
     tree = copy_tree(tmp / "tree")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ["CLEF_TEST_CAPTURES"] = str(tmp / "captures")     # decompressed once, by the baseline
+    (tmp / "captures").mkdir()
     sys.dont_write_bytecode = True
     started = time.monotonic()
     try:
@@ -563,9 +608,10 @@ def main(argv=None) -> int:
                 m.status, m.why = "equivalent", equivalent[m.key]
                 continue
             span = range(m.line, m.line + max(1, m.before.count("\n")))
-            hit = set().union(*(cover.get((m.path, ln), set()) for ln in span)) - {"<import>"}
-            # a line run only at import, or only in a subprocess: the test files that run its module
-            hit = hit or by_file[m.path]
+            mine = tuple(focus[m.path])
+            hit = {t for ln in span for t in cover.get((m.path, ln), ()) if t.startswith(mine)}
+            # a line run only at import, or only in a subprocess: the module's test files that run it
+            hit = hit or {t for t in by_file[m.path] if t.startswith(mine)}
             if not hit:
                 m.status = "uncovered"
                 continue

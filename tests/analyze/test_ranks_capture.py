@@ -127,3 +127,41 @@ def test_d2h_per_request_counts_d2h_copies(capture):
     assert r.per_request.d2h_copies == pytest.approx(d2h / req)
     assert r.stages["head"].cuda_per_request.d2h_copies == pytest.approx(d2h / req)
     assert r.per_request.h2d_copies == 9.0 != r.per_request.d2h_copies
+
+
+def test_one_batch_of_six_differing_keeps_ranks_apart(capture, tmp_path, phases):
+    """Replicas match at least 90% of their batches: the second replica of the sizes-only phase with
+    one batch size changed (3 -> 9) matches 5 of 6 (83%), so both ranks count."""
+    second = phases[1][1][0]
+    first_batch = (f"(SELECT rowid FROM NVTX_EVENTS WHERE text = 'pooler n=3' AND globalTid >> 24 & 16777215 = {second} "
+                   "ORDER BY start LIMIT 1)")
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET text = 'pooler n=9' WHERE rowid = {first_batch}")
+    assert sql(f, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=9'") == [(1,)]
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (24, 51 + sum(SIZES) - 3 + 9)
+    assert all(x.counted for x in r.ranks if x.pid in (phases[1][0][0], second))
+
+
+def test_same_sizes_half_a_batch_apart_are_not_replicas(capture, tmp_path, phases):
+    """Without ids, twins must overlap by half the shorter batch: the second replica's ranges moved
+    later (SQL) so that each batch overlaps its twin by less than half, but still starts before the
+    twin's next batch, make two ranks that count apart."""
+    import numpy as np
+
+    first, second = phases[1][0][0], phases[1][1][0]
+    rows = {p: np.array(sql(capture(NAME), f"SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 60 AND "
+                                           f"globalTid >> 24 & 16777215 = {p} ORDER BY start"))
+            for p in (first, second)}
+    (sa, ea), (sb, eb) = rows[first].T, rows[second].T
+    shorter = np.minimum(ea - sa, eb - sb)
+
+    def apart(s):       # every batch overlaps its twin by less than half the shorter one
+        return bool((2 * (np.minimum(ea, eb + s) - np.maximum(sa, sb + s)) < shorter).all())
+
+    shift = next(s for s in range(0, 30_000_000, 50_000) if apart(s))
+    assert (sb[:-1] + shift < sa[1:]).all()         # the nearest batch before it is still its twin
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET start = start + {shift}, \"end\" = \"end\" + {shift} "
+                                 f"WHERE globalTid >> 24 & 16777215 = {second}")
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (24, 51 + sum(SIZES))
+    assert all(x.counted for x in r.ranks if x.pid in (first, second))

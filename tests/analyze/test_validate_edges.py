@@ -1,0 +1,122 @@
+"""Validation at its edges (issue 21 item 8): the lost-CUDA-tail cut on a batch that starts or ends
+exactly at the last CUDA record, threads against processes, and the record manifest's tolerance
+on the server's own count. Real captures (or a real one changed by SQL); expected figures from SQL.
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from dataclasses import replace
+
+import pytest
+
+from clef_prof.analyze import validate
+from clef_prof.analyze.manifest import check_manifest, edge_tolerance
+from clef_prof.analyze.result import analyze
+
+POOLER = "SELECT start, \"end\" FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' ORDER BY start"
+
+
+def sql(path, query):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def main(capture):
+    path = capture("gpu-q1c16-main")
+    return path, analyze(str(path)).stages, sql(path, POOLER)
+
+
+def test_tail_cut_keeps_a_batch_starting_at_the_last_cuda_record(main):
+    _, stages, batches = main
+    assert len(batches) == len(stages.batches) == 282
+    last_start = batches[-1][0]
+    kept, said = validate.lost_tail(stages, last_start)
+    assert kept is stages and said == []          # a batch that starts at the last record is not silent
+    kept, (msg,) = validate.lost_tail(stages, last_start - 1)
+    late = sum(1 for _, e in batches if e > last_start - 1)
+    assert late == 1 and len(kept.batches) == 281 and f"{late} batches ending after" in msg
+
+
+def test_tail_cut_keeps_a_batch_ending_at_the_last_cuda_record(main):
+    _, stages, batches = main
+    edge = batches[-2][1]                         # the end of the last-but-one batch
+    assert batches[-1][0] > edge
+    kept, (msg,) = validate.lost_tail(stages, edge)
+    assert len(kept.batches) == 281 and "1 batches ending after" in msg
+    kept, (msg,) = validate.lost_tail(stages, edge - 1)
+    assert len(kept.batches) == 280 and "2 batches ending after" in msg
+
+
+def test_tail_cut_needs_a_batch_before_the_last_record(main):
+    _, stages, batches = main
+    assert validate.lost_tail(stages, batches[0][0] - 1) == (stages, [])     # every batch silent: no CUDA at all
+    kept, (msg,) = validate.lost_tail(stages, batches[0][0])
+    assert len(kept.batches) == 0 and "282 batches ending after" in msg
+    assert validate.lost_tail(stages, None) == (stages, [])
+
+
+@pytest.fixture(scope="module")
+def one_process(capture, tmp_path_factory):
+    """cpu23-ranks with the threads of its six processes moved into the first one (SQL): one process,
+    six threads, none of them replicas of another."""
+    f = tmp_path_factory.mktemp("merged") / "one-process.sqlite"
+    shutil.copyfile(capture("cpu23-ranks"), f)
+    f.chmod(0o644)
+    with sqlite3.connect(f) as con:
+        (pk,), = con.execute("SELECT min(globalTid >> 24) FROM NVTX_EVENTS WHERE eventType IN (59, 60)").fetchall()
+        for table, col in (("NVTX_EVENTS", "globalTid"), ("NVTX_EVENTS", "endGlobalTid"), ("ThreadNames", "globalTid")):
+            con.execute(f"UPDATE {table} SET {col} = ({pk} << 24) | ({col} & 16777215) WHERE {col} IS NOT NULL")
+    return f
+
+
+def test_threads_of_one_process_are_not_processes(one_process):
+    threads = sql(one_process, "SELECT DISTINCT e.globalTid >> 24 & 16777215, e.globalTid & 16777215 FROM NVTX_EVENTS e "
+                               "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60) "
+                               "AND COALESCE(s.value, e.text) IN ('parse', 'head') ORDER BY 2")
+    (pid,) = {p for p, _ in threads}
+    assert len(threads) == 6 and any(t != pid for _, t in threads)
+    r = analyze(str(one_process)).result
+    # one process: no rank is a replica, every batch counts (2 x 17 + 2 x 17 + 17 requests)
+    assert (r.batches, r.requests) == (30, 85)
+    assert "stage ranges lie on 6 threads in 1 processes (parse: 6 threads, head: 6 threads)" in "\n".join(r.warnings)
+    assert sorted((t.pid, t.tid) for t in r.capture.threads) == sorted(threads)
+    assert sorted(t.batches for t in r.capture.threads) == [3, 3, 6, 6, 6, 6]
+
+
+def test_six_processes_are_said_as_such(capture):
+    r = analyze(str(capture("cpu23-ranks"))).result
+    # replicas' stages are dropped: the stages of four processes (one thread each) remain
+    assert "stage ranges lie on 4 threads in 4 processes" in "\n".join(r.warnings)
+    assert all(t.pid == t.tid for t in r.capture.threads) and len(r.capture.threads) == 4
+
+
+def _m(server, mode, concurrency=16):
+    return {"status": "ok", "export": "capture.sqlite", "load": {"concurrency": concurrency},
+            "server_counts": {"requests": server}, "window": {"mode": mode}}
+
+
+@pytest.mark.parametrize("server, mode, warns", [
+    (1020 + 32, "nsys", False), (1020 + 33, "nsys", True),            # at least the server's count, less 2 x 16
+    (1020 - 32, "profiler-api", False), (1020 - 33, "profiler-api", True),   # a profiler-api window: at most too
+    (1020 - 500, "nsys", False)])                                      # an nsys window may hold more
+def test_server_count_within_two_edges_of_concurrency(slice_result, server, mode, warns):
+    r = replace(slice_result, path="/x/capture.sqlite", requests=1020, requests_source="message n=K")
+    out = check_manifest(r, _m(server, mode))
+    assert bool(out) == warns and all(f"server counted {server}" in w for w in out)
+
+
+def test_server_count_ignored_for_a_count_given_by_hand(slice_result):
+    r = replace(slice_result, path="/x/capture.sqlite", requests=5, requests_source="--requests")
+    assert check_manifest(r, _m(1000, "profiler-api")) == []
+    assert check_manifest(replace(r, requests_source="message n=K"), _m(1000, "profiler-api")) != []
+
+
+@pytest.mark.parametrize("load, tol", [({"concurrency": 3}, 3), ({"concurrency": 0.5}, 1), ({"concurrency": 0}, 16),
+                                       ({}, 16), ({"concurrency": "8"}, 16)])
+def test_edge_tolerance(load, tol):
+    assert edge_tolerance({"load": load}) == tol
