@@ -579,6 +579,10 @@ def main(argv=None) -> int:
         for e in json.loads(Path(a.equivalent).read_text()):
             equivalent[(e["file"], e["before"].strip(), e["after"].strip())] = e["why"]
 
+    def on_term(signum, frame):
+        raise KeyboardInterrupt         # SIGTERM as Ctrl-C: the child's group ended, the copy removed
+
+    signal.signal(signal.SIGTERM, on_term)
     base_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", a.mark, "-W", "ignore"]
     tmp = Path(tempfile.mkdtemp(prefix="clef-mutate-"))
     tree = copy_tree(tmp / "tree")

@@ -113,6 +113,11 @@ def test_requests_k_is_a_batch_size(capture, tmp_path, result, phases):
     r = analyze(f).result
     assert r.batches == 18 and r.requests is None and r.per_request.pooler_host_ms is None
     assert any("batch size not found" in w for w in r.warnings)
+    # a count given by hand is the request source: no warning, figures per those requests
+    r = analyze(f, requests=40).result
+    assert (r.requests, r.requests_source) == (40, "--requests")
+    assert not any("batch size not found" in w for w in r.warnings)
+    assert r.per_request.pooler_host_ms == pytest.approx(r.pooler.host_ms_total / 40)
 
 
 def test_d2h_per_request_counts_d2h_copies(capture):
@@ -165,3 +170,14 @@ def test_same_sizes_half_a_batch_apart_are_not_replicas(capture, tmp_path, phase
     r = analyze(f).result
     assert (r.batches, r.requests) == (24, 51 + sum(SIZES))
     assert all(x.counted for x in r.ranks if x.pid in (first, second))
+
+
+def test_a_single_batch_range(capture, tmp_path):
+    """One batch range left (SQL deletes the others): one batch, its size, its rank."""
+    keep = "(SELECT rowid FROM NVTX_EVENTS WHERE text LIKE 'pooler n=% rid=%' ORDER BY start LIMIT 1)"
+    f = _copy(capture, tmp_path, f"DELETE FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND text LIKE 'pooler %' "
+                                 f"AND rowid != {keep}")
+    ((text, pid),) = sql(f, "SELECT text, globalTid >> 24 & 16777215 FROM NVTX_EVENTS WHERE text LIKE 'pooler %'")
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (1, int(text.split()[1][2:])) == (1, 3)
+    assert [(x.pid, x.counted, x.batches) for x in r.ranks] == [(pid, True, 1)]

@@ -117,6 +117,55 @@ def test_server_count_ignored_for_a_count_given_by_hand(slice_result):
 
 
 @pytest.mark.parametrize("load, tol", [({"concurrency": 3}, 3), ({"concurrency": 0.5}, 1), ({"concurrency": 0}, 16),
-                                       ({}, 16), ({"concurrency": "8"}, 16)])
+                                       ({}, 16), ({"concurrency": "8"}, 16), (None, 16)])
 def test_edge_tolerance(load, tol):
     assert edge_tolerance({"load": load}) == tol
+
+
+def _bounds(**kw):
+    m = {"status": "ok", "export": "capture.sqlite", "load": {"concurrency": 16},
+         "client": {"capture": {"requests_inside": 1000, "requests_overlapping": 1030, "recorded_s": 2.0}},
+         "server_counts": {"requests": 1000}, "window": {"mode": "profiler-api"}}
+    m.update(kw)
+    return m
+
+
+def test_manifest_checks_skip_what_cannot_be_judged(slice_result):
+    r = replace(slice_result, path="/x/capture.sqlite", requests=5, requests_source="message n=K")
+    assert len(check_manifest(r, _bounds())) == 2               # below the client's bounds and the server's count
+    # no request count: nothing to hold against the bounds (and no error)
+    assert check_manifest(replace(r, requests=None, requests_source=None), _bounds()) == []
+    # a partial capture: said once, its count not judged
+    (died,) = check_manifest(r, _bounds(status="server died", status_detail="exit 137 inside the window"))
+    assert "'server died': exit 137 inside the window;" in died
+    (died,) = check_manifest(r, _bounds(status="interrupted"))
+    assert "'interrupted'; its figures cover a partial window" in died
+    # one bound missing (a manifest cut short by hand): the bounds are not judged
+    for key in ("requests_inside", "requests_overlapping"):
+        client = {"capture": {k: v for k, v in _bounds()["client"]["capture"].items() if k != key}}
+        assert check_manifest(replace(r, requests=999), _bounds(client=client, server_counts={})) == []
+    # a result without a path is not "another export"
+    assert check_manifest(replace(r, path=None, requests=1010), _bounds()) == []
+
+
+def test_nsys_messages_are_passed_on(slice_result):
+    r = replace(slice_result, path="/x/capture.sqlite", requests=1010, requests_source="message n=K")
+    said = [f"m{i}" for i in range(7)]
+    (w,) = check_manifest(r, _bounds(nsys={"messages": said}))
+    assert w.startswith("nsys reported while recording or exporting: m0 | m1 | m2 | m3 | m4 (+2 more)")
+    assert check_manifest(r, _bounds(nsys=None)) == check_manifest(r, _bounds(nsys={"messages": None})) == []
+
+
+def test_manifest_beside_an_export(tmp_path):
+    from clef_prof.analyze.manifest import ManifestError, find_for, read
+
+    exp = tmp_path / "capture.sqlite"
+    exp.write_bytes(b"")
+    m = tmp_path / "manifest.json"
+    for text, found in (('{"export": "capture.sqlite"}', True), ('{"export": "other.sqlite"}', False),
+                        ('{"status": "ok"}', True), ("[1, 2]", False), ("{", False)):
+        m.write_text(text)
+        assert (find_for(str(exp)) == str(m)) is found, text
+    m.write_text("[1, 2]")
+    with pytest.raises(ManifestError, match="must be a JSON object"):
+        read(str(m))
