@@ -11,6 +11,7 @@ threshold.
 from __future__ import annotations
 
 import math
+import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from clef_prof.analyze import findings as fd
 from clef_prof.analyze.model import CudaCounts, LostRecords
 from clef_prof.analyze.result import analyze
-from clef_prof.config import THRESHOLDS, ThresholdError, parse_threshold, thresholds
+from clef_prof.config import ThresholdError, parse_threshold, thresholds
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,6 @@ def severity(result, rule: str, scope: str, th=None):
 def stage(r, name: str, **cuda):
     st = r.stages[name]
     return replace(r, stages={**r.stages, name: replace(st, cuda=replace(st.cuda, **cuda))})
-
-
-def test_documented_defaults():
-    """The defaults the README's rule table names."""
-    assert THRESHOLDS == {"pageable_min_per_request": 0.5, "pack_min_copies_per_request": 3.0,
-                          "pack_max_bytes_per_copy": 65536.0, "sync_max_per_batch": 1.0,
-                          "graph_min_launches_per_request": 10.0, "overlap_max_pct": 50.0,
-                          "dominant_share_pct": 50.0, "outside_min_pct": 1.0, "p99_min_batches": 100.0}
 
 
 @pytest.mark.parametrize("pageable, sev", [(631, None), (632, "medium"), (1263, "medium"), (1264, "high")])
@@ -119,22 +112,36 @@ def test_one_cut_range_is_info(base):
     assert severity(r, "cut-window", fd.CAPTURE_SCOPE) == "info"
 
 
-def test_thresholds_at_a_real_figure(base):
-    """Overridden thresholds set on the capture's own figure, and the next float across it."""
+IN_STAGE = ("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+            "JOIN NVTX_EVENTS e ON e.globalTid = r.globalTid AND r.start >= e.start AND r.start < e.[end] "
+            "JOIN StringIds s ON s.id = e.textId WHERE s.value = '{stage}' AND {what}")
+
+
+def test_thresholds_at_a_real_figure(base, capture):
+    """Overridden thresholds set on the capture's own figures (SQL), and the next float across them."""
+    path = capture("gpu25-bertsrv")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    one = lambda q: con.execute(q).fetchone()[0]        # noqa: E731
+    req = one("SELECT sum(CAST(substr(text, 10) AS INT)) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'")
+    batches = one("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'")
+    pageable = one("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0")
+    syncs = one(IN_STAGE.format(stage="transfer", what="n.value LIKE 'cudaStreamSynchronize%'"))
+    launches = one(IN_STAGE.format(stage="head", what="r.correlationId IN (SELECT correlationId FROM "
+                                                       "CUPTI_ACTIVITY_KIND_KERNEL)"))
+    con.close()
+    assert (req, batches, pageable, syncs, launches) == (1264, 149, 447, 447, 8642)
     up = lambda x: math.nextafter(x, math.inf)          # noqa: E731
     down = lambda x: math.nextafter(x, -math.inf)       # noqa: E731
-    pageable = 447 / 1264            # bertsrv's transfer: 447 pageable H2D copies, one per batch sync
-    assert severity(base, "pageable-h2d", "transfer") is None
-    assert severity(base, "pageable-h2d", "transfer", thresholds({"pageable_min_per_request": pageable})) == "medium"
-    assert severity(base, "pageable-h2d", "transfer", thresholds({"pageable_min_per_request": up(pageable)})) is None
-    per_batch = 447 / 149
-    assert severity(base, "sync-in-stage", "transfer", thresholds({"sync_max_per_batch": per_batch})) is None
-    assert severity(base, "sync-in-stage", "transfer", thresholds({"sync_max_per_batch": down(per_batch)})) == "medium"
-    launches = 8642 / 1264
-    assert severity(base, "no-cuda-graph", "head", thresholds({"graph_min_launches_per_request": launches})) == "medium"
-    assert severity(base, "no-cuda-graph", "head", thresholds({"graph_min_launches_per_request": up(launches)})) is None
-    assert severity(base, "few-batches", fd.CAPTURE_SCOPE, thresholds({"p99_min_batches": 149})) is None
-    assert severity(base, "few-batches", fd.CAPTURE_SCOPE, thresholds({"p99_min_batches": 150})) == "low"
+    sev = lambda rule, scope, key, v: severity(base, rule, scope, thresholds({key: v}))   # noqa: E731
+    assert severity(base, "pageable-h2d", "transfer") is None                   # 0.35 per request < 0.5
+    assert sev("pageable-h2d", "transfer", "pageable_min_per_request", pageable / req) == "medium"
+    assert sev("pageable-h2d", "transfer", "pageable_min_per_request", up(pageable / req)) is None
+    assert sev("sync-in-stage", "transfer", "sync_max_per_batch", syncs / batches) is None
+    assert sev("sync-in-stage", "transfer", "sync_max_per_batch", down(syncs / batches)) == "medium"
+    assert sev("no-cuda-graph", "head", "graph_min_launches_per_request", launches / req) == "medium"
+    assert sev("no-cuda-graph", "head", "graph_min_launches_per_request", up(launches / req)) is None
+    assert sev("few-batches", fd.CAPTURE_SCOPE, "p99_min_batches", batches) is None
+    assert sev("few-batches", fd.CAPTURE_SCOPE, "p99_min_batches", batches + 1) == "low"
 
 
 @pytest.mark.parametrize("value, ok", [("0", True), ("-0.0", True), ("-1e-300", False), ("inf", False), ("nan", False)])

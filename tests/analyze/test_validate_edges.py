@@ -144,6 +144,7 @@ def test_manifest_checks_skip_what_cannot_be_judged(slice_result):
     for key in ("requests_inside", "requests_overlapping"):
         client = {"capture": {k: v for k, v in _bounds()["client"]["capture"].items() if k != key}}
         assert check_manifest(replace(r, requests=999), _bounds(client=client, server_counts={})) == []
+    assert check_manifest(replace(r, requests=1010), _bounds(server_counts=None)) == []
     # a result without a path is not "another export"
     assert check_manifest(replace(r, path=None, requests=1010), _bounds()) == []
 
