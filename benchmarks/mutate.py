@@ -542,6 +542,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=float, help="run this share (0-1] of each module's mutants, a seeded random "
                     "subset: an estimate of the kill rate in less time")
     ap.add_argument("--seed", type=int, default=21, help="the seed of --sample")
+    ap.add_argument("--rerun", help="only the mutants that survived in an earlier --json result (FILE or FILEl)")
     ap.add_argument("--line", type=int, help="only mutants on this line (with one target file)")
     ap.add_argument("--equivalent", default=str(EQUIVALENT), help="JSON list of known-equivalent mutants")
     ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
@@ -557,6 +558,12 @@ def main(argv=None) -> int:
         muts = [m for m in muts if m.kind in set(a.kinds.split(","))]
     if a.line:
         muts = [m for m in muts if m.line == a.line]
+    if a.rerun:
+        text = Path(a.rerun).read_text()
+        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
+        left = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+                if e["status"] in ("survived", "uncovered")}
+        muts = [m for m in muts if m.key in left]
     if a.sample:
         import random
         rng = random.Random(a.seed)

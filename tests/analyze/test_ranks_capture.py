@@ -89,11 +89,12 @@ def _copy(capture, tmp_path, *statements) -> str:
     return str(f)
 
 
-@pytest.mark.parametrize("kind", [59, 60])
+@pytest.mark.parametrize("kind", [59, 60, 70, 71])
 def test_push_pop_and_start_end_ranges_count_alike(capture, tmp_path, result, kind):
-    """Every range rewritten as one kind (59 push/pop, 60 start/end): the same figures."""
+    """Every range rewritten as one kind (59 push/pop, 60 start/end, 70/71 their twins from an
+    imported NVTXT file, which NVIDIA's own stats scripts read alike): the same figures."""
     f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET eventType = {kind} WHERE eventType IN (59, 60)")
-    assert sql(f, "SELECT DISTINCT eventType FROM NVTX_EVENTS WHERE eventType IN (59, 60)") == [(kind,)]
+    assert sql(f, "SELECT DISTINCT eventType FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)") == [(kind,)]
     r = analyze(f).result
     assert (r.requests, r.batches, r.stages["head"].instances) == (51, 18, 18)
     assert [(x.pid, x.counted, x.batches, x.requests) for x in r.ranks] == \
