@@ -137,3 +137,31 @@ def test_census_counts_user_ranges_domains_and_marks(capture, tmp_path):
     with Export.open(f) as cap:
         c = nvtx.census(cap)
     assert (c.ranges, c.user_domains, c.marks) == (ranges, ["clef", "mine"], 5)
+
+
+def test_census_of_an_empty_table(capture, tmp_path):
+    f = changed(capture, tmp_path, lambda con: con.execute("DELETE FROM NVTX_EVENTS"))
+    with Export.open(f) as cap:
+        c = nvtx.census(cap)
+    assert (c.ranges, c.user_domains, c.marks) == (0, [], 0)
+
+
+def test_nothing_matched_lists_the_twelve_most_frequent_names(capture):
+    """Ranges seen, for a batch name that matches nothing: the 12 most frequent (domain, name)s."""
+    path = capture(NAME)
+    top = sql_rows(path, "SELECT COALESCE(s.value, e.text) AS n, count(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                         "ON s.id = e.textId WHERE e.eventType IN (59, 60) GROUP BY n ORDER BY 2 DESC, n")
+    assert len(top) > 12 and top[0][1] == top[1][1] == 30 > top[2][1]     # parse and head: once a batch
+    r = analyze(str(path), StageConfig(batch="nope", stages=("nothing",))).result
+    (w,) = [w for w in r.warnings if "ranges seen" in w]
+    listed = re.findall(r"clef:(.+?) \((\d+)\)(?=, clef:|; set)", w)
+    assert len(listed) == 12
+    assert sorted((n, int(c)) for n, c in listed[:2]) == [("head", 30), ("parse", 30)]
+
+
+def sql_rows(path, query):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
