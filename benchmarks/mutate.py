@@ -548,7 +548,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--show-survivors", action="store_true", help="print the diff of each survivor")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="print the report of earlier --json results (JSON or JSONL; a later file's outcome of a "
+                         "mutant replaces an earlier one's) with the current equivalent list, running nothing")
     a = ap.parse_args(argv)
+    if a.report:
+        return report_from(a.report, a.equivalent, a.show_survivors)
 
     files = target_files(a.targets)
     muts: list[Mutant] = []
@@ -581,10 +586,7 @@ def main(argv=None) -> int:
     if not all(focus.values()):
         sys.exit(f"mutate: no tests for {', '.join(r for r, t in focus.items() if not t)}; name them with --tests")
     a.tests = list(dict.fromkeys(t for ts in focus.values() for t in ts))
-    equivalent = {}
-    if a.equivalent and Path(a.equivalent).exists():
-        for e in json.loads(Path(a.equivalent).read_text()):
-            equivalent[(e["file"], e["before"].strip(), e["after"].strip())] = e["why"]
+    equivalent = load_equivalent(a.equivalent)
 
     def on_term(signum, frame):
         raise KeyboardInterrupt         # SIGTERM as Ctrl-C: the child's group ended, the copy removed
@@ -669,6 +671,28 @@ def main(argv=None) -> int:
     report(muts, a.show_survivors, time.monotonic() - started)
     if a.json:
         Path(a.json).write_text(json.dumps([m.record() for m in muts], indent=1))
+    return 0
+
+
+def load_equivalent(path: str | None) -> dict:
+    if not path or not Path(path).exists():
+        return {}
+    return {(e["file"], e["before"].strip(), e["after"].strip()): e["why"] for e in json.loads(Path(path).read_text())}
+
+
+def report_from(files: list[str], equivalent: str | None, show: bool) -> int:
+    eq = load_equivalent(equivalent)
+    by_key: dict = {}
+    for f in files:
+        text = Path(f).read_text()
+        for e in json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]:
+            m = Mutant(e["path"], e["line"], e["kind"], e["before"], e["after"], status=e["status"],
+                       seconds=e.get("seconds", 0.0), tests=e.get("tests", []), why=e.get("why", ""))
+            if m.key in eq:
+                m.status, m.why = "equivalent", eq[m.key]
+            by_key[(m.key, m.kind, m.line)] = m
+    muts = list(by_key.values())
+    report(muts, show, sum(m.seconds for m in muts))
     return 0
 
 
