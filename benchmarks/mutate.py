@@ -70,7 +70,7 @@ MODULE_TESTS = {
     "clef_prof/analyze/nvtx.py": (_A + "test_ranks_capture.py", _A + "test_validate.py", _A + "test_reader.py", *_CORE),
     "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE),
     "clef_prof/analyze/parallel.py": (_A + "test_streaming.py",),
-    "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py",),
+    "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
     "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
                                     _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
                                     _A + "test_validate.py", *_CORE),

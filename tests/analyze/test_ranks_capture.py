@@ -182,3 +182,67 @@ def test_a_single_batch_range(capture, tmp_path):
     r = analyze(f).result
     assert (r.batches, r.requests) == (1, int(text.split()[1][2:])) == (1, 3)
     assert [(x.pid, x.counted, x.batches) for x in r.ranks] == [(pid, True, 1)]
+
+
+def _rank_sql(pid: int) -> str:
+    return f"globalTid >> 24 & 16777215 = {pid}"
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_both_ranks_must_match_each_other(capture, tmp_path, phases, which):
+    """Matching is checked both ways: one rank of the ids phase whose six batches all carry the first
+    batch's ids matches the other rank's batches only one way (6 of its batches have a twin there,
+    1 of the other's has one here), so the two count apart. Either rank, as first or second."""
+    pid = phases[0][which][0]
+    (first_rid,) = sql(capture(NAME), f"SELECT substr(text, instr(text, ' rid=')) FROM NVTX_EVENTS WHERE "
+                                      f"{_rank_sql(pid)} AND text LIKE 'pooler n=%' ORDER BY start LIMIT 1")[0]
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) || "
+                                 f"'{first_rid}' WHERE {_rank_sql(pid)} AND text LIKE 'pooler n=%'")
+    assert sql(f, f"SELECT count(DISTINCT substr(text, instr(text, ' rid='))) FROM NVTX_EVENTS WHERE "
+                  f"{_rank_sql(pid)} AND text LIKE 'pooler n=%'") == [(1,)]
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (24, 51 + sum(SIZES))
+    assert all(x.counted for x in r.ranks if x.pid in (phases[0][0][0], phases[0][1][0]))
+
+
+def test_a_replica_without_ids_matches_by_size_and_time(capture, tmp_path, phases):
+    """Ids on one rank only: its replica is matched by size and time, as without ids."""
+    second = phases[0][1][0]
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) "
+                                 f"WHERE {_rank_sql(second)} AND text LIKE 'pooler n=% rid=%'")
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (18, 51)
+    assert [x.counted for x in r.ranks if x.pid == second] == [False]
+
+
+def test_ids_match_replicas_far_apart_in_time(capture, tmp_path, phases):
+    """With ids, a twin may be anywhere in the other process: the second rank of the ids phase moved
+    two batches later (SQL) still replicates the first."""
+    first, second = phases[0][0][0], phases[0][1][0]
+    starts = [s for (s,) in sql(capture(NAME), f"SELECT start FROM NVTX_EVENTS WHERE {_rank_sql(first)} AND "
+                                               "text LIKE 'pooler n=%' ORDER BY start")]
+    shift = starts[2] - starts[0] + 1
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET start = start + {shift}, \"end\" = \"end\" + {shift} "
+                                 f"WHERE {_rank_sql(second)}")
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (18, 51)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_replica_batches_of_unequal_length_match_on_the_shorter(capture, tmp_path, phases, which):
+    """Sizes-only replicas, one rank's batch ranges cut to 40% of their length (SQL): each lies inside
+    its twin, overlapping all of the shorter one, so they still replicate."""
+    pid = phases[1][which][0]
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET \"end\" = start + (\"end\" - start) * 2 / 5 "
+                                 f"WHERE {_rank_sql(pid)} AND text LIKE 'pooler n=%'")
+    r = analyze(f).result
+    assert r.batches == 18 and r.requests == 51
+
+
+def test_two_processes_only(capture, tmp_path, phases):
+    """A capture of the ids phase alone (the other phases' rows deleted): two replicas, 17 requests."""
+    keep = " OR ".join(_rank_sql(pid) for pid, *_ in phases[0])
+    f = _copy(capture, tmp_path, f"DELETE FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND NOT ({keep})")
+    r = analyze(f).result
+    assert (r.batches, r.requests) == (6, sum(SIZES))
+    assert sorted(x.counted for x in r.ranks) == [False, True]
