@@ -4,6 +4,7 @@ on the server's own count. Real captures (or a real one changed by SQL); expecte
 """
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from dataclasses import replace
@@ -170,3 +171,74 @@ def test_manifest_beside_an_export(tmp_path):
     m.write_text("[1, 2]")
     with pytest.raises(ManifestError, match="must be a JSON object"):
         read(str(m))
+
+
+# --- what was traced: the export's COLLECT_* flag, else the record manifest, else nsys' diagnostics
+
+def _variant(capture, folder, *statements) -> str:
+    folder.mkdir(exist_ok=True)
+    f = folder / "capture.sqlite"
+    shutil.copyfile(capture("cpu23-ranks"), f)
+    f.chmod(0o644)
+    with sqlite3.connect(f) as con:
+        for s in statements:
+            con.execute(s)
+    return str(f)
+
+
+NO_CUDA = {True: "CUDA was traced but the program made no CUDA calls", False: "CUDA was not traced (record with",
+           None: "does not record whether CUDA was traced (could not tell)"}
+STARTED = "DELETE FROM StringIds WHERE value = 'Profiling has started.'"
+
+
+FLAGS_GONE = "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE' OR name LIKE '%COLLECT_NVTX_TRACE'"
+
+
+# cpu23-ranks (nsys 2023.4) records PROCESS_0:COLLECT_CUDA_TRACE=false, COLLECT_NVTX_TRACE=true; its
+# diagnostics (StringIds) say profiling started and name NVTX, not CUDA
+@pytest.mark.parametrize("how, statements, manifest, asked", [
+    ("flag false", (), None, False),
+    ("flag true", ("UPDATE META_DATA_CAPTURE SET value = 'true' WHERE name = 'PROCESS_0:COLLECT_CUDA_TRACE'",),
+     None, True),
+    ("diagnostics", (FLAGS_GONE,), None, False),
+    ("no diagnostics", (FLAGS_GONE, STARTED), None, None),
+    ("a CUDA diagnostic", (FLAGS_GONE, "INSERT INTO StringIds (id, value) VALUES (99999, 'CUDA injection initialized')"),
+     None, True),
+    ("manifest cuda", (FLAGS_GONE,), {"trace": {"trace": "cuda,nvtx,osrt"}}, True),
+    ("manifest nvtx", (FLAGS_GONE, STARTED), {"trace": {"trace": "nvtx,osrt"}}, False),
+    ("manifest without trace", (FLAGS_GONE,), {"trace": None}, False)])
+def test_cuda_traced_or_not(capture, tmp_path, how, statements, manifest, asked):
+    f = _variant(capture, tmp_path / "v", *statements)
+    if manifest is not None:
+        (tmp_path / "v" / "manifest.json").write_text(json.dumps({"export": "capture.sqlite", **manifest}))
+    from clef_prof.analyze.export import Export
+    with Export.open(f) as cap:
+        assert validate.trace_requested(cap, "cuda") is asked
+        assert validate.trace_requested(cap, "nvtx") is True
+    r = analyze(f).result
+    assert [w for w in r.warnings if "CUDA" in w and "traced" in w and NO_CUDA[asked] in w], r.warnings
+
+
+@pytest.mark.parametrize("statements, says", [
+    (("DELETE FROM NVTX_EVENTS WHERE eventType IN (59, 60)",),
+     "NVTX domains were created ('clef') but no range was recorded"),
+    (("DELETE FROM NVTX_EVENTS",), "no NVTX at all: NVTX was traced"),
+    (("DELETE FROM NVTX_EVENTS WHERE eventType != 34",
+      "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid) VALUES (1, 34, 'a mark', 1)"),
+     "NVTX domains were created (none) but no range was recorded")])
+def test_nvtx_present_or_not(capture, tmp_path, statements, says):
+    r = analyze(_variant(capture, tmp_path / "v", *statements)).result
+    assert r.batches == 0 and any(w.startswith(says) for w in r.warnings), r.warnings
+
+
+@pytest.mark.parametrize("statements, says", [
+    ((), "NVTX was traced but the program emitted no NVTX (no NVTX_EVENTS table)"),
+    ((FLAGS_GONE, "DELETE FROM StringIds WHERE value LIKE '%NVTX%'"), "NVTX was not traced (no NVTX_EVENTS table)"),
+    ((FLAGS_GONE, "DELETE FROM StringIds WHERE value LIKE '%NVTX%'", STARTED),
+     "no NVTX_EVENTS table, and the export does not record whether NVTX was traced (could not tell)")])
+def test_no_nvtx_table(capture, tmp_path, statements, says):
+    from clef_prof.errors import ClefError
+    f = _variant(capture, tmp_path / "v", "DROP TABLE NVTX_EVENTS", *statements)
+    with pytest.raises(ClefError) as exc:
+        analyze(f)
+    assert says in str(exc.value)
