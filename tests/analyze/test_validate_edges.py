@@ -87,6 +87,13 @@ def test_threads_of_one_process_are_not_processes(one_process):
     assert "stage ranges lie on 6 threads in 1 processes (parse: 6 threads, head: 6 threads)" in "\n".join(r.warnings)
     assert sorted((t.pid, t.tid) for t in r.capture.threads) == sorted(threads)
     assert sorted(t.batches for t in r.capture.threads) == [3, 3, 6, 6, 6, 6]
+    # each thread's own stages (SQL, per thread), none outside a batch; its process named from PROCESSES
+    per = dict(sql(one_process, "SELECT e.globalTid & 16777215, count(*) FROM NVTX_EVENTS e JOIN StringIds s "
+                                "ON s.id = e.textId WHERE s.value = 'head' GROUP BY 1"))
+    (pname,), = sql(one_process, f"SELECT name FROM PROCESSES WHERE globalPid >> 24 & 16777215 = {pid}")
+    for t in r.capture.threads:
+        assert t.stage_instances == {"parse": per[t.tid], "head": per[t.tid]} and t.outside_batch_instances == {}
+        assert t.process == pname == "python3"
 
 
 def test_six_processes_are_said_as_such(capture):
@@ -242,3 +249,19 @@ def test_no_nvtx_table(capture, tmp_path, statements, says):
     with pytest.raises(ClefError) as exc:
         analyze(f)
     assert says in str(exc.value)
+
+
+@pytest.mark.parametrize("zeros, says", [(1, "1 of 18 'pooler' ranges say n=0: batches without requests; their host "
+                                             "time and CUDA work count against the other batches' requests"),
+                                         (30, "18 of 18 'pooler' ranges say n=0: batches without requests; "
+                                              "per-request figures cannot be computed")])
+def test_batches_of_no_request(capture, tmp_path, zeros, says):
+    """Batch messages saying n=0 (SQL): said, with how many of the batches counted."""
+    f = _variant(capture, tmp_path / "v", "UPDATE NVTX_EVENTS SET text = 'pooler n=0' || substr(text, instr(text, ' rid=')) "
+                 f"WHERE rowid IN (SELECT rowid FROM NVTX_EVENTS WHERE text LIKE 'pooler n=% rid=%' ORDER BY start "
+                 f"LIMIT {min(zeros, 12)})",
+                 *(["UPDATE NVTX_EVENTS SET text = 'pooler n=0' WHERE text LIKE 'pooler n=%' AND text NOT LIKE '% rid=%'",
+                    "UPDATE NVTX_EVENTS SET text = 'pooler n=0 ' || substr(text, instr(text, 'rid=')) "
+                    "WHERE text LIKE 'pooler requests=%'"] if zeros > 12 else []))
+    r = analyze(f).result
+    assert says in "\n".join(r.warnings), r.warnings
