@@ -544,7 +544,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=float, help="run this share (0-1] of each module's mutants, a seeded random "
                     "subset: an estimate of the kill rate in less time")
     ap.add_argument("--seed", type=int, default=21, help="the seed of --sample")
-    ap.add_argument("--rerun", help="only the mutants that survived in an earlier --json result (FILE or FILEl)")
+    ap.add_argument("--rerun", help="skip the mutants an earlier --json result (FILE or FILEl) killed or timed out "
+                    "(tests are only added, so they stay killed): run the survivors and the mutants it lacks")
     ap.add_argument("--line", type=int, help="only mutants on this line (with one target file)")
     ap.add_argument("--equivalent", default=str(EQUIVALENT), help="JSON list of known-equivalent mutants")
     ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
@@ -568,9 +569,9 @@ def main(argv=None) -> int:
     if a.rerun:
         text = Path(a.rerun).read_text()
         earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
-        left = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
-                if e["status"] in ("survived", "uncovered")}
-        muts = [m for m in muts if m.key in left]
+        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+                if e["status"] in ("killed", "timeout")}
+        muts = [m for m in muts if m.key not in done]
     if a.sample:
         import random
         rng = random.Random(a.seed)
