@@ -16,12 +16,15 @@ tree: it copies the tracked and untracked-not-ignored files into a temporary fol
 and deletes the folder at the end, on Ctrl-C too.
 
 Speed: a forked runner imports pytest, NumPy, pandas and pyarrow once; each mutant forks it and
-runs only the test files that executed the mutated line in the baseline (traced with
-sys.settrace); a line run only at import runs the test files of its module. A benchmark, not a
-test: run it by hand (docs/mutation.md).
+runs, with -x and fastest first, the tests of its module (MODULE_TESTS) that ran the mutated line
+in the baseline (traced with sys.settrace; a line run while a fixture is set up counts for the
+whole test file, a line run only at import for the module's test files). --rerun skips what an
+earlier result killed. A benchmark, not a test: run it by hand (docs/mutation.md).
 
     python3 benchmarks/mutate.py                       # the default modules, CPU-only selection
     python3 benchmarks/mutate.py clef_prof/analyze/ranks.py --show-survivors
+    python3 benchmarks/mutate.py clef_prof/analyze --rerun last.jsonl --json now.json
+    python3 benchmarks/mutate.py --report last.jsonl now.jsonl      # the table, with the current equivalent list
 """
 from __future__ import annotations
 
