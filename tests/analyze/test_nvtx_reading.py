@@ -165,3 +165,29 @@ def sql_rows(path, query):
         return con.execute(query).fetchall()
     finally:
         con.close()
+
+
+def test_an_export_without_registered_strings(capture, tmp_path, original):
+    """No StringIds table (names as text), the textId column still there: read as text."""
+    def no_strings(con):
+        con.execute("UPDATE NVTX_EVENTS SET text = (SELECT value FROM StringIds WHERE id = textId), textId = NULL "
+                    "WHERE textId IS NOT NULL")
+        con.execute("DROP TABLE IF EXISTS ThreadNames")      # its names are StringIds too
+        con.execute("DROP TABLE StringIds")
+    assert figures(changed(capture, tmp_path, no_strings))[1] == original
+
+
+def test_a_missing_payload_column_and_domains_without_id(capture, tmp_path, original):
+    """An export without one payload column, and domain-create rows without a domain id (the
+    user's domain and a sampling one): the same figures, the census unchanged."""
+    def change(con):
+        con.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN uint32Value")
+        (gtid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS WHERE eventType = 75 LIMIT 1").fetchone()
+        for name in ("clef", "Python Backtrace"):
+            con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (0, 75, ?, ?, NULL)",
+                        (name, gtid))
+    f = changed(capture, tmp_path, change)
+    assert figures(f)[1] == original
+    with Export.open(f) as cap:
+        c = nvtx.census(cap)
+    assert (c.ranges, c.user_domains, c.marks) == (90, ["clef"], 0)
