@@ -246,3 +246,24 @@ def test_two_processes_only(capture, tmp_path, phases):
     r = analyze(f).result
     assert (r.batches, r.requests) == (6, sum(SIZES))
     assert sorted(x.counted for x in r.ranks) == [False, True]
+
+
+def test_ninety_percent_matched_is_enough(capture, tmp_path, phases):
+    """The match share counts at exactly 90%: the sizes-only pair given four more batches each (copies
+    of their first four, 100 ms later, by SQL) has 10 batches a rank; with one size changed 9 of 10
+    match, and the two still replicate."""
+    first, second = phases[1][0][0], phases[1][1][0]
+
+    def more(pid):
+        return (f"INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) "
+                f"SELECT start + 100000000, \"end\" + 100000000, eventType, text, globalTid, domainId FROM NVTX_EVENTS "
+                f"WHERE rowid IN (SELECT rowid FROM NVTX_EVENTS WHERE eventType = 60 AND {_rank_sql(pid)} "
+                f"ORDER BY start LIMIT 4)")
+    one = (f"UPDATE NVTX_EVENTS SET text = 'pooler n=9' WHERE rowid = (SELECT rowid FROM NVTX_EVENTS WHERE "
+           f"text = 'pooler n=3' AND {_rank_sql(second)} ORDER BY start LIMIT 1)")
+    f = _copy(capture, tmp_path, more(first), more(second), one)
+    assert sql(f, f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND {_rank_sql(second)}") == [(10,)]
+    r = analyze(f).result
+    extra = sum(SIZES[:4])
+    assert (r.batches, r.requests) == (22, 51 + extra)
+    assert [x.counted for x in r.ranks if x.pid == second] == [False]

@@ -209,6 +209,7 @@ FLAGS_GONE = "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE
      None, True),
     ("diagnostics", (FLAGS_GONE,), None, False),
     ("no diagnostics", (FLAGS_GONE, STARTED), None, None),
+    ("no strings at all", (FLAGS_GONE, "DROP TABLE StringIds"), None, None),
     ("a CUDA diagnostic", (FLAGS_GONE, "INSERT INTO StringIds (id, value) VALUES (99999, 'CUDA injection initialized')"),
      None, True),
     ("manifest cuda", (FLAGS_GONE,), {"trace": {"trace": "cuda,nvtx,osrt"}}, True),
@@ -221,7 +222,7 @@ def test_cuda_traced_or_not(capture, tmp_path, how, statements, manifest, asked)
     from clef_prof.analyze.export import Export
     with Export.open(f) as cap:
         assert validate.trace_requested(cap, "cuda") is asked
-        assert validate.trace_requested(cap, "nvtx") is True
+        assert validate.trace_requested(cap, "nvtx") is (None if how == "no strings at all" else True)
     r = analyze(f).result
     assert [w for w in r.warnings if "CUDA" in w and "traced" in w and NO_CUDA[asked] in w], r.warnings
 
