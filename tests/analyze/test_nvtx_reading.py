@@ -56,13 +56,16 @@ def test_batch_size_from_any_payload_column(capture, tmp_path, original, column)
     assert sql_one(f, f"SELECT count({column}) FROM NVTX_EVENTS WHERE text LIKE 'pooler%'") == 30
     r, fig = figures(f)
     assert fig == original and r.requests_source == "payload"
+    assert not any("n=0" in w for w in r.warnings)
 
 
 def test_default_domain(capture, tmp_path, original):
     f = changed(capture, tmp_path, lambda con: (con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 75"),
                                                 con.execute("UPDATE NVTX_EVENTS SET domainId = NULL")))
     assert figures(f, domain="")[1] == original
-    assert figures(f)[0].batches == 0                 # nothing in a domain named 'clef' now
+    r = figures(f)[0]                                 # nothing in a domain named 'clef' now: said so
+    assert r.batches == 0 and any(w.startswith("no range named 'pooler'") for w in r.warnings), r.warnings
+    assert not any(w.startswith("no NVTX at all") for w in r.warnings)
 
 
 def test_more_than_64_domains_of_one_name(capture, tmp_path, original):

@@ -181,6 +181,7 @@ def test_a_single_batch_range(capture, tmp_path):
     ((text, pid),) = sql(f, "SELECT text, globalTid >> 24 & 16777215 FROM NVTX_EVENTS WHERE text LIKE 'pooler %'")
     r = analyze(f).result
     assert (r.batches, r.requests) == (1, int(text.split()[1][2:])) == (1, 3)
+    assert not any("no batch range" in w or "ranges but no stage range" in w for w in r.warnings), r.warnings
     assert [(x.pid, x.counted, x.batches) for x in r.ranks] == [(pid, True, 1)]
 
 
@@ -267,3 +268,24 @@ def test_ninety_percent_matched_is_enough(capture, tmp_path, phases):
     extra = sum(SIZES[:4])
     assert (r.batches, r.requests) == (22, 51 + extra)
     assert [x.counted for x in r.ranks if x.pid == second] == [False]
+
+
+@pytest.mark.parametrize("n, ok", [(2**31 - 1, True), (2**31, False)])
+def test_the_largest_batch_size(capture, tmp_path, n, ok):
+    """A batch of 2^31 - 1 requests is read; one more is a damaged export, refused in one line."""
+    from clef_prof.errors import CaptureError
+
+    f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET text = 'pooler n={n}' WHERE rowid = (SELECT rowid FROM "
+                                 "NVTX_EVENTS WHERE text LIKE 'pooler requests=%' ORDER BY start LIMIT 1)")
+    if ok:
+        assert analyze(f).result.requests == 51 - sql_dp_first(capture) + n
+    else:
+        with pytest.raises(CaptureError, match="beyond 2147483647 requests"):
+            analyze(f)
+
+
+def sql_dp_first(capture) -> int:
+    """The size of the first data-parallel batch (the one the test above rewrites)."""
+    ((text,),) = sql(capture(NAME), "SELECT text FROM NVTX_EVENTS WHERE text LIKE 'pooler requests=%' "
+                                    "ORDER BY start LIMIT 1")
+    return int(text.split()[1].split("=")[1])

@@ -266,3 +266,27 @@ def test_batches_of_no_request(capture, tmp_path, zeros, says):
                     "WHERE text LIKE 'pooler requests=%'"] if zeros > 12 else []))
     r = analyze(f).result
     assert says in "\n".join(r.warnings), r.warnings
+
+
+def test_stages_spread_over_threads_are_named(capture, tmp_path):
+    """The data-parallel phase alone (SQL): stages on 2 threads in 2 processes; with one process's
+    'head' ranges deleted, only 'parse' is spread."""
+    dp = [p for (p,) in sql(capture("cpu23-ranks"), "SELECT DISTINCT globalTid >> 24 & 16777215 FROM NVTX_EVENTS "
+                                                    "WHERE text LIKE 'pooler requests=%'")]
+    others = f"eventType IN (59, 60) AND (globalTid >> 24 & 16777215) NOT IN ({dp[0]}, {dp[1]})"
+    r = analyze(_variant(capture, tmp_path / "a", f"DELETE FROM NVTX_EVENTS WHERE {others}")).result
+    assert (r.batches, r.requests) == (6, 17)
+    assert "stage ranges lie on 2 threads in 2 processes (parse: 2 threads, head: 2 threads)" in "\n".join(r.warnings)
+    head = (f"DELETE FROM NVTX_EVENTS WHERE globalTid >> 24 & 16777215 = {dp[0]} AND textId IN "
+            "(SELECT id FROM StringIds WHERE value = 'head')")
+    r = analyze(_variant(capture, tmp_path / "b", f"DELETE FROM NVTX_EVENTS WHERE {others}", head)).result
+    assert "stage ranges lie on 2 threads in 2 processes (parse: 2 threads);" in "\n".join(r.warnings), r.warnings
+
+
+def test_stages_without_batches_are_said_so(capture, tmp_path):
+    f = _variant(capture, tmp_path / "v", "DELETE FROM NVTX_EVENTS WHERE text LIKE 'pooler %'")
+    (heads,), = sql(f, "SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId WHERE s.value = 'head'")
+    r = analyze(f).result
+    assert r.batches == 0 and r.stages["head"].instances == heads == 30      # every rank's, none folded
+    assert any(w.startswith("no batch range 'pooler' found") for w in r.warnings), r.warnings
+    assert not any(w.startswith("no range named") for w in r.warnings)
