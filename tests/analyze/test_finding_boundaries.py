@@ -128,8 +128,11 @@ def test_thresholds_at_a_real_figure(base, capture):
     syncs = one(IN_STAGE.format(stage="transfer", what="n.value LIKE 'cudaStreamSynchronize%'"))
     launches = one(IN_STAGE.format(stage="head", what="r.correlationId IN (SELECT correlationId FROM "
                                                        "CUPTI_ACTIVITY_KIND_KERNEL)"))
+    h2d_bytes = one("SELECT sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1")
     con.close()
     assert (req, batches, pageable, syncs, launches) == (1264, 149, 447, 447, 8642)
+    for rule in ("pageable-h2d", "small-h2d-copies"):
+        assert fd.evidence(base, rule, "transfer")["h2d_bytes_per_request"] == pytest.approx(h2d_bytes / req)
     up = lambda x: math.nextafter(x, math.inf)          # noqa: E731
     down = lambda x: math.nextafter(x, -math.inf)       # noqa: E731
     sev = lambda rule, scope, key, v: severity(base, rule, scope, thresholds({key: v}))   # noqa: E731
