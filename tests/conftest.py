@@ -85,15 +85,23 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def captures_dir(tmp_path_factory) -> Path:
+    """Where the captures are decompressed: a fresh folder, or CLEF_TEST_CAPTURES (an existing folder
+    that many sessions share, e.g. the runs of benchmarks/mutate.py; the files in it are read-only)."""
+    shared = os.environ.get("CLEF_TEST_CAPTURES")
+    if shared:
+        assert Path(shared).is_dir(), f"CLEF_TEST_CAPTURES={shared}: not a folder"
+        return Path(shared)
     return tmp_path_factory.mktemp("captures")
 
 
 def _unpack(captures_dir: Path, name: str) -> Path:
     out = captures_dir / f"{name}.sqlite"
     if not out.exists():
-        with lzma.open(DATA / f"{name}.sqlite.xz") as src, open(out, "wb") as dst:
+        part = out.with_name(f".{out.name}.{os.getpid()}.part")    # whole or absent, in a shared folder too
+        with lzma.open(DATA / f"{name}.sqlite.xz") as src, open(part, "wb") as dst:
             shutil.copyfileobj(src, dst)
-        out.chmod(0o444)
+        part.chmod(0o444)
+        os.replace(part, out)
     return out
 
 

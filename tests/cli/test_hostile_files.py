@@ -180,9 +180,11 @@ def test_interrupted_slice_leaves_nothing(copy_of, tmp_path, sig):
     out = folder / "slice.sqlite"
     interrupted = 0
     for _ in range(5):
+        # the signal's default disposition in the child: a shell that ignores SIGINT (a background
+        # job, nohup) passes SIG_IGN down, and Python then never raises KeyboardInterrupt
         p = subprocess.Popen([sys.executable, "-m", "clef_prof", "slice", str(src), str(out), "--from", "0",
                               "--to", "1.4"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
         while p.poll() is None and not any(n.endswith(".tmp") for n in os.listdir(folder)):
             pass
         if p.poll() is None:

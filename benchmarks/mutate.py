@@ -1,0 +1,739 @@
+"""Mutation pass over clef-prof's core: does the test suite notice small, plausible bugs?
+
+Each mutant is one small edit of one module (a comparison swapped or relaxed, a constant moved by
+one, `and`/`or` swapped, a condition dropped, two arguments swapped, one entry of a literal table
+removed, h2d/d2h or start/end or pid/tid swapped, + for -); the tests that run the mutated line
+are run with `-x`, and the mutant is *killed* (a test failed), *survived* (all passed), *timeout*,
+or *uncovered* (no test of the selection runs the line: it survives without a run). Equivalent
+mutants (no behaviour changes) are listed with the reason in a JSON file (--equivalent) and left
+out of the kill rate.
+
+Why a script of our own and not mutmut: mutmut 3 rewrites every function of the package into
+trampolines inside a `mutants/` copy and needs its own runner configuration; here we want a fixed,
+documented operator set (the classes the issue-21 audit found), per-module kill rates, and the
+test selection of each mutant chosen from a traced baseline. The script never edits the user's
+tree: it copies the tracked and untracked-not-ignored files into a temporary folder, mutates there,
+and deletes the folder at the end, on Ctrl-C too.
+
+Speed: a forked runner imports pytest, NumPy, pandas and pyarrow once; each mutant forks it and
+runs, with -x and fastest first, the tests of its module (MODULE_TESTS) that ran the mutated line
+in the baseline (traced with sys.settrace; a line run while a fixture is set up counts for the
+whole test file, a line run only at import for the module's test files). --rerun skips what an
+earlier result killed. A benchmark, not a test: run it by hand (docs/mutation.md).
+
+    python3 benchmarks/mutate.py                       # the default modules, CPU-only selection
+    python3 benchmarks/mutate.py clef_prof/analyze/ranks.py --show-survivors
+    python3 benchmarks/mutate.py clef_prof/analyze --rerun last.jsonl --json now.json
+    python3 benchmarks/mutate.py --report last.jsonl now.jsonl      # the table, with the current equivalent list
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/redact.py")
+DEFAULT_MARK = "not nsys and not chromium and not jupyter and not vllm"
+# the tests of each module (fnmatch patterns of modules -> test files or folders): a mutant runs
+# those of them that ran its line in the traced baseline (all of them for a line run only at
+# import); --tests and --wide override. The core figures' tests go with every analysis module.
+_A = "tests/analyze/"
+_CORE = (_A + "test_analyze_truth.py", _A + "test_gpu_captures.py", _A + "test_result_model.py")
+MODULE_TESTS = {
+    "clef_prof/analyze/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
+    "clef_prof/analyze/attribute.py": (_A + "test_oracles.py", _A + "test_metrics.py", *_CORE),
+    "clef_prof/analyze/columns.py": (_A + "test_metrics.py", _A + "test_arrays.py", *_CORE),
+    "clef_prof/analyze/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
+                                  _A + "test_ranks_capture.py", *_CORE),
+    "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_bad_input.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_streaming.py", *_CORE),
+    "clef_prof/analyze/filecache.py": (_A + "test_reader.py", _A + "test_streaming.py"),
+    "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py"),
+    "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
+    "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE),
+    "clef_prof/analyze/manifest.py": (_A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py"),
+    "clef_prof/analyze/markup.py": (_A + "test_findings.py",),
+    "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE),
+    "clef_prof/analyze/nvtx.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
+                                  _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE),
+    "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/analyze/parallel.py": (_A + "test_streaming.py",),
+    "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
+    "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
+                                    _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_validate.py", *_CORE),
+    "clef_prof/analyze/scrub.py": (_A + "test_scrub.py",),
+    "clef_prof/analyze/slicing.py": (_A + "test_overlap.py", _A + "test_window.py"),
+    "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
+                                    _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE),
+    "clef_prof/analyze/validate.py": (_A + "test_validate.py", _A + "test_validate_edges.py", _A + "test_ranks_capture.py",
+                                      _A + "test_nvtx_reading.py", *_CORE),
+    "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE),
+    "clef_prof/analyze/*": (_A,),
+    "clef_prof/compare/*": ("tests/compare",),
+    "clef_prof/bench/*": ("tests/bench",),
+    "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
+}
+EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
+
+# comparison operator -> what it becomes (relaxed/strict, negated)
+_CMP = {ast.Lt: [ast.LtE], ast.LtE: [ast.Lt], ast.Gt: [ast.GtE], ast.GtE: [ast.Gt], ast.Eq: [ast.NotEq],
+        ast.NotEq: [ast.Eq], ast.In: [ast.NotIn], ast.NotIn: [ast.In], ast.Is: [ast.IsNot], ast.IsNot: [ast.Is]}
+_CMP_TOKEN = {ast.Lt: r"<(?![<=])", ast.LtE: r"<=", ast.Gt: r"(?<!-)>(?![>=])", ast.GtE: r">=", ast.Eq: r"==",
+              ast.NotEq: r"!=", ast.In: r"(?<!not )\bin\b", ast.NotIn: r"\bnot\s+in\b", ast.Is: r"\bis\b(?!\s+not)",
+              ast.IsNot: r"\bis\s+not\b"}
+_CMP_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in",
+             ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+_BIN = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"),
+        ast.FloorDiv: ("//", "/"), ast.BitAnd: ("&", "|"), ast.BitOr: ("|", "&")}
+# arguments worth swapping (two variables), and calls where the order does not matter
+_VARIABLE = (ast.Name, ast.Attribute, ast.Subscript)
+_SYMMETRIC = {"max", "min", "maximum", "minimum", "add", "union1d", "intersect1d", "logical_and", "logical_or",
+              "array_equal", "isclose", "allclose", "zip", "hypot"}
+# names that mean one of a pair: the bug of reading the other one
+_SWAPS = (("h2d", "d2h"), ("start", "end"), ("pid", "tid"), ("min", "max"), ("first", "last"), ("src", "dst"),
+          ("pinned", "pageable"), ("HTOD", "DTOH"), ("minimum", "maximum"))
+
+
+@dataclass
+class Mutant:
+    path: str               # relative to the tree
+    line: int
+    kind: str
+    before: str             # the original line(s)
+    after: str              # the mutated line(s)
+    source: str = field(repr=False, default="")
+    status: str = ""
+    seconds: float = 0.0
+    tests: list = field(default_factory=list)
+    why: str = ""
+
+    def record(self) -> dict:
+        return {k: getattr(self, k) for k in ("path", "line", "kind", "before", "after", "status", "seconds", "tests",
+                                              "why")}
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.path, self.before.strip(), self.after.strip()
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff(self.before.splitlines(True), self.after.splitlines(True),
+                                            f"a/{self.path}", f"b/{self.path}", n=0, lineterm="\n")
+                       ).replace("@@ -1 +1 @@", f"@@ line {self.line} @@")
+
+
+# -------------------------------------------------------------------------------------------------
+# mutants: text edits located by the AST, so that the diff is the edit and nothing else
+
+
+class _Edits(ast.NodeVisitor):
+    """Collects (start offset, end offset, replacement, kind) edits of one module."""
+
+    def __init__(self, src: str):
+        self.src = src
+        self.offsets = [0]
+        for ln in src.splitlines(True):
+            self.offsets.append(self.offsets[-1] + len(ln))
+        self.edits: list[tuple[int, int, str, str]] = []
+        self.skip: set[int] = set()         # ids of nodes inside docstrings / f-strings
+        self.depth = 0                      # function nesting (0: module or class level)
+        self.idents = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", src))
+
+    def pos(self, node, end=False) -> int:
+        if end:
+            return self.offsets[node.end_lineno - 1] + len(self.src_line_bytes(node.end_lineno)[:node.end_col_offset]
+                                                           .decode("utf-8"))
+        return self.offsets[node.lineno - 1] + len(self.src_line_bytes(node.lineno)[:node.col_offset].decode("utf-8"))
+
+    def src_line_bytes(self, lineno: int) -> bytes:
+        return self.src[self.offsets[lineno - 1]:self.offsets[lineno]].encode("utf-8")
+
+    def seg(self, node) -> str:
+        return self.src[self.pos(node):self.pos(node, True)]
+
+    def add(self, a: int, b: int, text: str, kind: str):
+        self.edits.append((a, b, text, kind))
+
+    # --- structure -------------------------------------------------------------------------------
+    def generic_visit(self, node):
+        if isinstance(node, ast.JoinedStr):
+            return                                          # f-strings: messages, and no usable positions
+        super().generic_visit(node)
+
+    def _body(self, body):
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]                                 # docstring
+        for stmt in body:
+            self.visit(stmt)
+
+    def visit_Module(self, node):
+        self._body(node.body)
+
+    def visit_ClassDef(self, node):
+        for d in node.decorator_list:
+            self.visit(d)
+        self._body(node.body)
+
+    def visit_FunctionDef(self, node):
+        for d in node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d]:
+            self.visit(d)
+        self.depth += 1
+        self._body(node.body)
+        self.depth -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, ast.Constant):
+            return
+        self.generic_visit(node)
+
+    def visit_Assign(self, node):
+        if self.depth == 0 and isinstance(node.value, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            self._drop_entries(node.value)                  # a table: drop one entry at a time
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node):
+        if self.depth == 0 and isinstance(node.value, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            self._drop_entries(node.value)
+        if node.value is not None:
+            self.visit(node.value)
+
+    def visit_Call(self, node):
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name in ("compile", "search", "match", "sub", "fullmatch", "findall") and self._is_re(f):
+            # a regular expression: its text is a pattern table of its own, left alone here
+            for a in node.args[1:]:
+                self.visit(a)
+            for k in node.keywords:
+                self.visit(k.value)
+            return
+        args = node.args
+        if len(args) >= 2 and name not in _SYMMETRIC and all(isinstance(x, _VARIABLE) for x in args[:2]):
+            a, b = args[0], args[1]
+            pa, pb, ea, eb = self.pos(a), self.pos(b), self.pos(a, True), self.pos(b, True)
+            self.add(pa, eb, self.src[pb:eb] + self.src[ea:pb] + self.src[pa:ea], "swap arguments")
+        self.generic_visit(node)
+
+    @staticmethod
+    def _is_re(f) -> bool:
+        return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("re", "_re")
+
+    # --- operators -------------------------------------------------------------------------------
+    def _drop_entries(self, node):
+        elts = list(node.keys) if isinstance(node, ast.Dict) else list(node.elts)
+        if len(elts) < 2 or any(e is None for e in elts):
+            return
+        ends = [self.pos(node.values[i] if isinstance(node, ast.Dict) else e, True) for i, e in enumerate(elts)]
+        for i, e in enumerate(elts):
+            start = self.pos(e)
+            if i + 1 < len(elts):
+                self.add(start, self.pos(elts[i + 1]), "", "drop table entry")
+            else:
+                self.add(ends[i - 1], ends[i], "", "drop table entry")
+
+    def visit_Compare(self, node):
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            a, b = self.pos(left, True), self.pos(right)
+            between = self.src[a:b]
+            m = re.search(_CMP_TOKEN[type(op)], between)
+            if m:
+                for new in _CMP[type(op)]:
+                    self.add(a + m.start(), a + m.end(), _CMP_TEXT[new], "comparison")
+            left = right
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node):
+        word, other = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+        vals = node.values
+        for x, y in zip(vals, vals[1:]):
+            a, b = self.pos(x, True), self.pos(y)
+            m = re.search(rf"\b{word}\b", self.src[a:b])
+            if m:
+                self.add(a + m.start(), a + m.end(), other, "and/or")
+        for i, v in enumerate(vals):                        # drop one condition
+            if i == 0:
+                self.add(self.pos(v), self.pos(vals[1]), "", "drop condition")
+            else:
+                self.add(self.pos(vals[i - 1], True), self.pos(v, True), "", "drop condition")
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node):
+        ops = _BIN.get(type(node.op))
+        strs = any(isinstance(x, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(x, "value", 0), str)
+                   or isinstance(x, ast.JoinedStr) for x in (node.left, node.right))
+        if ops and not strs:
+            a, b = self.pos(node.left, True), self.pos(node.right)
+            between = self.src[a:b]
+            i = between.find(ops[0])
+            if i >= 0:
+                self.add(a + i, a + i + len(ops[0]), ops[1], "arithmetic" if ops[0] not in "&|" else "mask &/|")
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)):    # a NumPy mask: drop one side
+                self.add(self.pos(node), self.pos(node.right), "", "drop condition")
+                self.add(self.pos(node.left, True), self.pos(node, True), "", "drop condition")
+        self.generic_visit(node)
+
+    def visit_If(self, node):
+        # a guard (its body leaves: return, raise, continue, break) dropped
+        if not node.orelse and isinstance(node.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+            self.add(self.pos(node.test), self.pos(node.test, True), "False", "drop guard")
+        self.generic_visit(node)
+
+    def visit_comprehension(self, node):
+        for cond in node.ifs:
+            self.add(self.pos(cond), self.pos(cond, True), "True", "drop condition")
+        self.generic_visit(node)
+
+    def visit_Raise(self, node):
+        return                                              # the error's text; its guard is mutated
+
+    def visit_Subscript(self, node):
+        self.visit(node.value)
+        if not isinstance(node.slice, (ast.Constant, ast.Slice, ast.UnaryOp)):
+            self.visit(node.slice)                          # constant indices and slices left alone
+
+    def visit_Constant(self, node):
+        v = node.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return
+        if self.depth and not (isinstance(v, int) and -2 <= v <= 2):
+            return          # in code: off-by-one of small integers; thresholds and tables live at module level
+        if isinstance(v, int):
+            news = [repr(v + 1)] + ([repr(v - 1)] if v else [])
+        else:
+            news = [repr(round(v * 1.25, 12)) if v else "1e-09", repr(round(v * 0.8, 12)) if v else "-1e-09"]
+        for new in news:
+            self.add(self.pos(node), self.pos(node, True), new if not new.startswith("-") else f"({new})", "constant")
+
+    def _swap_name(self, node, text: str):
+        for a, b in _SWAPS:
+            for x, y in ((a, b), (b, a)):
+                if re.search(rf"(?:^|_){x}(?:_|$)", text) or text == x:
+                    new = re.sub(rf"(?:(?<=_)|^){x}(?=_|$)", y, text)
+                    if new != text and new in self.idents:
+                        seg = self.seg(node)
+                        i = seg.rfind(text)
+                        p = self.pos(node) + i
+                        self.add(p, p + len(text), new, "swap name")
+
+    def visit_Attribute(self, node):
+        self._swap_name(node, node.attr)
+        self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            self._swap_name(node, node.id)
+
+
+def mutants_of(path: Path, rel: str) -> list[Mutant]:
+    src = path.read_text()
+    v = _Edits(src)
+    v.visit(ast.parse(src))
+    out, seen = [], set()
+    for a, b, text, kind in v.edits:
+        new = src[:a] + text + src[b:]
+        if new == src or new in seen:
+            continue
+        try:
+            compile(new, rel, "exec")
+        except SyntaxError:
+            continue
+        seen.add(new)
+        first = src.count("\n", 0, a)
+        last_old = src.count("\n", 0, b)
+        last_new = first + (last_old - first) + text.count("\n") - src[a:b].count("\n")
+        old_lines, new_lines = src.splitlines(True), new.splitlines(True)
+        out.append(Mutant(rel, first + 1, kind, "".join(old_lines[first:last_old + 1]),
+                          "".join(new_lines[first:last_new + 1]), new))
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# the tree copy and the forked runner
+
+
+def copy_tree(dest: Path) -> Path:
+    """The tracked and untracked-not-ignored files of the checkout, copied; .nsys linked."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for n in filter(None, names):
+        s = ROOT / n
+        if s.is_file() and not s.is_symlink():
+            (dest / n).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(s, dest / n)
+    for link in (".nsys", ".cache"):
+        if (ROOT / link).exists():
+            os.symlink((ROOT / link).resolve(), dest / link)
+    return dest
+
+
+class Tracer:
+    """A pytest plugin: which lines of the target files each test runs (in this process). Lines run
+    while a fixture is set up or torn down count for the test's whole file (a module fixture's result
+    is read by every test of the file); lines run before the first test, for "<import>"."""
+
+    def __init__(self, files: set[str]):
+        self.files = files
+        self.current = "<import>"
+        self.lines: dict[tuple[str, int], set[str]] = defaultdict(set)
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.lines[(frame.f_code.co_filename, frame.f_lineno)].add(self.current)
+        return self._local
+
+    def _global(self, frame, event, arg):
+        if frame.f_code.co_filename in self.files:
+            self.lines[(frame.f_code.co_filename, frame.f_code.co_firstlineno)].add(self.current)
+            return self._local
+        return None
+
+    def start(self):
+        import threading
+        sys.settrace(self._global)
+        threading.settrace(self._global)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        t = time.monotonic()
+        yield
+        self.seconds[item.nodeid] += time.monotonic() - t
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item):
+        self.current = item.nodeid.split("::")[0]
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        self.current = item.nodeid
+        yield
+        self.current = item.nodeid.split("::")[0]
+
+
+def _preload():
+    """The heavy imports every test run shares, done once before forking (no clef_prof module)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pytest  # noqa: F401
+    try:
+        import adbc_driver_sqlite.dbapi  # noqa: F401
+    except ImportError:
+        pass
+
+
+def run_pytest(tree: Path, args: list[str], timeout: float, log: Path, plugin=None) -> tuple[str, float]:
+    """Run pytest in a forked child in `tree`: 'passed', 'failed' or 'timeout', and the seconds."""
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:                                       # the child
+        code = 3
+        try:
+            os.setpgid(0, 0)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.chdir(tree)
+            sys.path.insert(0, str(tree))
+            if plugin is not None:
+                plugin.start()
+            code = int(pytest.main(args, plugins=[plugin] if plugin else []))
+            if plugin is not None:
+                sys.settrace(None)
+                with open(log.with_suffix(".json"), "w") as f:
+                    json.dump({"lines": [[k[0], k[1], sorted(v)] for k, v in plugin.lines.items()],
+                               "seconds": plugin.seconds}, f)
+        except BaseException:                          # noqa: BLE001 - anything: report it, never return
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = t0 + timeout
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                # pytest: 0 passed, 1 failed, 2 interrupted (a collection error); < 0 a crash (a signal)
+                out = "passed" if code == 0 else "failed" if code in (1, 2) or code < 0 else "error"
+                return out, time.monotonic() - t0
+            if time.monotonic() > deadline:
+                _kill_group(pid)
+                return "timeout", time.monotonic() - t0
+            time.sleep(0.05)
+    except BaseException:                              # Ctrl-C: the child's group goes too
+        _kill_group(pid)
+        raise
+
+
+def _kill_group(pid: int):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.2)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+# -------------------------------------------------------------------------------------------------
+# the pass
+
+
+def module_tests(rel: str) -> list[str]:
+    """The test paths of a module: its MODULE_TESTS entry (the first pattern that matches)."""
+    import fnmatch
+
+    return next((list(ts) for pat, ts in MODULE_TESTS.items() if fnmatch.fnmatch(rel, pat)), [])
+
+
+def target_files(paths: list[str]) -> list[str]:
+    out = []
+    for p in paths:
+        full = ROOT / p
+        if full.is_dir():
+            out += sorted(str(f.relative_to(ROOT)) for f in full.rglob("*.py") if f.name != "__init__.py")
+        elif full.is_file():
+            out.append(str(full.relative_to(ROOT)))
+        else:
+            sys.exit(f"mutate: no such module or folder: {p}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("targets", nargs="*", default=list(DEFAULT_TARGETS), help="modules or folders to mutate")
+    ap.add_argument("--tests", nargs="+", help="the test paths every mutant may run (default: each module's own, "
+                    "MODULE_TESTS)")
+    ap.add_argument("--wide", action="store_true", help="every test under tests/ that ran the line (slow)")
+    ap.add_argument("-m", "--mark", default=DEFAULT_MARK, help="pytest -m expression of the selection")
+    ap.add_argument("--timeout", type=float, default=3.0,
+                    help="a mutant times out after this many times its tests' baseline seconds (+60 s: on a busy machine a slow run is not a hang)")
+    ap.add_argument("--slow", type=float, default=30.0,
+                    help="tests slower than this (s, baseline) are left out of the mutant runs")
+    ap.add_argument("--kinds", help="only these mutation kinds (comma-separated)")
+    ap.add_argument("--sample", type=float, help="run this share (0-1] of each module's mutants, a seeded random "
+                    "subset: an estimate of the kill rate in less time")
+    ap.add_argument("--seed", type=int, default=21, help="the seed of --sample")
+    ap.add_argument("--rerun", help="skip the mutants an earlier --json result (FILE or FILEl) killed or timed out "
+                    "(tests are only added, so they stay killed): run the survivors and the mutants it lacks")
+    ap.add_argument("--line", type=int, help="only mutants on this line (with one target file)")
+    ap.add_argument("--equivalent", default=str(EQUIVALENT), help="JSON list of known-equivalent mutants")
+    ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--show-survivors", action="store_true", help="print the diff of each survivor")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="print the report of earlier --json results (JSON or JSONL; a later file's outcome of a "
+                         "mutant replaces an earlier one's) with the current equivalent list, running nothing")
+    a = ap.parse_args(argv)
+    if a.report:
+        return report_from(a.report, a.equivalent, a.show_survivors)
+
+    files = target_files(a.targets)
+    muts: list[Mutant] = []
+    for rel in files:
+        muts += mutants_of(ROOT / rel, rel)
+    if a.kinds:
+        muts = [m for m in muts if m.kind in set(a.kinds.split(","))]
+    if a.line:
+        muts = [m for m in muts if m.line == a.line]
+    if a.rerun:
+        text = Path(a.rerun).read_text()
+        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
+        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+                if e["status"] in ("killed", "timeout")}
+        muts = [m for m in muts if m.key not in done]
+    if a.sample:
+        import random
+        rng = random.Random(a.seed)
+        muts = [m for rel in files for m in (lambda ms: sorted(rng.sample(ms, max(1, round(a.sample * len(ms)))),
+                                                                key=ms.index) if ms else [])(
+            [m for m in muts if m.path == rel])]
+    if a.list:
+        for m in muts:
+            print(f"{m.path}:{m.line} [{m.kind}] {m.before.strip()}  ->  {m.after.strip()}")
+        print(f"{len(muts)} mutants")
+        return 0
+    focus = {rel: [t for t in module_tests(rel) if (ROOT / t).exists()] for rel in files}
+    if a.tests or a.wide:
+        focus = {rel: list(a.tests or ["tests"]) for rel in files}
+    if not all(focus.values()):
+        sys.exit(f"mutate: no tests for {', '.join(r for r, t in focus.items() if not t)}; name them with --tests")
+    a.tests = list(dict.fromkeys(t for ts in focus.values() for t in ts))
+    equivalent = load_equivalent(a.equivalent)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt         # SIGTERM as Ctrl-C: the child's group ended, the copy removed
+
+    signal.signal(signal.SIGTERM, on_term)
+    base_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", a.mark, "-W", "ignore"]
+    tmp = Path(tempfile.mkdtemp(prefix="clef-mutate-"))
+    tree = copy_tree(tmp / "tree")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ["CLEF_TEST_CAPTURES"] = str(tmp / "captures")     # decompressed once, by the baseline
+    (tmp / "captures").mkdir()
+    sys.dont_write_bytecode = True
+    started = time.monotonic()
+    try:
+        _preload()
+        print(f"mutate: {len(muts)} mutants in {len(files)} files; baseline run of {' '.join(a.tests)} "
+              f"(-m {a.mark!r}), traced ...", flush=True)
+        full = {str(tree / f) for f in files}
+        tracer = Tracer(full)
+        log = tmp / "baseline.log"
+        status, secs = run_pytest(tree, base_args + a.tests, 3600, log, tracer)
+        if status != "passed":
+            print(log.read_text()[-3000:])
+            print("mutate: the selection fails without any mutation; fix that first", file=sys.stderr)
+            return 2
+        traced = json.loads(log.with_suffix(".json").read_text())
+        tsecs: dict[str, float] = traced["seconds"]
+        slow = sorted(t for t, x in tsecs.items() if x > a.slow)
+        fsecs: dict[str, float] = defaultdict(float)
+        for t, x in tsecs.items():
+            if t not in slow:
+                fsecs[t.split("::")[0]] += x
+        cover: dict[tuple[str, int], set[str]] = {}
+        by_file: dict[str, set[str]] = defaultdict(set)
+        for f, ln, tests in traced["lines"]:
+            rel = str(Path(f).relative_to(tree))
+            t = set(tests) - {"<import>"} - set(slow)
+            cover[(rel, ln)] = t | ({"<import>"} & set(tests))
+            by_file[rel] |= {x.split("::")[0] for x in t}
+        print(f"mutate: baseline passed in {secs:.0f} s; left out of mutant runs (slower than {a.slow:g} s): "
+              f"{', '.join(slow) or 'none'}", flush=True)
+        deselect = [x for t in slow for x in ("--deselect", t)]
+
+        for i, m in enumerate(muts, 1):
+            if m.key in equivalent:
+                m.status, m.why = "equivalent", equivalent[m.key]
+                continue
+            span = range(m.line, m.line + max(1, m.before.count("\n")))
+            mine = tuple(focus[m.path])
+            hit = {t for ln in span for t in cover.get((m.path, ln), ()) if t.startswith(mine)}
+            # a line run only at import, or only in a subprocess: the module's test files that run it
+            hit = hit or {t for t in by_file[m.path] if t.startswith(mine)}
+            if not hit:
+                m.status = "uncovered"
+                continue
+            files_hit = {t for t in hit if "::" not in t}
+            tests = sorted((t for t in hit if t.split("::")[0] not in files_hit or t in files_hit),
+                           key=lambda t: fsecs.get(t, tsecs.get(t, 1.0)))      # fastest first: -x stops sooner
+            m.tests = tests
+            budget = 60 + a.timeout * sum(fsecs.get(t, tsecs.get(t, 1.0)) for t in tests)
+            dest = tree / m.path
+            original = dest.read_text()
+            dest.write_text(m.source)
+            try:
+                st, m.seconds = run_pytest(tree, base_args + ["-x"] + deselect + tests, budget, tmp / "mutant.log")
+            finally:
+                dest.write_text(original)
+            m.status = {"failed": "killed", "passed": "survived"}.get(st, st)
+            if a.json:                  # one line a mutant, as it goes: a long pass can be read while it runs
+                with open(a.json + "l", "a") as fh:
+                    fh.write(json.dumps(m.record()) + "\n")
+            if m.status == "error":
+                m.why = (tmp / "mutant.log").read_text()[-500:]
+            mark = {"killed": ".", "survived": "S", "timeout": "T", "error": "E"}[m.status]
+            print(mark, end="" if i % 80 else f" {i}/{len(muts)}\n", flush=True)
+    except KeyboardInterrupt:
+        print("\nmutate: interrupted; partial results below", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    report(muts, a.show_survivors, time.monotonic() - started)
+    if a.json:
+        Path(a.json).write_text(json.dumps([m.record() for m in muts], indent=1))
+    return 0
+
+
+def load_equivalent(path: str | None) -> dict:
+    if not path or not Path(path).exists():
+        return {}
+    return {(e["file"], e["before"].strip(), e["after"].strip()): e["why"] for e in json.loads(Path(path).read_text())}
+
+
+def report_from(files: list[str], equivalent: str | None, show: bool) -> int:
+    eq = load_equivalent(equivalent)
+    by_key: dict = {}
+    for f in files:
+        text = Path(f).read_text()
+        for e in json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]:
+            m = Mutant(e["path"], e["line"], e["kind"], e["before"], e["after"], status=e["status"],
+                       seconds=e.get("seconds", 0.0), tests=e.get("tests", []), why=e.get("why", ""))
+            if m.key in eq:
+                m.status, m.why = "equivalent", eq[m.key]
+            by_key[(m.key, m.kind, m.line)] = m
+    muts = list(by_key.values())
+    report(muts, show, sum(m.seconds for m in muts))
+    return 0
+
+
+def report(muts: list[Mutant], show: bool, seconds: float):
+    """The table per module (killed, survived, timeout, uncovered, equivalent, kill rate) and the survivors."""
+    cols = ("killed", "survived", "timeout", "uncovered", "equivalent", "error")
+    rows = defaultdict(lambda: dict.fromkeys(cols, 0))
+    for m in muts:
+        if m.status in cols:
+            rows[m.path][m.status] += 1
+    tot = dict.fromkeys(cols, 0)
+    print("| module | mutants | killed | survived | timeout | uncovered | equivalent | error | kill rate |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def line(name, r):
+        n = sum(r.values())
+        judged = n - r["equivalent"] - r["error"]
+        rate = f"{100 * (r['killed'] + r['timeout']) / judged:.0f}%" if judged else "—"
+        print(f"| {name} | {n} | " + " | ".join(str(r[c]) for c in cols) + f" | {rate} |")
+
+    for path in sorted(rows):
+        line(f"`{path}`", rows[path])
+        for c in cols:
+            tot[c] += rows[path][c]
+    line("**all**", tot)
+    print(f"\n(kill rate: killed + timeout over the mutants not known to be equivalent, errors left out; {seconds / 60:.1f} min)")
+    left = [m for m in muts if m.status in ("survived", "uncovered")]
+    if left:
+        print(f"\n{len(left)} surviving mutants:")
+        for m in left:
+            print(f"  {m.path}:{m.line} [{m.kind}]{' (no test runs it)' if m.status == 'uncovered' else ''}: "
+                  f"{m.before.strip()[:100]}  ->  {m.after.strip()[:100]}")
+            if show:
+                print("    " + m.diff().replace("\n", "\n    "))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
