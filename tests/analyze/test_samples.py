@@ -85,7 +85,10 @@ def test_three_to_one_split_within_its_interval(split):
     assert 0.6 < truth < 0.85                       # about 3:1 by construction; the oracle is the measured split
     lo, hi = _by_hand_wilson(k3, k1 + k3, 3.29)     # 99.9%: a test that fails 1 run in 1,000
     assert lo <= truth <= hi, (k3, k1, truth)
-    assert 2.0 < k3 / k1 < 4.5
+    # no fixed bound on k3/k1 beside it: at ~190 samples and a true share of 0.75, a ratio past 4.5
+    # (a share past 0.818, 2.2 SD out) happens in 1-2% of runs; the Wilson check above is the
+    # calibrated one. Their order is not in doubt at this size (a share <= 0.5 is 7.9 SD out):
+    assert k3 > k1 > 0
     # the reported interval is the 95% Wilson interval of three's share of the head samples
     f3 = _fn(head.top_self, "three")
     assert (f3.self_share_low, f3.self_share_high) == pytest.approx(_by_hand_wilson(k3, head.samples, 1.96), abs=1e-3)
