@@ -27,6 +27,15 @@ NSYS_DIR = ROOT / ".nsys"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
+def sql(path, query, *args):
+    """The rows of `query` over the export at `path`, opened read-only: the tests' independent oracle."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query, args).fetchall()
+    finally:
+        con.close()
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 
 from clef_prof.analyze.result import analyze
+from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -51,13 +51,6 @@ def gpu_rows(path) -> str:
     parts = [f'SELECT globalPid >> 24 AS pid, start AS s, "end" AS e FROM {t}' for t in GPU_TABLES if t in have]
     return f"gpu AS ({' UNION ALL '.join(parts) or 'SELECT 0 AS pid, 0 AS s, 0 AS e WHERE 0'})"
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 def truth_sql(path) -> dict:

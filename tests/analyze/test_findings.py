@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from clef_prof.config import StageConfig
 from clef_prof.errors import SpecError
 from clef_prof.annotate.spec import from_dict
 from clicheck import run_main
+from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_RULES = {"pageable-h2d", "small-h2d-copies", "sync-in-stage", "no-cuda-graph", "host-bound",
@@ -30,13 +30,6 @@ def results(capture):
 def fired(result) -> dict[tuple[str, str], Finding]:
     return {(f.id, f.stage): f for f in result.findings}
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 def in_stage(api: str, stage: str) -> str:

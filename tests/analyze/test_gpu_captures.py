@@ -5,7 +5,6 @@ tests/programs/bertsrv.toml into `python -m bertsrv.server`) and the demo server
 query, and against what the server counted itself (tests/data/*.truth.json)."""
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from clef_prof.annotate import spec as spec_mod
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.manifest import check_manifest
+from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT = "gpu25-bertsrv"
@@ -26,13 +26,6 @@ RANGES = """
                       WHERE eventType = 75 AND text = 'clef'))
 """
 
-
-def sql(path, query, *args):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query, args).fetchall()
-    finally:
-        con.close()
 
 
 def calls_in(path, stage: str, api_like: str) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,19 +17,13 @@ import pytest
 
 from clef_prof.analyze.result import analyze
 from clef_prof.annotate import envform
+from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
 STAGES = ("parse", "index", "transfer", "head", "encode")
 ROUNDS = 4
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import sqlite3
 import pytest
 
 from clef_prof.analyze.result import analyze
+from conftest import sql
 
 NAME = "cpu23-ranks"
 SIZES = (3, 1, 4, 2, 5, 2)
@@ -29,13 +30,6 @@ FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND (text LIKE 'pooler n=%' OR text
 GROUP BY pid ORDER BY min(start)
 """
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,12 @@ import pytest
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, wilson
 from clef_prof.annotate import sampler
+from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
 HZ = 200
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

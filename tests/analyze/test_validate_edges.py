@@ -14,16 +14,10 @@ import pytest
 from clef_prof.analyze import validate
 from clef_prof.analyze.manifest import check_manifest, edge_tolerance
 from clef_prof.analyze.result import analyze
+from conftest import sql
 
 POOLER = "SELECT start, \"end\" FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' ORDER BY start"
 
-
-def sql(path, query):
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
