@@ -117,16 +117,20 @@ def claims(rids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return batch[keep], ids[keep], cut
 
 
-def _first_at_or_after(key_code, key_t, code, t) -> np.ndarray:
-    """For each (code, t), the index into the sorted (key_code, key_t) arrays of the first entry
-    with the same code and key_t >= t; -1 when none. Times are ranked together first, so the
-    composite key never overflows."""
-    if len(key_code) == 0 or len(code) == 0:
-        return np.full(len(code), _NONE, np.int64)
+def _ranked_keys(key_code, key_t, code, t) -> tuple[np.ndarray, np.ndarray]:
+    """(code, time) of the sorted keys and of the queries as one int64 each: times ranked
+    together first, so the composite key never overflows and keeps the keys' order."""
     _, inv = np.unique(np.concatenate([key_t, t]), return_inverse=True)
     width = int(inv.max()) + 2
-    kk = key_code.astype(np.int64) * width + inv[:len(key_t)]
-    qq = code.astype(np.int64) * width + inv[len(key_t):]
+    return key_code.astype(np.int64) * width + inv[:len(key_t)], code.astype(np.int64) * width + inv[len(key_t):]
+
+
+def _first_at_or_after(key_code, key_t, code, t) -> np.ndarray:
+    """For each (code, t), the index into the sorted (key_code, key_t) arrays of the first entry
+    with the same code and key_t >= t; -1 when none."""
+    if len(key_code) == 0 or len(code) == 0:
+        return np.full(len(code), _NONE, np.int64)
+    kk, qq = _ranked_keys(key_code, key_t, code, t)
     j = np.searchsorted(kk, qq, side="left")
     ok = (j < len(kk))
     jj = np.minimum(j, len(kk) - 1)
@@ -138,10 +142,7 @@ def _last_at_or_before(key_code, key_t, code, t) -> np.ndarray:
     """For each (code, t), the index of the last sorted entry with the same code and key_t <= t."""
     if len(key_code) == 0 or len(code) == 0:
         return np.full(len(code), _NONE, np.int64)
-    _, inv = np.unique(np.concatenate([key_t, t]), return_inverse=True)
-    width = int(inv.max()) + 2
-    kk = key_code.astype(np.int64) * width + inv[:len(key_t)]
-    qq = code.astype(np.int64) * width + inv[len(key_t):]
+    kk, qq = _ranked_keys(key_code, key_t, code, t)
     j = np.searchsorted(kk, qq, side="right") - 1
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (key_code[jj] == code)

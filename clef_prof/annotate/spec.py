@@ -305,10 +305,7 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
         rid_arg = _arg_path(t.get("request_ids_arg"), f"{where}.request_ids_arg", path)
         if "target" not in t:
             continue
-        target = Target.parse(t["target"], f"{path} {where}.target", base)
-        if target in seen:
-            raise SpecError(f"{path}: {where}.target: {target} is already the target of {seen[target]}")
-        seen[target] = f"{where}.target"
+        target = _claim(t["target"], f"{where}.target", path, base, seen)
         runner = t["runner"].strip() if "runner" in t else None
         batches.append(BatchTarget(target, size_arg, rid_arg, runner, f"{where}.target"))
     stages_raw = data.get("stages", {})
@@ -325,16 +322,21 @@ def from_dict(data: dict, path: str = "<spec>") -> Spec:
             raise SpecError(f"{path}: [stages].{name}: an empty list of targets")
         ts = []
         for v in vals:
-            t = Target.parse(v, f"{path} [stages].{name}", base)
-            if t in seen:
-                raise SpecError(f"{path}: [stages].{name}: {t} is already the target of {seen[t]}")
-            seen[t] = f"[stages].{name}"
-            ts.append(t)
+            ts.append(_claim(v, f"[stages].{name}", path, base, seen))
         stages[name] = tuple(ts)
     return Spec(path=path, domain=domain, batch_name=batch_name, batches=tuple(batches), stages=stages,
                 description=description, findings=_findings(data.get("findings", {}), path),
                 request=_request(data.get("request"), path, base, seen))
 
+
+
+def _claim(value, where: str, path: str, base: str | None, seen: dict) -> "Target":
+    """The target `value` names at `where`, refused when another key of the spec already claimed it."""
+    t = Target.parse(value, f"{path} {where}", base)
+    if t in seen:
+        raise SpecError(f"{path}: {where}: {t} is already the target of {seen[t]}")
+    seen[t] = where
+    return t
 
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -355,11 +357,7 @@ def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None
         raise SpecError(f"{path}: [request].target: name the handler(s) that run one request each")
     targets = []
     for v in vals:
-        t = Target.parse(v, f"{path} [request].target", base)
-        if t in seen:
-            raise SpecError(f"{path}: [request].target: {t} is already the target of {seen[t]}")
-        seen[t] = "[request].target"
-        targets.append(t)
+        targets.append(_claim(v, "[request].target", path, base, seen))
     id_arg = _arg_path(raw.get("id_arg"), "[request].id_arg", path)
     header = raw.get("id_header")
     if header is not None and (not isinstance(header, str) or not _HEADER.match(header)):
@@ -370,10 +368,7 @@ def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None
     header_arg = _arg_path(raw.get("header_arg", "request"), "[request].header_arg", path)
     enqueue = enqueue_id = None
     if "enqueue" in raw:
-        enqueue = Target.parse(raw["enqueue"], f"{path} [request].enqueue", base)
-        if enqueue in seen:
-            raise SpecError(f"{path}: [request].enqueue: {enqueue} is already the target of {seen[enqueue]}")
-        seen[enqueue] = "[request].enqueue"
+        enqueue = _claim(raw["enqueue"], "[request].enqueue", path, base, seen)
         enqueue_id = _arg_path(raw.get("enqueue_id_arg"), "[request].enqueue_id_arg", path)
         if enqueue_id is None:
             raise SpecError(f"{path}: [request].enqueue needs enqueue_id_arg: the parameter or attribute path "
