@@ -112,8 +112,18 @@ def test_slower_server_detected_and_gated(ab):
             per[w["server"]] = (c + w["completions"], e + w["elapsed_s"])
         assert a["server_rps"] == pytest.approx([c / e for _, (c, e) in sorted(per.items())], rel=1e-12)
         assert a["server_spread_pct"] == pytest.approx(100 * np.std(np.log(a["server_rps"]), ddof=1), rel=1e-9)
-    fired = [g for g in r["gates"] if g["fired"]]
-    assert [(g["gate"], g["case"]) for g in fired] == [("throughput_rps < -2%", closed["label"])]
+    # the gate fires on the closed case; on the open one (100/s, within both servers' capacity)
+    # throughput differs only by the drain after each 1 s window (elapsed runs to the last
+    # answer, so the slow server's longer queue counts), which may or may not clear -2%: there
+    # it must fire exactly when its interval's high end is below -2%
+    fired = {(g["gate"], g["case"]) for g in r["gates"] if g["fired"]}
+    assert ("throughput_rps < -2%", closed["label"]) in fired
+    for c in r["cases"]:
+        for ch in c["changes"]:
+            if ch["metric"] == "throughput_rps":
+                assert (("throughput_rps < -2%", c["label"]) in fired) == (ch["ci"][1] < -2), (c["label"], ch)
+            elif ch["metric"] == "latency_ms_p99":
+                assert ("latency_ms_p99 < -50%", c["label"]) not in fired
     assert p.returncode == 1 and "gate fired: throughput_rps < -2%" in p.stderr and "Traceback" not in p.stderr
 
 
