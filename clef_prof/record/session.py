@@ -260,6 +260,7 @@ class Recording:
                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True)
         elif self.cfg.load is not None:
+            self.load_started_ns = time.time_ns()
             self.load = Load(self.cfg.load).start()
 
     def check_running(self, phase: str) -> bool:
@@ -761,6 +762,7 @@ class Recording:
             inner = self.load.summary(self.opened_ns, self.closed_ns)
             outer = self.load.summary(self.outer[0], self.outer[1])
         whole = self.load.summary() if self.load is not None else None
+        before = self.before_window()
         from ..config import VERSION as __version__
         commands = {
             "clef_prof": cfg.argv,
@@ -813,6 +815,7 @@ class Recording:
                        "capture_range_seen": self.window_started_seen,
                        "report_written_ns": self.report_written_ns},
             "client": {"window": inner, "window_outer": outer, "capture": self.capture_client, "all": whole,
+                       "before_window": before, "profiler_cost": profiler_cost(before, inner, cfg.profiler),
                        "cancelled_at_stop": self.load.cancelled} if self.load else
                       {"window": {"completions": None},
                        "note": "the load came from --client-cmd: not counted" if cfg.client_cmd else "no load ran"},
@@ -828,6 +831,18 @@ class Recording:
         }
         return m
 
+    def before_window(self) -> dict | None:
+        """The client just before the window opened, over a span as long as the window (at most
+        the second half of the warm-up): the same server and load without the profiler recording,
+        the reference for what recording cost."""
+        if self.load is None or not self.opened_ns or not self.closed_ns:
+            return None
+        settled = getattr(self, "load_started_ns", self.opened_ns) + int(self.cfg.warmup_s * 1e9 / 2)
+        t0 = max(self.opened_ns - (self.closed_ns - self.opened_ns), settled)
+        if t0 >= self.opened_ns:
+            return None
+        return {**self.load.summary(t0, self.opened_ns), "start_ns": t0, "end_ns": self.opened_ns}
+
     def summary(self, exported: str | None, path: str) -> None:
         if exported:
             files = _torch_traces(exported) if os.path.isdir(exported) else [exported]
@@ -841,6 +856,11 @@ class Recording:
                 return "-" if v is None else f"{v:.2f} ms"
             print(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
                   f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
+            cost = profiler_cost(self.before_window(), s, self.cfg.profiler)
+            if cost:
+                print(f"profiler cost: {cost['throughput_change_pct']:+.1f}% throughput, "
+                      f"{cost['latency_ms_mean_change']:+.3f} ms mean latency per request, against "
+                      f"{cost['before_s']:.2f} s just before the window ({cost['reference']})")
         if self.server_counts:
             print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
                   "batches inside its window")
@@ -866,6 +886,21 @@ def _torch_state(folder: str) -> list[tuple[str, int]]:
         except OSError:
             pass
     return out
+
+
+def profiler_cost(before: dict | None, inside: dict | None, profiler: str) -> dict | None:
+    """What recording cost the served load: the client's throughput and mean latency in the window
+    against the span just before it (same server, same load, same session). With --profiler torch
+    nothing profiles before the window; with nsys, the server runs under nsys there but nsys is
+    not collecting (launch before start, or a capture range not yet open), so the figure is the
+    cost of recording, not of running under nsys. One window against one span: noisy, no verdict."""
+    if not before or not inside or not before.get("throughput_rps") or not inside.get("throughput_rps") \
+            or before.get("latency_ms_mean") is None or inside.get("latency_ms_mean") is None:
+        return None
+    ref = "no profiler" if profiler == "torch" else "nsys attached, not recording"
+    return {"throughput_change_pct": 100.0 * (inside["throughput_rps"] / before["throughput_rps"] - 1.0),
+            "latency_ms_mean_change": inside["latency_ms_mean"] - before["latency_ms_mean"],
+            "before_s": (before["end_ns"] - before["start_ns"]) / 1e9, "reference": ref}
 
 
 def count_line(capture_client: dict | None) -> str:

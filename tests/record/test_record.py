@@ -229,6 +229,19 @@ def test_record_demo_then_analyze(tmp_path, mark):
     cap = client["capture"]
     assert f"between {cap['requests_inside']} (sent and answered" in counts
     assert f"{cap['requests_overlapping']} (in flight during it)" in counts
+    # what recording cost: the window against the span just before it, as long as the window but
+    # not in the first half of the warm-up, with the server under nsys but nsys not collecting
+    before, win = client["before_window"], m["window"]
+    assert before["end_ns"] == win["opened_ns"]
+    assert before["start_ns"] == max(win["opened_ns"] - (win["closed_ns"] - win["opened_ns"]),
+                                     before["start_ns"]) and before["completions"] > 50
+    cost = client["profiler_cost"]
+    assert cost["reference"] == "nsys attached, not recording"
+    assert cost["throughput_change_pct"] == pytest.approx(
+        100 * (client["window"]["throughput_rps"] / before["throughput_rps"] - 1), rel=1e-9)
+    assert cost["latency_ms_mean_change"] == pytest.approx(
+        client["window"]["latency_ms_mean"] - before["latency_ms_mean"], rel=1e-9)
+    assert f"{cost['throughput_change_pct']:+.1f}% throughput" in p.stdout
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"
