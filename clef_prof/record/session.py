@@ -832,16 +832,18 @@ class Recording:
         return m
 
     def before_window(self) -> dict | None:
-        """The client just before the window opened, over a span as long as the window (at most
-        the second half of the warm-up): the same server and load without the profiler recording,
-        the reference for what recording cost."""
-        if self.load is None or not self.opened_ns or not self.closed_ns:
+        """The client just before the window was asked to open (the first start call's send: a
+        profiler's start can stall the server for seconds), over a span as long as the window (at
+        most the second half of the warm-up): the same server and load without the profiler
+        recording, the reference for what recording cost."""
+        if self.load is None or not self.opened_ns or not self.closed_ns or not self.outer[0]:
             return None
-        settled = getattr(self, "load_started_ns", self.opened_ns) + int(self.cfg.warmup_s * 1e9 / 2)
-        t0 = max(self.opened_ns - (self.closed_ns - self.opened_ns), settled)
-        if t0 >= self.opened_ns:
+        end = self.outer[0]
+        settled = getattr(self, "load_started_ns", end) + int(self.cfg.warmup_s * 1e9 / 2)
+        t0 = max(end - (self.closed_ns - self.opened_ns), settled)
+        if t0 >= end:
             return None
-        return {**self.load.summary(t0, self.opened_ns), "start_ns": t0, "end_ns": self.opened_ns}
+        return {**self.load.summary(t0, end), "start_ns": t0, "end_ns": end}
 
     def summary(self, exported: str | None, path: str) -> None:
         if exported:

@@ -9,7 +9,10 @@ A batcher thread runs `Embedder.run(texts)` once per batch: the tokenizer's `__c
 event-loop (main) thread turns each embedding into the response with `respond()`; before the
 batcher starts, the main thread runs one warm-up batch itself. `POST /start_profile` and
 `POST /stop_profile` call cudaProfilerStart/Stop from the batcher thread between two batches;
-the stop answer holds the requests and batches the batcher finished in between.
+the stop answer holds the requests and batches the batcher finished in between. With
+`CLEF_PROF_TORCH_PROFILER_DIR` set (as vLLM's `torch_profiler_dir`, SGLang's
+`SGLANG_TORCH_PROFILER_DIR`), they run a PyTorch profiler over every thread instead and write its
+Kineto trace there at stop.
 """
 from __future__ import annotations
 
@@ -109,15 +112,26 @@ class Batcher(threading.Thread):
 
     def profile(self, kind: str) -> dict:
         on_gpu = self.embedder.device.startswith("cuda")
+        trace_dir = os.environ.get("CLEF_PROF_TORCH_PROFILER_DIR")
+        if on_gpu:
+            torch.cuda.synchronize()
         if kind == "start":
-            if on_gpu:
-                torch.cuda.synchronize()
+            if trace_dir:
+                acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
+                self.prof = torch.profiler.profile(activities=acts, experimental_config=torch.profiler._ExperimentalConfig(
+                    profile_all_threads=True))
+                self.prof.start()
+            elif on_gpu:
                 torch.cuda.profiler.start()
             self.window = {"requests": 0, "batches": 0}
             return {"status": "profiling"}
         w, self.window = self.window, None
-        if on_gpu:
-            torch.cuda.synchronize()
+        if trace_dir and getattr(self, "prof", None) is not None:
+            self.prof.stop()
+            os.makedirs(trace_dir, exist_ok=True)
+            self.prof.export_chrome_trace(os.path.join(trace_dir, f"bertsrv-{os.getpid()}.pt.trace.json.gz"))
+            self.prof = None
+        elif on_gpu:
             torch.cuda.profiler.stop()
         return {"status": "stopped", **(w or {"requests": 0, "batches": 0})}
 
