@@ -57,9 +57,7 @@ class _Defs:
     func_name: list[str]
     func_file: list[str]
     stack_key: np.ndarray           # pid << 32 | sid, sorted
-    leaf: np.ndarray                # function index of each stack's innermost frame
-    pair_stack: np.ndarray          # (stack, function) pairs, each once: inclusive samples
-    pair_func: np.ndarray
+    stacks: list[tuple[int, ...]]   # per stack: its frames' function indices, innermost first
     cut_stacks: np.ndarray          # bool per stack: deeper than the sampler's depth
     asked_hz: float | None
     bad_definitions: int
@@ -92,10 +90,8 @@ def _definitions(cap: Export) -> _Defs:
         except (ValueError, IndexError):
             bad += 1
     stacks.sort()
-    leaf = np.empty(len(stacks), dtype=np.int64)
     cut = np.zeros(len(stacks), dtype=bool)
-    ps: list[int] = []
-    pf: list[int] = []
+    out: list[tuple[int, ...]] = []
     for i, (key, ids) in enumerate(stacks):     # once per distinct stack
         pid = key >> 32
         fs = []
@@ -111,13 +107,9 @@ def _definitions(cap: Export) -> _Defs:
             fs, cut[i] = fs[:MAX_DEPTH], True
         if not fs:
             fs = [func(NO_FRAMES, "")]
-        leaf[i] = fs[0]
-        for f in set(fs):
-            ps.append(i)
-            pf.append(f)
+        out.append(tuple(fs))
     keys = np.array([k for k, _ in stacks], dtype=np.int64)
-    return _Defs([n for n, _ in funcs], [f for _, f in funcs], keys, leaf, np.array(ps, dtype=np.int64),
-                 np.array(pf, dtype=np.int64), cut, max(asked) if asked else None, bad)
+    return _Defs([n for n, _ in funcs], [f for _, f in funcs], keys, out, cut, max(asked) if asked else None, bad)
 
 
 def _thread_ids(messages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +129,51 @@ def has_samples(cap: Export) -> bool:
     return any(name == DOMAIN for _, _, name in domains(cap))
 
 
-def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples | None, list[str]]:
-    """(the typed samples part, warnings); (None, []) when the capture holds no sampler output."""
+@dataclass
+class StackCounts:
+    """One capture's samples per (slot, stack): what every per-stage view is made of (analyze's
+    `Samples`, compare's function-level change, the HTML flame view, the samples frame).
+
+    `stacks[j]` is stack column j as function indices, innermost first (the last column: samples
+    whose stack has no definition, one frame `(unknown stack)`); `counts[slot, j]` its samples in
+    each slot (the stages, then "(batch)" and "(outside)")."""
+
+    slots: list[str]
+    func_name: list[str]
+    func_file: list[str]
+    stacks: list[tuple[int, ...]]
+    counts: np.ndarray              # int64 (slot, stack)
+    samples: int
+    threads: int
+    asked_hz: float | None
+    observed_hz: float | None
+    ms_per_sample: float | None
+    unknown_stack: int
+    unreadable: int
+    outside_session: int
+    cut_stacks: int
+    bad_definitions: int
+
+    def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
+        function on the stack once per sample."""
+        n_func = len(self.func_name)
+        leaf = np.array([st[0] for st in self.stacks], dtype=np.int64)
+        pairs = [(j, f) for j, st in enumerate(self.stacks) for f in set(st)]   # once per distinct stack
+        ps = np.array([j for j, _ in pairs], dtype=np.int64)
+        pf = np.array([f for _, f in pairs], dtype=np.int64)
+        n_slot = len(self.slots)
+        self_ = np.zeros((n_slot, n_func), dtype=np.int64)
+        np.add.at(self_, (slice(None), leaf), self.counts)
+        incl = np.zeros((n_slot, n_func), dtype=np.int64)
+        np.add.at(incl, (slice(None), pf), self.counts[:, ps])
+        return self_, incl
+
+
+def count(cap: Export, stages: Stages) -> StackCounts | None:
+    """The samples of the capture per (slot, stack); None when it holds no sampler output."""
     if not cap.has("StringIds") or not has_samples(cap):
-        return None, []
+        return None
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
@@ -176,22 +209,27 @@ def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples 
         i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
         slot[i >= 0] = inst["code"][i[i >= 0]]
 
-    # functions: the definitions' plus one column for samples with no stack definition
-    n_func = len(d.func_name) + 1
-    unknown_col = n_func - 1
     n_stack = len(d.stack_key) + 1          # the last stack column: no definition
     st = np.where(stack >= 0, stack, n_stack - 1)
     counts = np.bincount(slot * n_stack + st, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
-    leaf = np.r_[d.leaf, unknown_col]
-    self_ = np.zeros((len(slots), n_func), dtype=np.int64)
-    np.add.at(self_, (slice(None), leaf), counts)
-    incl = np.zeros((len(slots), n_func), dtype=np.int64)
-    np.add.at(incl, (slice(None), np.r_[d.pair_func, unknown_col]), counts[:, np.r_[d.pair_stack, n_stack - 1]])
-    per_slot = counts.sum(axis=1)
-
     period_ms, observed = _period_ms(gtid, t, d.asked_hz)
-    fn_name = d.func_name + [UNKNOWN_STACK]
-    fn_file = d.func_file + [""]
+    cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
+    return StackCounts(slots=slots, func_name=d.func_name + [UNKNOWN_STACK], func_file=d.func_file + [""],
+                       stacks=d.stacks + [(len(d.func_name),)], counts=counts, samples=n,
+                       threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz, observed_hz=observed,
+                       ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
+                       outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions)
+
+
+def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | None, list[str]]:
+    """(the typed samples part, warnings) of a capture's stack counts; (None, []) without them."""
+    if sc is None:
+        return None, []
+    self_, incl = sc.function_counts()
+    per_slot = sc.counts.sum(axis=1)
+    n = sc.samples
+    period_ms = sc.ms_per_sample
+    fn_name, fn_file = sc.func_name, sc.func_file
 
     def ms(k) -> float | None:
         return None if not requests or period_ms is None else float(k) * period_ms / requests
@@ -209,7 +247,7 @@ def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples 
                 for f, a, c, sl, sh, il, ih in zip(order.tolist(), s_k.tolist(), i_k.tolist(), s_lo, s_hi, i_lo, i_hi)]
 
     out: dict[str, SampleFigures] = {}
-    for j, name in enumerate(slots):        # once per stage
+    for j, name in enumerate(sc.slots):     # once per stage
         total = int(per_slot[j])
         if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
             continue
@@ -217,11 +255,10 @@ def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples 
                                   few=total < FEW_SAMPLES,
                                   top_self=top(self_[j], incl[j], total, True) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False) if total else [])
-    cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
-    res = Samples(source="clef-prof sampler", samples=n, threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz,
-                  observed_hz=observed, ms_per_sample=period_ms, requests=requests, confidence=0.95,
-                  unknown_stack=n_unknown, unreadable=n_unreadable, outside_session=n_outside, cut_stacks=cut,
-                  bad_definitions=d.bad_definitions, stages=out)
+    res = Samples(source="clef-prof sampler", samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
+                  observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
+                  unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
+                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out)
     return res, _warnings(res)
 
 
