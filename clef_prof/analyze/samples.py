@@ -314,3 +314,37 @@ def top_line(s: Samples | None, stage: str, k: int = 3) -> str | None:
     if s is None or stage not in s.stages or not s.stages[stage].samples:
         return None
     return ", ".join(f"{label(f)} {share_text(f)}" for f in s.stages[stage].top_self[:k]) or None
+
+
+@dataclass
+class StackNode:
+    """One node of a slot's stack tree: a stack prefix, root first (function indices), the
+    samples whose stack starts with it (inclusive) and those whose stack is exactly it (self),
+    and where it starts among its siblings (the samples of the nodes left of it at its depth)."""
+
+    path: tuple[int, ...]
+    inclusive: int
+    self: int
+    start: int
+
+
+def stack_tree(sc: StackCounts, slot: str) -> list[StackNode]:
+    """The nodes of one slot's stacks (an icicle's boxes), parents before children; siblings in
+    the order of their frames' (function, file), so that the layout is the same from run to run.
+    Python runs once per distinct stack and depth, never per sample."""
+    row = sc.counts[sc.slots.index(slot)]
+    used = np.flatnonzero(row)
+    key = [(sc.func_name[f], sc.func_file[f]) for f in range(len(sc.func_name))]
+    paths = sorted(((tuple(reversed(sc.stacks[j])), int(row[j])) for j in used.tolist()),
+                   key=lambda pc: [key[f] for f in pc[0]])
+    nodes: dict[tuple[int, ...], StackNode] = {}
+    at = 0
+    for path, c in paths:
+        for d in range(1, len(path) + 1):
+            node = nodes.get(path[:d])
+            if node is None:
+                node = nodes[path[:d]] = StackNode(path[:d], 0, 0, at)
+            node.inclusive += c
+        nodes[path].self += c
+        at += c
+    return list(nodes.values())
