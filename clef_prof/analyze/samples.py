@@ -13,6 +13,7 @@ Python runs once per distinct frame, stack and thread message (the definitions),
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,9 @@ TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
 TEXT_CHARS = 8 * MAX_DEPTH + 200    # a stack definition: up to 128 frame ids
+PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.kineto)
+KINETO_SOURCE = "kineto python_function"
+_KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`
 
 
 def wilson(k: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +157,7 @@ class StackCounts:
     outside_session: int
     cut_stacks: int
     bad_definitions: int
+    unit: str = "samples"           # or "ns": self time of a Kineto trace's python_function events
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
@@ -171,9 +176,12 @@ class StackCounts:
 
 
 def count(cap: Export, stages: Stages) -> StackCounts | None:
-    """The samples of the capture per (slot, stack); None when it holds no sampler output."""
-    if not cap.has("StringIds") or not has_samples(cap):
+    """The samples of the capture per (slot, stack): clef-prof's sampler's, else the self time of a
+    Kineto trace's python_function events (`durations`); None when it holds neither."""
+    if not cap.has("StringIds"):
         return None
+    if not has_samples(cap):
+        return durations(cap, stages) if cap.has(PY_TABLE) else None
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
@@ -231,15 +239,27 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
     period_ms = sc.ms_per_sample
     fn_name, fn_file = sc.func_name, sc.func_file
 
+    timed = sc.unit == "ns"
+
     def ms(k) -> float | None:
-        return None if not requests or period_ms is None else float(k) * period_ms / requests
+        if not requests:
+            return None
+        if timed:
+            return float(k) / 1e6 / requests
+        return None if period_ms is None else float(k) * period_ms / requests
+
+    def bounds(k: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+        if timed:           # measured durations, not a draw: no sampling interval (docs/sampling.md)
+            share = k / total
+            return share, share
+        return wilson(k, np.full(len(k), total))
 
     def top(mat_row: np.ndarray, other: np.ndarray, total: int, by_self: bool) -> list[FunctionSamples]:
         order = np.argsort(-mat_row, kind="stable")[:TOP]
         order = order[mat_row[order] > 0]
         s_k, i_k = (mat_row[order], other[order]) if by_self else (other[order], mat_row[order])
-        s_lo, s_hi = wilson(s_k, np.full(len(order), total))
-        i_lo, i_hi = wilson(i_k, np.full(len(order), total))
+        s_lo, s_hi = bounds(s_k, total)
+        i_lo, i_hi = bounds(i_k, total)
         return [FunctionSamples(function=fn_name[f], file=fn_file[f], self_samples=int(a), inclusive_samples=int(c),
                                 self_share=a / total, self_share_low=float(sl), self_share_high=float(sh),
                                 inclusive_share=c / total, inclusive_share_low=float(il),
@@ -252,13 +272,13 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
             continue
         out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(total),
-                                  few=total < FEW_SAMPLES,
+                                  few=not timed and total < FEW_SAMPLES,
                                   top_self=top(self_[j], incl[j], total, True) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False) if total else [])
-    res = Samples(source="clef-prof sampler", samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
+    res = Samples(source=KINETO_SOURCE if timed else "clef-prof sampler", samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
                   observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
-                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out)
+                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit)
     return res, _warnings(res)
 
 
@@ -296,7 +316,11 @@ def _warnings(s: Samples) -> list[str]:
 
 
 def share_text(f: FunctionSamples, self_: bool = True) -> str:
-    """`72% [66–78%]`: a function's share of its slot's samples with the interval."""
+    """`72% [66–78%]`: a function's share of its slot's samples with the interval; `72%` where
+    there is none (durations of a Kineto trace)."""
+    lo, hi = (f.self_share_low, f.self_share_high) if self_ else (f.inclusive_share_low, f.inclusive_share_high)
+    if lo == hi:
+        return f"{100 * (f.self_share if self_ else f.inclusive_share):.0f}%"
     if self_:
         return f"{100 * f.self_share:.0f}% [{100 * f.self_share_low:.0f}–{100 * f.self_share_high:.0f}%]"
     return f"{100 * f.inclusive_share:.0f}% [{100 * f.inclusive_share_low:.0f}–{100 * f.inclusive_share_high:.0f}%]"
@@ -348,3 +372,80 @@ def stack_tree(sc: StackCounts, slot: str) -> list[StackNode]:
         nodes[path].self += c
         at += c
     return list(nodes.values())
+
+
+def durations(cap: Export, stages: Stages) -> StackCounts | None:
+    """A Kineto trace's python_function events as stack counts in ns: each event's self time (its
+    duration less its children's, by `Python parent id`) on its stack (its name and its ancestors'),
+    in the innermost stage range of its thread that holds the whole event, else "(batch)", else
+    "(outside)". Vectorised: Python runs once per stack depth and per distinct name and stack."""
+    rows = cap.rows(f'SELECT p.start, p."end", p.globalTid, p.pyId, p.parentId, s.value FROM {PY_TABLE} p '
+                    "JOIN StringIds s ON s.id = p.nameId ORDER BY p.pyId")
+    if not rows:
+        return None
+    start = np.array([r[0] for r in rows], dtype=np.int64)
+    end = np.array([r[1] for r in rows], dtype=np.int64)
+    gtid = np.array([r[2] for r in rows], dtype=np.int64)
+    pyid = np.array([r[3] for r in rows], dtype=np.int64)
+    par_id = np.array([-1 if r[4] is None else r[4] for r in rows], dtype=np.int64)
+    names, func = factorize(np.array([r[5] for r in rows], dtype=object))
+    n = len(rows)
+    pos = np.minimum(np.searchsorted(pyid, par_id), n - 1)
+    parent = np.where((par_id >= 0) & (pyid[pos] == par_id), pos, -1)
+    orphans = int(((par_id >= 0) & (parent < 0)).sum())
+    dur = np.maximum(end - start, 0)
+    child = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=n)
+    self_ns = np.maximum(dur - child, 0).astype(np.int64)
+    # depth by pointer jumping, then stack ids level by level: (parent's stack, function) pairs
+    depth = np.zeros(n, dtype=np.int64)
+    anc = parent.copy()
+    for _ in range(4 * MAX_DEPTH):       # deeper than this: a cycle of parent ids (a damaged trace)
+        up = anc >= 0
+        if not up.any():
+            break
+        depth[up] += 1
+        anc[up] = parent[anc[up]]
+    cyclic = bool((anc >= 0).any())
+    stack = np.full(n, -1, dtype=np.int64)
+    st_parent: list[np.ndarray] = []
+    st_func: list[np.ndarray] = []
+    n_stack = 0
+    for d in range(int(depth.max()) + 1 if not cyclic else 0):      # once per depth
+        at = np.flatnonzero(depth == d)
+        ps = stack[parent[at]] if d else np.full(len(at), -1, dtype=np.int64)
+        key = (ps + 1) * len(names) + func[at]
+        uniq, inv = np.unique(key, return_inverse=True)
+        stack[at] = n_stack + inv
+        st_parent.append(uniq // len(names) - 1)
+        st_func.append(uniq % len(names))
+        n_stack += len(uniq)
+    if cyclic or n_stack == 0:
+        return None
+    sp, sf = np.concatenate(st_parent), np.concatenate(st_func)
+    # the functions: `file(line): name` -> (name, file); other names (built-ins, modules) as they are
+    fkey: dict[tuple[str, str], int] = {}
+    fmap = np.empty(len(names), dtype=np.int64)
+    for i, text in enumerate(names):        # once per distinct name
+        m = _KINETO_NAME.match(str(text))
+        k = (m.group(3), m.group(1)) if m else (str(text), "")
+        fmap[i] = fkey.setdefault(k, len(fkey))
+    stacks: list[tuple[int, ...]] = []
+    for j in range(n_stack):                # once per distinct stack (parents first)
+        own = (int(fmap[sf[j]]),)
+        stacks.append(own if sp[j] < 0 else own + stacks[sp[j]])
+
+    names_cfg = list(stages.config.stages)
+    slots = names_cfg + [BATCH_SLOT, OUTSIDE_SLOT]
+    inst, b = stages.instances, stages.batches
+    slot = np.full(n, len(names_cfg) + 1, dtype=np.int64)
+    if len(b):
+        slot[innermost_containing(b["gtid"], b["start"], b["end"], gtid, start, end) >= 0] = len(names_cfg)
+    if len(inst):
+        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, start, end)
+        slot[i >= 0] = inst["code"][i[i >= 0]]
+    counts = np.bincount(slot * n_stack + stack, weights=self_ns,
+                         minlength=len(slots) * n_stack).astype(np.int64).reshape(len(slots), n_stack)
+    return StackCounts(slots=slots, func_name=[k[0] for k in fkey], func_file=[k[1] for k in fkey], stacks=stacks,
+                       counts=counts, samples=int(self_ns.sum()), threads=int(len(np.unique(gtid))), asked_hz=None,
+                       observed_hz=None, ms_per_sample=None, unknown_stack=orphans, unreadable=0, outside_session=0,
+                       cut_stacks=0, bad_definitions=0, unit="ns")

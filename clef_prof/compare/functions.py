@@ -42,11 +42,14 @@ def _per_capture(d, stages: tuple[str, ...]) -> dict[str, tuple[int, dict[tuple[
 
 
 def _scale(d) -> float | None:
-    """ms per request one sample stands for in this capture: ms per sample / requests."""
+    """ms per request one sample stands for in this capture: ms per sample / requests (one ns of
+    function self time for a Kineto trace's python_function events)."""
     sc, r = getattr(d, "samples", None), d.result
-    if sc is None or sc.ms_per_sample is None or not r.requests:
+    if sc is None or not r.requests:
         return None
-    return sc.ms_per_sample / r.requests
+    if sc.unit == "ns":
+        return 1e-6 / r.requests
+    return None if sc.ms_per_sample is None else sc.ms_per_sample / r.requests
 
 
 def verdict_fields(base_units: list[float], arm_units: list[float], base_mean: float, confidence: float) -> dict:

@@ -246,12 +246,15 @@ def _samples_section(cap, svg) -> str:
             continue
         ms = "" if st.ms_per_request is None else f", {st.ms_per_request:.3f} ms per request"
         few = " (few samples: shares are not a measurement)" if st.few else ""
-        out.append(_figure([svg.flame(sc, slot, f"{slot}: {st.samples:,} samples{ms}{few}")],
-                           "the outermost Python frame at the top, callees below; each box is as wide as the samples "
-                           "whose stack passes through it (inclusive); hover for function, file, samples and share"))
+        unit = "ns" if sc.unit == "ns" else "samples"
+        what = "function self time (ns, from python_function events)" if unit == "ns" else "samples"
+        out.append(_figure([svg.flame(sc, slot, f"{slot}: {st.samples:,} {unit}{ms}{few}", unit=unit)],
+                           f"the outermost Python frame at the top, callees below; each box is as wide as the {what} "
+                           "whose stack passes through it (inclusive); hover for function, file, amount and share"))
     outside = s.stages.get(OUTSIDE_SLOT)
     if outside is not None and outside.samples:
-        out.append(f"<p>{outside.samples:,} samples in no batch range (idle threads, start-up) are not drawn.</p>")
+        out.append(f"<p>{outside.samples:,} {'ns' if sc.unit == 'ns' else 'samples'} in no batch range (idle threads, "
+                   "start-up) are not drawn.</p>")
     return "".join(out)
 
 

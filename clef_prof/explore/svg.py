@@ -674,7 +674,7 @@ def flame(sc, slot: str, title: str | None = None, unit: str = "samples") -> str
         x, y = 10 + n.start * scale, top + FLAME_ROW * (len(n.path) - 1)
         pct = 100.0 * n.inclusive / total
         tip = (f"{name} ({file or 'no file'}): {n.inclusive:,} {unit} ({pct:.1f}% of {slot}), "
-               f"self {n.self:,} ({100.0 * n.self / total:.1f}%)")
+               f"self {n.self:,} {unit} ({100.0 * n.self / total:.1f}%)")
         color = FLAME_COLORS[sum(map(ord, name)) % len(FLAME_COLORS)]
         box = (f'<rect data-depth="{len(n.path)}" data-samples="{n.inclusive}" x="{_n(x)}" y="{_n(y)}" '
                f'width="{_n(w)}" height="{FLAME_ROW - 1}" fill="{color}" stroke="#fff" stroke-width="0.5">'

@@ -96,7 +96,7 @@ def test_icicle_boxes_are_the_stack_prefixes_of_the_stage(page):
     plot_w = svg.WIDTH - 20
     for r in g.iter(f"{SVG}rect"):
         tip = r.find(f"{SVG}title").text
-        m = re.fullmatch(r"(.+) \((.+)\): ([\d,]+) samples \(([\d.]+)% of head\), self ([\d,]+) \(([\d.]+)%\)", tip)
+        m = re.fullmatch(r"(.+) \((.+)\): ([\d,]+) samples \(([\d.]+)% of head\), self ([\d,]+) samples \(([\d.]+)%\)", tip)
         assert m, tip
         n = int(r.get("data-samples"))
         assert int(m[3].replace(",", "")) == n and float(m[4]) == pytest.approx(100 * n / total, abs=0.05)
