@@ -241,7 +241,14 @@ def _say_top(top: list[dict]) -> str:
     """`heavy (srv.py) 72% [66–78%] of 210 samples, ...`."""
     if not top:
         return ""
-    fs = ", ".join(f"{t['function']} ({t['file'].rsplit('/', 1)[-1]}) {100 * t['self_share']:.0f}% "
+    def who(t) -> str:
+        base = t["file"].rsplit("/", 1)[-1]
+        return f"{t['function']} ({base})" if base else t["function"]
+
+    if top[0]["self_share_low"] == top[0]["self_share_high"]:       # Kineto durations: measured, no interval
+        fs = ", ".join(f"{who(t)} {100 * t['self_share']:.0f}%" for t in top)
+        return f"; by Python function self time ({top[0]['stage_samples'] / 1e6:,.3f} ms in the stage): {fs}"
+    fs = ", ".join(f"{who(t)} {100 * t['self_share']:.0f}% "
                    f"[{100 * t['self_share_low']:.0f}–{100 * t['self_share_high']:.0f}%]" for t in top)
     return f"; by Python samples ({top[0]['stage_samples']:,} in the stage, self, 95% interval): {fs}"
 

@@ -16,7 +16,11 @@ type and JSON contract on it (as for an `.nsys-rep`, exported once to SQLite):
 - `cuda_runtime`/`cuda_driver` events become API calls; `kernel`, `gpu_memcpy` and `gpu_memset`
   events become GPU records paired with them by the `correlation` arg (an `ac2g` flow's id where
   an event lacks it); H2D/D2H and pageable/pinned come from the memcpy name
-  (`Memcpy HtoD (Pageable -> Device)`), bytes from its `bytes` arg.
+  (`Memcpy HtoD (Pageable -> Device)`), bytes from its `bytes` arg;
+- `python_function` events (a trace recorded `with_stack=True`) go to the table
+  CLEF_PYTHON_FUNCTIONS (start, end, globalTid, nameId, pyId, parentId: their `Python id` and
+  `Python parent id` args, made unique per trace file), from which analyze.samples makes the
+  per-stage Python view (durations, not samples; docs/sampling.md).
 
 Reading: the decompressed text is read in chunks and each event is decoded alone by the standard
 library's C scanner (`JSONDecoder.raw_decode`); only the events of those categories are kept, as
@@ -44,11 +48,12 @@ from ..errors import CaptureError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "2"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "3"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
 RANGE_CATS = frozenset({"user_annotation"})
+PY_CAT = "python_function"
 # user annotations that are marks, not ranges (clef_prof.annotate.api.ENQUEUED's message)
 MARK_PREFIXES = ("enqueued rid=",)
 NVTX_PUSH_POP, NVTX_MARK = 59, 34
@@ -289,6 +294,7 @@ class _File:
     meta: dict = field(default_factory=dict)
     ranges: list = field(default_factory=list)      # (ts, end, pid, tid, name)
     calls: list = field(default_factory=list)       # (ts, end, pid, tid, corr, name)
+    pyfuncs: list = field(default_factory=list)     # (ts, end, pid, tid, name, python id, python parent id)
     gpu: dict = field(default_factory=lambda: {"kernel": [], "memcpy": [], "memset": []})
     flows_s: dict = field(default_factory=dict)     # (pid, tid, ts) -> flow id: runtime side of ac2g
     flows_f: dict = field(default_factory=dict)     # (pid, tid, ts) -> flow id: GPU side
@@ -324,7 +330,8 @@ def read_file(path: str) -> _File:
         ph = ev.get("ph")
         cat = ev.get("cat")
         if ph == "X":
-            kind = 1 if cat in RANGE_CATS else 2 if cat in API_CATS else 3 if cat in GPU_CATS else 0
+            kind = (1 if cat in RANGE_CATS else 2 if cat in API_CATS else 3 if cat in GPU_CATS else
+                    4 if cat == PY_CAT else 0)
             if not kind:
                 continue
             raw_ts = ev.get("ts")
@@ -350,6 +357,10 @@ def read_file(path: str) -> _File:
             elif kind == 2:
                 if pid is not None and tid is not None:
                     calls.append((ts, end, pid, tid, _int(args.get("correlation")), name))
+            elif kind == 4:
+                py = _int(args.get("Python id"))
+                if pid is not None and tid is not None and py is not None:
+                    f.pyfuncs.append((ts, end, pid, tid, name, py, _int(args.get("Python parent id"))))
             else:
                 table = GPU_CATS[cat]
                 dev = _int(args.get("device"))
@@ -425,14 +436,15 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     def sid(s: str) -> int:
         return _sid(strings, s)
 
-    nvtx, marks, runtime = [], [], []
+    nvtx, marks, runtime, pyfuncs = [], [], [], []
     gpu = {"kernel": [], "memcpy": [], "memset": []}
     threads, processes = {}, {}
     dup_corr = 0
     unknown_copies = 0
     fractional = any(f.fractional for f in files)
-    for f in files:
+    for n_file, f in enumerate(files):
         off = _base(f) - t0
+        key = n_file << 40           # a trace file's python ids are its own
 
         def gt(pid, tid):
             return ((pid & 0xFFFFFF) << 24) | (tid & 0xFFFFFF)
@@ -442,6 +454,9 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
                 marks.append((ts + off, None, NVTX_MARK, name[:4096], gt(pid, tid)))
             else:
                 nvtx.append((ts + off, end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
+        for ts, end, pid, tid, name, py, parent in f.pyfuncs:
+            pyfuncs.append((ts + off, end + off, gt(pid, tid), sid(name[:4096]), key | (py & 0xFFFFFFFFFF),
+                            None if parent is None else key | (parent & 0xFFFFFFFFFF)))
         # correlation from the ac2g flows where an event lacks the arg
         host_pids = Counter()
         seen: Counter = Counter()
@@ -501,8 +516,9 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
              "time_precision": "1 ns (decimal microseconds)" if fractional else
              "1 us (the trace holds whole microseconds)",
              "not_available": NOT_AVAILABLE}
+    facts["python_functions"] = len(pyfuncs)
     _write(out, strings, nvtx + marks, runtime, gpu, threads, processes, warnings, facts, drv, duration, cuda_seen,
-           source)
+           source, pyfuncs)
     return warnings
 
 
@@ -525,7 +541,7 @@ def _threads_warning(nvtx: list, runtime: list, warnings: list[str]) -> None:
 
 
 def _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts, drv, duration, cuda_seen,
-           source) -> None:
+           source, pyfuncs=()) -> None:
     conn = sqlite3.connect(out)
     try:
         c = conn.cursor()
@@ -577,6 +593,10 @@ def _write(out, strings, nvtx, runtime, gpu, threads, processes, warnings, facts
             if table == "kernel":
                 rows = [r[:6] + (r[6], r[6], r[7]) for r in rows]
             c.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_{table.upper()} VALUES ({', '.join('?' * n)})", rows)
+        if pyfuncs:
+            c.execute('CREATE TABLE CLEF_PYTHON_FUNCTIONS (start INTEGER NOT NULL, "end" INTEGER NOT NULL, '
+                      "globalTid INTEGER, nameId INTEGER, pyId INTEGER, parentId INTEGER)")
+            c.executemany("INSERT INTO CLEF_PYTHON_FUNCTIONS VALUES (?, ?, ?, ?, ?, ?)", pyfuncs)
         c.executemany("INSERT INTO ThreadNames VALUES (?, 0, ?)", tn)
         c.executemany("INSERT INTO PROCESSES VALUES (?, ?, ?)",
                       [((p & 0xFFFFFF) << 24, p, name) for p, name in processes.items()])

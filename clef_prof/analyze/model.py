@@ -398,6 +398,7 @@ class Samples:
     cut_stacks: int                 # samples whose stack was cut at 128 frames
     bad_definitions: int            # sampler strings that could not be read
     stages: dict[str, SampleFigures]
+    unit: str = "samples"           # "ns" from a Kineto trace: the counts are self ns of python_function events
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}

@@ -58,6 +58,7 @@ class Analysis:
     """
 
     journeys: Table | None = None       # one row per request range (analyze.journey), when there are any
+    sample_counts: "samples.StackCounts | None" = None    # Python samples per (stage, stack), when there are any
 
     def __init__(self, path: str, config: StageConfig, result: Result, stages: Stages,
                  batch_table: Table | None = None, traced: bool = True):
@@ -246,7 +247,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     step("journeys")
     journey_rows, result.journey = _journeys(cap, stages, table)
     step("samples")
-    result.samples, more = samples.figures(cap, stages, result.requests)
+    sample_counts = samples.count(cap, stages)
+    result.samples, more = samples.figures(sample_counts, result.requests)
     result.warnings += more
     th = thresholds(config.findings)
     result.findings_thresholds = th
@@ -254,6 +256,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     out = Analysis(cap.path, config, result, stages, batch_table=table, traced=traced)
     out._frames = frames
     out.journeys = journey_rows
+    out.sample_counts = sample_counts
     return out
 
 

@@ -13,6 +13,7 @@ Python runs once per distinct frame, stack and thread message (the definitions),
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,9 @@ TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
 TEXT_CHARS = 8 * MAX_DEPTH + 200    # a stack definition: up to 128 frame ids
+PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.kineto)
+KINETO_SOURCE = "kineto python_function"
+_KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`
 
 
 def wilson(k: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
@@ -57,9 +61,7 @@ class _Defs:
     func_name: list[str]
     func_file: list[str]
     stack_key: np.ndarray           # pid << 32 | sid, sorted
-    leaf: np.ndarray                # function index of each stack's innermost frame
-    pair_stack: np.ndarray          # (stack, function) pairs, each once: inclusive samples
-    pair_func: np.ndarray
+    stacks: list[tuple[int, ...]]   # per stack: its frames' function indices, innermost first
     cut_stacks: np.ndarray          # bool per stack: deeper than the sampler's depth
     asked_hz: float | None
     bad_definitions: int
@@ -92,10 +94,8 @@ def _definitions(cap: Export) -> _Defs:
         except (ValueError, IndexError):
             bad += 1
     stacks.sort()
-    leaf = np.empty(len(stacks), dtype=np.int64)
     cut = np.zeros(len(stacks), dtype=bool)
-    ps: list[int] = []
-    pf: list[int] = []
+    out: list[tuple[int, ...]] = []
     for i, (key, ids) in enumerate(stacks):     # once per distinct stack
         pid = key >> 32
         fs = []
@@ -111,13 +111,9 @@ def _definitions(cap: Export) -> _Defs:
             fs, cut[i] = fs[:MAX_DEPTH], True
         if not fs:
             fs = [func(NO_FRAMES, "")]
-        leaf[i] = fs[0]
-        for f in set(fs):
-            ps.append(i)
-            pf.append(f)
+        out.append(tuple(fs))
     keys = np.array([k for k, _ in stacks], dtype=np.int64)
-    return _Defs([n for n, _ in funcs], [f for _, f in funcs], keys, leaf, np.array(ps, dtype=np.int64),
-                 np.array(pf, dtype=np.int64), cut, max(asked) if asked else None, bad)
+    return _Defs([n for n, _ in funcs], [f for _, f in funcs], keys, out, cut, max(asked) if asked else None, bad)
 
 
 def _thread_ids(messages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +133,55 @@ def has_samples(cap: Export) -> bool:
     return any(name == DOMAIN for _, _, name in domains(cap))
 
 
-def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples | None, list[str]]:
-    """(the typed samples part, warnings); (None, []) when the capture holds no sampler output."""
-    if not cap.has("StringIds") or not has_samples(cap):
-        return None, []
+@dataclass
+class StackCounts:
+    """One capture's samples per (slot, stack): what every per-stage view is made of (analyze's
+    `Samples`, compare's function-level change, the HTML flame view, the samples frame).
+
+    `stacks[j]` is stack column j as function indices, innermost first (the last column: samples
+    whose stack has no definition, one frame `(unknown stack)`); `counts[slot, j]` its samples in
+    each slot (the stages, then "(batch)" and "(outside)")."""
+
+    slots: list[str]
+    func_name: list[str]
+    func_file: list[str]
+    stacks: list[tuple[int, ...]]
+    counts: np.ndarray              # int64 (slot, stack)
+    samples: int
+    threads: int
+    asked_hz: float | None
+    observed_hz: float | None
+    ms_per_sample: float | None
+    unknown_stack: int
+    unreadable: int
+    outside_session: int
+    cut_stacks: int
+    bad_definitions: int
+    unit: str = "samples"           # or "ns": self time of a Kineto trace's python_function events
+
+    def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
+        function on the stack once per sample."""
+        n_func = len(self.func_name)
+        leaf = np.array([st[0] for st in self.stacks], dtype=np.int64)
+        pairs = [(j, f) for j, st in enumerate(self.stacks) for f in set(st)]   # once per distinct stack
+        ps = np.array([j for j, _ in pairs], dtype=np.int64)
+        pf = np.array([f for _, f in pairs], dtype=np.int64)
+        n_slot = len(self.slots)
+        self_ = np.zeros((n_slot, n_func), dtype=np.int64)
+        np.add.at(self_, (slice(None), leaf), self.counts)
+        incl = np.zeros((n_slot, n_func), dtype=np.int64)
+        np.add.at(incl, (slice(None), pf), self.counts[:, ps])
+        return self_, incl
+
+
+def count(cap: Export, stages: Stages) -> StackCounts | None:
+    """The samples of the capture per (slot, stack): clef-prof's sampler's, else the self time of a
+    Kineto trace's python_function events (`durations`); None when it holds neither."""
+    if not cap.has("StringIds"):
+        return None
+    if not has_samples(cap):
+        return durations(cap, stages) if cap.has(PY_TABLE) else None
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
@@ -176,32 +217,49 @@ def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples 
         i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
         slot[i >= 0] = inst["code"][i[i >= 0]]
 
-    # functions: the definitions' plus one column for samples with no stack definition
-    n_func = len(d.func_name) + 1
-    unknown_col = n_func - 1
     n_stack = len(d.stack_key) + 1          # the last stack column: no definition
     st = np.where(stack >= 0, stack, n_stack - 1)
     counts = np.bincount(slot * n_stack + st, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
-    leaf = np.r_[d.leaf, unknown_col]
-    self_ = np.zeros((len(slots), n_func), dtype=np.int64)
-    np.add.at(self_, (slice(None), leaf), counts)
-    incl = np.zeros((len(slots), n_func), dtype=np.int64)
-    np.add.at(incl, (slice(None), np.r_[d.pair_func, unknown_col]), counts[:, np.r_[d.pair_stack, n_stack - 1]])
-    per_slot = counts.sum(axis=1)
-
     period_ms, observed = _period_ms(gtid, t, d.asked_hz)
-    fn_name = d.func_name + [UNKNOWN_STACK]
-    fn_file = d.func_file + [""]
+    cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
+    return StackCounts(slots=slots, func_name=d.func_name + [UNKNOWN_STACK], func_file=d.func_file + [""],
+                       stacks=d.stacks + [(len(d.func_name),)], counts=counts, samples=n,
+                       threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz, observed_hz=observed,
+                       ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
+                       outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions)
+
+
+def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | None, list[str]]:
+    """(the typed samples part, warnings) of a capture's stack counts; (None, []) without them."""
+    if sc is None:
+        return None, []
+    self_, incl = sc.function_counts()
+    per_slot = sc.counts.sum(axis=1)
+    n = sc.samples
+    period_ms = sc.ms_per_sample
+    fn_name, fn_file = sc.func_name, sc.func_file
+
+    timed = sc.unit == "ns"
 
     def ms(k) -> float | None:
-        return None if not requests or period_ms is None else float(k) * period_ms / requests
+        if not requests:
+            return None
+        if timed:
+            return float(k) / 1e6 / requests
+        return None if period_ms is None else float(k) * period_ms / requests
+
+    def bounds(k: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+        if timed:           # measured durations, not a draw: no sampling interval (docs/sampling.md)
+            share = k / total
+            return share, share
+        return wilson(k, np.full(len(k), total))
 
     def top(mat_row: np.ndarray, other: np.ndarray, total: int, by_self: bool) -> list[FunctionSamples]:
         order = np.argsort(-mat_row, kind="stable")[:TOP]
         order = order[mat_row[order] > 0]
         s_k, i_k = (mat_row[order], other[order]) if by_self else (other[order], mat_row[order])
-        s_lo, s_hi = wilson(s_k, np.full(len(order), total))
-        i_lo, i_hi = wilson(i_k, np.full(len(order), total))
+        s_lo, s_hi = bounds(s_k, total)
+        i_lo, i_hi = bounds(i_k, total)
         return [FunctionSamples(function=fn_name[f], file=fn_file[f], self_samples=int(a), inclusive_samples=int(c),
                                 self_share=a / total, self_share_low=float(sl), self_share_high=float(sh),
                                 inclusive_share=c / total, inclusive_share_low=float(il),
@@ -209,19 +267,18 @@ def figures(cap: Export, stages: Stages, requests: int | None) -> tuple[Samples 
                 for f, a, c, sl, sh, il, ih in zip(order.tolist(), s_k.tolist(), i_k.tolist(), s_lo, s_hi, i_lo, i_hi)]
 
     out: dict[str, SampleFigures] = {}
-    for j, name in enumerate(slots):        # once per stage
+    for j, name in enumerate(sc.slots):     # once per stage
         total = int(per_slot[j])
         if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
             continue
         out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(total),
-                                  few=total < FEW_SAMPLES,
+                                  few=not timed and total < FEW_SAMPLES,
                                   top_self=top(self_[j], incl[j], total, True) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False) if total else [])
-    cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
-    res = Samples(source="clef-prof sampler", samples=n, threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz,
-                  observed_hz=observed, ms_per_sample=period_ms, requests=requests, confidence=0.95,
-                  unknown_stack=n_unknown, unreadable=n_unreadable, outside_session=n_outside, cut_stacks=cut,
-                  bad_definitions=d.bad_definitions, stages=out)
+    res = Samples(source=KINETO_SOURCE if timed else "clef-prof sampler", samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
+                  observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
+                  unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
+                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit)
     return res, _warnings(res)
 
 
@@ -259,7 +316,11 @@ def _warnings(s: Samples) -> list[str]:
 
 
 def share_text(f: FunctionSamples, self_: bool = True) -> str:
-    """`72% [66–78%]`: a function's share of its slot's samples with the interval."""
+    """`72% [66–78%]`: a function's share of its slot's samples with the interval; `72%` where
+    there is none (durations of a Kineto trace)."""
+    lo, hi = (f.self_share_low, f.self_share_high) if self_ else (f.inclusive_share_low, f.inclusive_share_high)
+    if lo == hi:
+        return f"{100 * (f.self_share if self_ else f.inclusive_share):.0f}%"
     if self_:
         return f"{100 * f.self_share:.0f}% [{100 * f.self_share_low:.0f}–{100 * f.self_share_high:.0f}%]"
     return f"{100 * f.inclusive_share:.0f}% [{100 * f.inclusive_share_low:.0f}–{100 * f.inclusive_share_high:.0f}%]"
@@ -277,3 +338,114 @@ def top_line(s: Samples | None, stage: str, k: int = 3) -> str | None:
     if s is None or stage not in s.stages or not s.stages[stage].samples:
         return None
     return ", ".join(f"{label(f)} {share_text(f)}" for f in s.stages[stage].top_self[:k]) or None
+
+
+@dataclass
+class StackNode:
+    """One node of a slot's stack tree: a stack prefix, root first (function indices), the
+    samples whose stack starts with it (inclusive) and those whose stack is exactly it (self),
+    and where it starts among its siblings (the samples of the nodes left of it at its depth)."""
+
+    path: tuple[int, ...]
+    inclusive: int
+    self: int
+    start: int
+
+
+def stack_tree(sc: StackCounts, slot: str) -> list[StackNode]:
+    """The nodes of one slot's stacks (an icicle's boxes), parents before children; siblings in
+    the order of their frames' (function, file), so that the layout is the same from run to run.
+    Python runs once per distinct stack and depth, never per sample."""
+    row = sc.counts[sc.slots.index(slot)]
+    used = np.flatnonzero(row)
+    key = [(sc.func_name[f], sc.func_file[f]) for f in range(len(sc.func_name))]
+    paths = sorted(((tuple(reversed(sc.stacks[j])), int(row[j])) for j in used.tolist()),
+                   key=lambda pc: [key[f] for f in pc[0]])
+    nodes: dict[tuple[int, ...], StackNode] = {}
+    at = 0
+    for path, c in paths:
+        for d in range(1, len(path) + 1):
+            node = nodes.get(path[:d])
+            if node is None:
+                node = nodes[path[:d]] = StackNode(path[:d], 0, 0, at)
+            node.inclusive += c
+        nodes[path].self += c
+        at += c
+    return list(nodes.values())
+
+
+def durations(cap: Export, stages: Stages) -> StackCounts | None:
+    """A Kineto trace's python_function events as stack counts in ns: each event's self time (its
+    duration less its children's, by `Python parent id`) on its stack (its name and its ancestors'),
+    in the innermost stage range of its thread that holds the whole event, else "(batch)", else
+    "(outside)". Vectorised: Python runs once per stack depth and per distinct name and stack."""
+    rows = cap.rows(f'SELECT p.start, p."end", p.globalTid, p.pyId, p.parentId, s.value FROM {PY_TABLE} p '
+                    "JOIN StringIds s ON s.id = p.nameId ORDER BY p.pyId")
+    if not rows:
+        return None
+    start = np.array([r[0] for r in rows], dtype=np.int64)
+    end = np.array([r[1] for r in rows], dtype=np.int64)
+    gtid = np.array([r[2] for r in rows], dtype=np.int64)
+    pyid = np.array([r[3] for r in rows], dtype=np.int64)
+    par_id = np.array([-1 if r[4] is None else r[4] for r in rows], dtype=np.int64)
+    names, func = factorize(np.array([r[5] for r in rows], dtype=object))
+    n = len(rows)
+    pos = np.minimum(np.searchsorted(pyid, par_id), n - 1)
+    parent = np.where((par_id >= 0) & (pyid[pos] == par_id), pos, -1)
+    orphans = int(((par_id >= 0) & (parent < 0)).sum())
+    dur = np.maximum(end - start, 0)
+    child = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=n)
+    self_ns = np.maximum(dur - child, 0).astype(np.int64)
+    # depth by pointer jumping, then stack ids level by level: (parent's stack, function) pairs
+    depth = np.zeros(n, dtype=np.int64)
+    anc = parent.copy()
+    for _ in range(4 * MAX_DEPTH):       # deeper than this: a cycle of parent ids (a damaged trace)
+        up = anc >= 0
+        if not up.any():
+            break
+        depth[up] += 1
+        anc[up] = parent[anc[up]]
+    cyclic = bool((anc >= 0).any())
+    stack = np.full(n, -1, dtype=np.int64)
+    st_parent: list[np.ndarray] = []
+    st_func: list[np.ndarray] = []
+    n_stack = 0
+    for d in range(int(depth.max()) + 1 if not cyclic else 0):      # once per depth
+        at = np.flatnonzero(depth == d)
+        ps = stack[parent[at]] if d else np.full(len(at), -1, dtype=np.int64)
+        key = (ps + 1) * len(names) + func[at]
+        uniq, inv = np.unique(key, return_inverse=True)
+        stack[at] = n_stack + inv
+        st_parent.append(uniq // len(names) - 1)
+        st_func.append(uniq % len(names))
+        n_stack += len(uniq)
+    if cyclic or n_stack == 0:
+        return None
+    sp, sf = np.concatenate(st_parent), np.concatenate(st_func)
+    # the functions: `file(line): name` -> (name, file); other names (built-ins, modules) as they are
+    fkey: dict[tuple[str, str], int] = {}
+    fmap = np.empty(len(names), dtype=np.int64)
+    for i, text in enumerate(names):        # once per distinct name
+        m = _KINETO_NAME.match(str(text))
+        k = (m.group(3), m.group(1)) if m else (str(text), "")
+        fmap[i] = fkey.setdefault(k, len(fkey))
+    stacks: list[tuple[int, ...]] = []
+    for j in range(n_stack):                # once per distinct stack (parents first)
+        own = (int(fmap[sf[j]]),)
+        stacks.append(own if sp[j] < 0 else own + stacks[sp[j]])
+
+    names_cfg = list(stages.config.stages)
+    slots = names_cfg + [BATCH_SLOT, OUTSIDE_SLOT]
+    inst, b = stages.instances, stages.batches
+    slot = np.full(n, len(names_cfg) + 1, dtype=np.int64)
+    if len(b):
+        slot[innermost_containing(b["gtid"], b["start"], b["end"], gtid, start, end) >= 0] = len(names_cfg)
+    if len(inst):
+        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, start, end)
+        slot[i >= 0] = inst["code"][i[i >= 0]]
+    counts = np.bincount(slot * n_stack + stack, weights=self_ns,
+                         minlength=len(slots) * n_stack).astype(np.int64).reshape(len(slots), n_stack)
+    return StackCounts(slots=slots, func_name=[k[0] for k in fkey], func_file=[k[1] for k in fkey], stacks=stacks,
+                       counts=counts, samples=int(self_ns.sum()), threads=int(len(np.unique(gtid))), asked_hz=None,
+                       observed_hz=None, ms_per_sample=None, unknown_stack=orphans, unreadable=0, outside_session=0,
+                       cut_stacks=0, bad_definitions=0, unit="ns")

@@ -28,6 +28,7 @@ from ..analyze.filecache import FileCache
 from ..analyze.metrics import BATCH_KEYS, NS_PER_MS, check_stage_names
 from ..analyze.model import Result
 from ..analyze.findings import compare_findings
+from ..analyze.samples import StackCounts
 from ..analyze.stages import StageConfig
 
 SCHEMA = "clef-prof/compare/1"
@@ -89,11 +90,13 @@ def known_names(stages: tuple[str, ...]) -> dict[str, str]:
 
 @dataclass
 class CaptureData:
-    """What compare keeps of one analyzed capture: analyze's result and the per-batch table."""
+    """What compare keeps of one analyzed capture: analyze's result, the per-batch table and its
+    Python samples per (stage, stack) when it has any."""
 
     export: str
     result: Result = field(repr=False)
     table: Table = field(repr=False)   # one row per batch: size, host_ns, stage:<s>:ns, ...
+    samples: StackCounts | None = field(default=None, repr=False)
 
 
 def batch_table(a) -> Table:
@@ -119,7 +122,7 @@ def load_capture(export: str, config: StageConfig) -> CaptureData:
     from ..analyze.result import analyze
 
     a = analyze(export, config)
-    return CaptureData(export, a.result, batch_table(a))
+    return CaptureData(export, a.result, batch_table(a), a.sample_counts)
 
 
 _CACHE = FileCache(16)
@@ -347,7 +350,10 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
 
     warnings = [f"{n} ({ref.label}): {w}" for n in names for ref, d in zip(arms.captures[n], data[n])
                 for w in _capture_warnings(ref, d)]
-    notes = list(arms.notes)
+    from .functions import function_changes
+    functions, function_notes = function_changes(names, data, tuple(s for s in stages if any(
+        m.stage == s for m in metrics)), confidence)
+    notes = list(arms.notes) + function_notes
     versions = sorted({v for a in arms_out.values() for v in a["nsys_versions"]})
     if len(versions) > 1:
         notes.append(f"captures from different nsys versions ({', '.join(versions)}): profiler overhead may differ, "
@@ -377,6 +383,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
         "config": {"domain": config.domain, "batch": config.batch, "stages": list(stages)},
         "metrics": out_metrics,
         "findings": compare_findings({n: [d.result for d in data[n]] for n in names}, base),
+        "functions": functions,
         "warnings": warnings,
         "notes": notes,
     }

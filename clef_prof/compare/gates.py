@@ -248,6 +248,26 @@ def _ci_short(a: dict, kind: str) -> str:
     return f"{label}{_fmt_change(lo, kind)} to {_fmt_change(hi, kind)}"
 
 
+def _function_rows(comp: dict, arm: str) -> list[tuple[str, dict, dict, dict]]:
+    """(stage, function entry, its baseline figures, its arm figures) of compare's function-level
+    change, in stage order."""
+    f = comp.get("functions")
+    if not f:
+        return []
+    base = comp["baseline"]
+    return [(stage, e, e["arms"][base], e["arms"][arm]) for stage, st in f["stages"].items() for e in st["functions"]]
+
+
+def _function_label(e: dict) -> str:
+    base = e["file"].rsplit("/", 1)[-1]
+    return f"{e['function']} ({base})" if base else e["function"]
+
+
+FUNCTIONS_NOTE = ("Python functions: self ms per request = the function's self samples (its frame the innermost) x "
+                  "ms per sample / requests, one value per capture; the interval and verdict as for the metrics "
+                  "above (Welch t between the arms' captures)")
+
+
 def method_lines(comp: dict) -> list[str]:
     meth = comp["method"]
     arms = comp["arms"]
@@ -305,6 +325,19 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
             out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | "
                        f"{md(_verdict_text(a, m))} |")
         out.append("")
+        frows = _function_rows(comp, arm)
+        if frows:
+            out += [f"Python functions per stage, self ms per request ({md(base)} → {md(arm)}):", "",
+                    f"| stage | function | {md(base)} → {md(arm)} | change | {conf} CI of the change | verdict |",
+                    "|---|---|---:|---:|---:|---|"]
+            for stage, e, b, a in frows:
+                ch = f"{_fmt_change(a['change'], 'host_ms')} ms ({_fmt_change(a['change_pct'], 'host_ms', True)})"
+                if a["beyond_noise"]:
+                    ch = f"**{ch}**"
+                out.append(f"| {md(stage)} | {md(_function_label(e), code=True)} | {_fmt_value(b['self_ms_per_request'], 'host_ms')} → "
+                           f"{_fmt_value(a['self_ms_per_request'], 'host_ms')} ms | {ch} | {_ci_text(a, 'host_ms')} | "
+                           f"{md(_verdict_text(a, {'deterministic': False}))} |")
+            out += ["", f"<sub>{md(FUNCTIONS_NOTE)}</sub>", ""]
     if hidden:
         out += [f"{hidden} metrics that are exactly 0 in every arm are not shown (`--all` shows them).", ""]
     out += [f"<sub>{md(line)}</sub>" for line in method_lines(comp)]
@@ -390,6 +423,17 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                 cells.append(row)
             say([""])
             say(table(cols, cells, width, labels=1 if pq else 2, title=title))
+        frows = _function_rows(comp, arm)
+        if frows:
+            cols = [Column("stage", "left"), Column("function", "left"), Column(base), Column(arm),
+                    Column("change %"), Column(f"{conf} CI of the change"), Column("verdict", "left")]
+            cells = [[stage, _function_label(e), _fmt_value(b["self_ms_per_request"], "host_ms"),
+                      _fmt_value(a["self_ms_per_request"], "host_ms"), _fmt_change(a["change_pct"], "host_ms", True),
+                      _ci_short(a, "host_ms"), _verdict_text(a, {"deterministic": False})]
+                     for stage, e, b, a in frows]
+            say([""])
+            say(table(cols, cells, width, labels=2,
+                      title=f"{base} → {arm}: Python functions per stage, self ms per request (sampled)"))
     say([""])
     say(wrap("beyond noise: the interval excludes 0 · detects ±X%: the smallest change this design could detect "
              "(80% power) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
@@ -404,7 +448,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
     for line in compare_lines(comp):
         say(wrap(line, width, "    ", "  "))
     say([""])
-    for line in method_lines(comp):
+    for line in method_lines(comp) + ([FUNCTIONS_NOTE] if comp.get("functions") else []):
         say(wrap(line, width, "  "), "dim")
     for n in comp["notes"]:
         say(wrap(f"note: {n}", width, "  "))

@@ -519,6 +519,40 @@ class Capture:
                            "pid": _pid(g["gpid"].to_numpy())})
         return df.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
+    @cached_property
+    def samples(self) -> pd.DataFrame:
+        """Python samples per stage and stack (clef-prof's sampler; docs/sampling.md): one row per
+        (slot, distinct stack) with samples, the rows the HTML report's icicles are made of.
+
+        | column | unit / type | meaning |
+        |---|---|---|
+        | stage | categorical | the stage names, then "(batch)" and "(outside)" (analyze.samples' slots) |
+        | samples | count | samples of this stack in this slot |
+        | ms_per_request | ms | samples x ms per sample / requests (NaN without requests) |
+        | function, file | | the innermost frame (self time) |
+        | depth | frames | the stack's depth |
+        | stack | tuple of str | `function (file)` of each frame, outermost first |
+
+        Empty (these columns) when the capture holds no samples.
+        """
+        sc = self.analysis.sample_counts
+        cols = {"stage": "category", "samples": "int64", "ms_per_request": "float64", "function": "object",
+                "file": "object", "depth": "int64", "stack": "object"}
+        if sc is None:
+            return self._empty(cols)
+        slot_i, stack_j = np.nonzero(sc.counts)
+        n = sc.counts[slot_i, stack_j]
+        req = self.result.requests
+        per = sc.ms_per_sample / req if req and sc.ms_per_sample is not None else np.nan
+        label = [f"{f} ({fl.rsplit('/', 1)[-1]})" if fl else f for f, fl in zip(sc.func_name, sc.func_file)]
+        stacks = [tuple(label[f] for f in reversed(sc.stacks[j])) for j in stack_j.tolist()]
+        leaf = np.array([sc.stacks[j][0] for j in stack_j.tolist()], dtype=np.int64)
+        return pd.DataFrame({
+            "stage": pd.Categorical([sc.slots[i] for i in slot_i.tolist()], categories=sc.slots),
+            "samples": n.astype(np.int64), "ms_per_request": n * per,
+            "function": [sc.func_name[f] for f in leaf.tolist()], "file": [sc.func_file[f] for f in leaf.tolist()],
+            "depth": np.array([len(st) for st in stacks], dtype=np.int64), "stack": stacks})
+
     # --- summaries ------------------------------------------------------------------------
     def summary(self) -> pd.DataFrame:
         """analyze's per-stage figures, one row per stage plus one for the batch range as a whole.

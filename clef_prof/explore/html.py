@@ -167,6 +167,8 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
 
     if r.journey is not None and getattr(cap, "journeys", None) is not None:
         parts.append(_journey_section(cap, svg))
+    if getattr(cap, "sample_counts", None) is not None:
+        parts.append(_samples_section(cap, svg))
 
     if not any(p.startswith("<h2>Timeline and findings") for p in parts):
         parts.append("<h2>Findings</h2>" + _findings(r))
@@ -228,6 +230,31 @@ def _journey_section(cap, svg) -> str:
                                       " at or above the p99 of end-to-end), slowest last: each row from its handler's "
                                       "entry to its exit, its segments on the handler's thread and its batch's "
                                       "stages under them on the batch's thread"))
+    return "".join(out)
+
+
+def _samples_section(cap, svg) -> str:
+    """Python samples: an icicle per stage with samples (and "(batch)"), under analyze's header line."""
+    from ..analyze.samples import OUTSIDE_SLOT
+    from .text import samples_head
+
+    sc, s = cap.sample_counts, cap.result.samples
+    out = ["<h2>Python functions per stage (sampled)</h2><ul class=\"headline\">"
+           + "".join(f"<li>{_e(line.strip())}</li>" for line in samples_head(cap.result)) + "</ul>"]
+    for slot, st in s.stages.items():
+        if slot == OUTSIDE_SLOT or not st.samples:
+            continue
+        ms = "" if st.ms_per_request is None else f", {st.ms_per_request:.3f} ms per request"
+        few = " (few samples: shares are not a measurement)" if st.few else ""
+        unit = "ns" if sc.unit == "ns" else "samples"
+        what = "function self time (ns, from python_function events)" if unit == "ns" else "samples"
+        out.append(_figure([svg.flame(sc, slot, f"{slot}: {st.samples:,} {unit}{ms}{few}", unit=unit)],
+                           f"the outermost Python frame at the top, callees below; each box is as wide as the {what} "
+                           "whose stack passes through it (inclusive); hover for function, file, amount and share"))
+    outside = s.stages.get(OUTSIDE_SLOT)
+    if outside is not None and outside.samples:
+        out.append(f"<p>{outside.samples:,} {'ns' if sc.unit == 'ns' else 'samples'} in no batch range (idle threads, "
+                   "start-up) are not drawn.</p>")
     return "".join(out)
 
 

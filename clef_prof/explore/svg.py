@@ -11,6 +11,10 @@ batch, stage instance and GPU record. The timeline reads only its window's rows
 Every mark of the timeline is an element of its lane's group (`<g data-lane=NAME>`) carrying
 `data-batch` (its batch, -1 outside any) and the class `own` (work of a plotted batch) or
 `other` (drawn grey), so that a test can count what was drawn.
+
+`flame` draws one stage's Python samples as an icicle (the root at the top, each box a stack
+prefix as wide as its inclusive samples); each box is a `<rect data-depth data-samples>` with a
+tooltip naming the function, its file, its samples and their share of the stage.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR,
                     LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
                     STAGE_COLORS, TimelineMarks, timeline_title)
 
-__all__ = ["Timeline", "timeline", "stage_durations", "waterfall"]
+__all__ = ["Timeline", "timeline", "stage_durations", "waterfall", "flame"]
 
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif"'
 WIDTH = 1100                   # viewBox units; the page scales the picture to its column
@@ -628,3 +632,57 @@ def _seg_start(rows, k: int, seg: str):
         return None
     v = int(rows[col][k])
     return v if v >= 0 else None
+
+
+# ------------------------------------------------------------------------------------------
+# Python samples: an icicle per stage
+
+FLAME_ROW = 18                  # box pitch per stack depth
+FLAME_MIN_W = 0.3               # boxes narrower than this (viewBox units) are not drawn, but counted
+FLAME_COLORS = ("#f8c471", "#f5b041", "#eb984e", "#e59866", "#f0b27a", "#f7dc6f", "#f4d03f", "#edbb99")
+
+
+def flame(sc, slot: str, title: str | None = None, unit: str = "samples") -> str:
+    """One slot's stacks (`analyze.samples.StackCounts`) as an icicle: the outermost frame at the
+    top, callees under their caller, each box as wide as the samples whose stack passes through it
+    (inclusive). Boxes under `FLAME_MIN_W` units are left out; the group's `data-hidden` counts them."""
+    from ..analyze.samples import stack_tree
+
+    nodes = stack_tree(sc, slot)
+    total = sum(n.inclusive for n in nodes if len(n.path) == 1)
+    depth = max((len(n.path) for n in nodes), default=0)
+    top = 30
+    plot_w = WIDTH - 20
+    height = top + FLAME_ROW * max(depth, 1) + 10
+    head = title or f"{slot}: {total:,} {unit}"
+    svg = _Svg(WIDTH, height, "flame-" + "".join(c if c.isalnum() else "-" for c in slot), head,
+               f"Icicle of the Python stacks sampled in {slot}: the outermost frame at the top, each box as wide as "
+               f"the {unit} whose stack passes through it (inclusive), out of {total:,}.")
+    svg.text(10, 18, head, size=12)
+    if not total:
+        svg.text(WIDTH / 2, top + 12, f"no {unit}", anchor="middle")
+        return svg.done()
+    scale = plot_w / total
+    drawn, hidden = [], 0
+    for n in nodes:
+        w = n.inclusive * scale
+        if w < FLAME_MIN_W:
+            hidden += 1
+            continue
+        f = n.path[-1]
+        name, file = sc.func_name[f], sc.func_file[f]
+        x, y = 10 + n.start * scale, top + FLAME_ROW * (len(n.path) - 1)
+        pct = 100.0 * n.inclusive / total
+        tip = (f"{name} ({file or 'no file'}): {n.inclusive:,} {unit} ({pct:.1f}% of {slot}), "
+               f"self {n.self:,} {unit} ({100.0 * n.self / total:.1f}%)")
+        color = FLAME_COLORS[sum(map(ord, name)) % len(FLAME_COLORS)]
+        box = (f'<rect data-depth="{len(n.path)}" data-samples="{n.inclusive}" x="{_n(x)}" y="{_n(y)}" '
+               f'width="{_n(w)}" height="{FLAME_ROW - 1}" fill="{color}" stroke="#fff" stroke-width="0.5">'
+               f'<title>{_e(tip)}</title></rect>')
+        chars = int((w - 6) / 6.2)
+        if chars >= 3:
+            label = name if len(name) <= chars else name[:chars - 1] + "…"
+            box += f'<text x="{_n(x + 3)}" y="{_n(y + 12.5)}" font-size="10" pointer-events="none">{_e(label)}</text>'
+        drawn.append(box)
+    svg.add(f'<g data-stage="{_e(slot)}" data-total="{total}" data-hidden="{hidden}">{"".join(drawn)}</g>')
+    return svg.done()

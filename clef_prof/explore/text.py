@@ -212,6 +212,11 @@ SAMPLE_TOP = 5      # functions per stage in the terminal and Markdown
 def samples_head(result: Result) -> list[str]:
     """What the Python samples are: how many, the rate asked and observed, what one stands for."""
     s = result.samples
+    if s.unit == "ns":
+        return [f"Python functions from the trace's python_function events (torch profiler with_stack): "
+                f"{s.samples / 1e6:,.3f} ms of function self time on {s.threads} thread(s); per stage, the top functions "
+                "by self time (each event's duration less its callees'), share of the stage's function time, ms per "
+                "request; measured durations, not samples: no sampling interval"]
     rate = f"{s.observed_hz:.0f} Hz observed" if s.observed_hz else "rate unknown"
     asked = f" (asked {s.asked_hz:g} Hz)" if s.asked_hz else ""
     each = f"{s.ms_per_sample:.2f} ms each" if s.ms_per_sample else "no time per sample"
@@ -229,7 +234,8 @@ def _sample_stages(result: Result):
         if not st.samples:
             continue
         few = "; too few to measure shares" if st.few else ""
-        title = f"{stage}: {st.samples:,} samples ({100 * st.share_of_samples:.0f}% of all), {_jms(st.ms_per_request)} ms per request{few}"
+        what = f"{st.samples / 1e6:,.3f} ms" if result.samples.unit == "ns" else f"{st.samples:,} samples"
+        title = f"{stage}: {what} ({100 * st.share_of_samples:.0f}% of all), {_jms(st.ms_per_request)} ms per request{few}"
         out.append((title, [(label(f), share_text(f), share_text(f, self_=False), _jms(f.self_ms_per_request))
                             for f in st.top_self[:SAMPLE_TOP]]))
     return out
@@ -240,7 +246,8 @@ def samples_text(result: Result, width: int = 80) -> list[str]:
     from ..analyze.termtable import Column, table, wrap
 
     out = [w for line in samples_head(result) for w in wrap(line, width, "  ")]
-    cols = [Column("function (file)", "left"), Column("self [95%]"), Column("incl [95%]"), Column("self ms/req")]
+    ci = "" if result.samples.unit == "ns" else " [95%]"
+    cols = [Column("function (file)", "left"), Column(f"self{ci}"), Column(f"incl{ci}"), Column("self ms/req")]
     for title, rows in _sample_stages(result):
         out += [""] + table(cols, [list(r) for r in rows], width, title=title)
     return out
@@ -249,7 +256,8 @@ def samples_text(result: Result, width: int = 80) -> list[str]:
 def samples_markdown(result: Result) -> list[str]:
     out = ["", "**Python samples**", ""] + [f"- {md(line)}" for line in samples_head(result)]
     for title, rows in _sample_stages(result):
-        out += ["", md(title), "", "| function (file) | self [95%] | inclusive [95%] | self ms /request |",
+        ci = "" if result.samples.unit == "ns" else " [95%]"
+        out += ["", md(title), "", f"| function (file) | self{ci} | inclusive{ci} | self ms /request |",
                 "|---|---:|---:|---:|"]
         out += [f"| {md(fn, code=True)} | {sh} | {inc} | {ms} |" for fn, sh, inc, ms in rows]
     return out

@@ -6,6 +6,8 @@ Each batch's `head` stage calls `three(3 * K)` then `one(K)`: the same loop body
 iterations, so `three` takes about 3/4 of the stage by construction. No call in the stage gives up
 the GIL (no I/O, no sleep), so the sampler sees the stage where its timer fires. `--out` gets what
 the program itself measured with perf_counter_ns around each call: the oracle of the split.
+`--three-factor F` makes `three` do F * K iterations (default 3): F = 6 is the "PR" of the compare
+captures (scripts/make-samples-compare-captures.py), `three` twice as slow, `one` unchanged.
 """
 import argparse
 import json
@@ -34,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--three-factor", type=int, default=3)
     a = ap.parse_args()
     spent = {"three": 0, "one": 0, "head": 0}
     batches = 0
@@ -43,7 +46,7 @@ def main():
         with clef_prof.batch(n=1):
             with clef_prof.stage("head"):
                 t0 = clock()
-                three(3 * K)
+                three(a.three_factor * K)
                 t1 = clock()
                 one(K)
                 t2 = clock()
@@ -52,7 +55,7 @@ def main():
         spent["head"] += t2 - t0
         batches += 1
     with open(a.out, "w") as f:
-        json.dump({"batches": batches, "ns": spent}, f)
+        json.dump({"batches": batches, "three_factor": a.three_factor, "ns": spent}, f)
 
 
 if __name__ == "__main__":

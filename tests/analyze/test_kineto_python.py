@@ -1,0 +1,92 @@
+"""A Kineto trace's python_function events (torch.profiler with_stack=True) as the per-stage
+Python view (analyze.samples.durations): self time per stage and stack, in ns, not samples.
+
+The trace is CONSTRUCTED here (no torch on the CPU machines, and no shipped trace was recorded
+with_stack): its events follow the real format, as torch's profiler writes them (`ph` "X", `cat`
+"python_function", `name` "file.py(LINE): function" or a built-in's name, `args` "Python id",
+"Python parent id" (null at a root), "Python thread"; torch/csrc/profiler's kPythonId /
+kPythonParentId fields), with durations chosen so that every figure has a by-hand oracle."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clef_prof.analyze.inputs import resolve
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.samples import KINETO_SOURCE, OUTSIDE_SLOT
+from clef_prof.analyze.stages import StageConfig
+from clef_prof.explore.html import render_html
+
+PID = 4242
+BATCHES, N = 4, 2            # 4 batches of 2 requests
+US = 1000.0                  # one batch every ms (ts in microseconds)
+
+
+def _trace() -> dict:
+    """Per batch at t0 = b ms: serve() [0, 900] µs encloses pooler n=2 [50, 850] which holds
+    head [100, 800]; in head: three() [120, 520] calling <built-in method sum> [200, 300], then
+    one() [550, 650]; serve()'s own time outside them."""
+    ev, pid = [], 0
+
+    def fn(name, t0, dur, parent):
+        nonlocal pid
+        pid += 1
+        ev.append({"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": PID, "ts": t0, "dur": dur,
+                   "args": {"Python parent id": parent, "Python id": pid, "Python thread": 0}})
+        return pid
+
+    for b in range(BATCHES):
+        t = 1_000_000.0 + b * US
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"pooler n={N}", "pid": PID, "tid": PID,
+                   "ts": t + 50, "dur": 800.0, "args": {}})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "head", "pid": PID, "tid": PID,
+                   "ts": t + 100, "dur": 700.0, "args": {}})
+        root = fn("srv.py(10): serve", t, 900.0, None)
+        three = fn("srv.py(20): three", t + 120, 400.0, root)
+        fn("<built-in method sum of PyCapsule object at 0x7f00>", t + 200, 100.0, three)
+        fn("srv.py(30): one", t + 550, 100.0, root)
+    return {"schemaVersion": 1, "baseTimeNanoseconds": 1700000000000000000, "traceEvents": ev}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    path = tmp_path_factory.mktemp("kpy") / "srv.pt.trace.json"
+    path.write_text(json.dumps(_trace()))
+    return analyze(resolve(str(path))[0], StageConfig(stages=("head",)))
+
+
+def test_python_functions_per_stage_from_kineto_durations(result):
+    s = result.result.samples
+    assert s is not None and s.source == KINETO_SOURCE and s.unit == "ns"
+    head = s.stages["head"]
+    by = {f.function: f for f in head.top_self}
+    # by hand: per batch three's self 300 µs, the built-in 100, one 100: 500 µs of head in functions
+    assert head.samples == BATCHES * 500_000
+    assert by["three"].self_samples == BATCHES * 300_000 and by["three"].file == "srv.py"
+    assert by["<built-in method sum of PyCapsule object at 0x7f00>"].self_samples == BATCHES * 100_000
+    assert by["one"].self_samples == BATCHES * 100_000
+    assert by["three"].self_share == pytest.approx(0.6)
+    # durations are measured, not drawn: the interval is the point
+    assert by["three"].self_share_low == by["three"].self_share_high == pytest.approx(0.6)
+    assert by["three"].self_ms_per_request == pytest.approx(BATCHES * 0.300 / (BATCHES * N))
+    incl = {f.function: f for f in head.top_inclusive}
+    assert incl["three"].inclusive_samples == BATCHES * 400_000
+    # serve() encloses the batch range: its self time (900 - 400 - 100 µs a batch) is outside every range
+    out = s.stages[OUTSIDE_SLOT]
+    assert out.samples == BATCHES * 400_000 and out.top_self[0].function == "serve"
+    assert not head.few and s.ms_per_sample is None
+    assert result.result.to_json()["samples"]["unit"] == "ns"
+
+
+def test_kineto_icicle_says_ns(result):
+    text = render_html(result)
+    assert "Python functions per stage (sampled)" in text
+    assert "three (srv.py): 1,600,000 ns (80.0% of head), self 1,200,000 ns (60.0%)" in text
+    assert "2,000,000 ns" in text and "1,600,000 ns in no batch range" in text
+
+
+def test_dominant_stage_finding_names_the_functions_by_time(result):
+    f = next(f for f in result.result.findings if f.id == "dominant-stage")
+    assert "by Python function self time (2.000 ms in the stage): three (srv.py) 60%" in f.summary
+    assert "interval" not in f.summary.split("by Python")[1]
