@@ -22,12 +22,15 @@ MAX_PY_SAMPLING_HZ = 10_000
 @dataclass(frozen=True)
 class StageConfig:
     """The NVTX domain, the outer batch range and the stage names; `findings`: threshold
-    overrides for the findings rules, as (key, value) pairs."""
+    overrides for the findings rules, as (key, value) pairs; `engine_id_pattern`: a regular
+    expression whose one group turns an engine's id (in a batch's `rid=` list or an enqueue mark)
+    into the request range's id (a spec's `[request].engine_id_pattern`; docs/journey.md)."""
 
     domain: str = DEFAULT_DOMAIN
     batch: str = DEFAULT_BATCH
     stages: tuple[str, ...] = DEFAULT_STAGES
     findings: tuple[tuple[str, float], ...] = ()
+    engine_id_pattern: str | None = None
 
 def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | None = None, stages=None,
                    findings=()) -> StageConfig:
@@ -38,7 +41,8 @@ def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | Non
     merged = dict(cfg.findings)
     merged.update(findings)
     return StageConfig(domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
-                       stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()))
+                       stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()),
+                       engine_id_pattern=cfg.engine_id_pattern)
 
 
 # the record manifest: written by clef_prof.record.manifest, read by clef_prof.analyze.manifest

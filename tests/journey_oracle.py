@@ -17,6 +17,7 @@ class Oracle:
     cut: list = field(default_factory=list)           # ids of request ranges open at the end
     claims: list = field(default_factory=list)        # (batch start, rid) of every id a batch names
     unclaimed: set = field(default_factory=set)       # ids no request range took
+    taken: set = field(default_factory=set)           # (batch start, rid as named) of the claims requests took
 
 
 def _text(con) -> str:
@@ -25,7 +26,15 @@ def _text(con) -> str:
     return "COALESCE(s.value, e.text)" if "textId" in has else "e.text"
 
 
-def compute(path, domain: str = "clef", batch: str = "pooler") -> Oracle:
+def compute(path, domain: str = "clef", batch: str = "pooler", engine_id_pattern: str | None = None) -> Oracle:
+    """With `engine_id_pattern`, an id named by a batch or a mark that matches it in full stands for
+    its group's request id; a request's batch is the latest-starting one in its range that names
+    it, and every claim in its range is taken (its rows)."""
+
+    def req_id(x: str) -> str:
+        m = re.fullmatch(engine_id_pattern, x) if engine_id_pattern else None
+        return m.group(1) if m and m.group(1) else x
+
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     txt = _text(con)
     join = "LEFT JOIN StringIds s ON s.id = e.textId" if txt.startswith("COALESCE") else ""
@@ -65,19 +74,19 @@ def compute(path, domain: str = "clef", batch: str = "pooler") -> Oracle:
                if e is not None and not any(bg == g and bs <= s and e <= be for bs, be, bg, _ in blist)]
     marks_of: dict[str, list[int]] = {}
     for t, _, _, tx in marks:
-        marks_of.setdefault(rid_of(tx), []).append(t)
+        marks_of.setdefault(req_id(rid_of(tx)), []).append(t)
     batches_of: dict[str, list] = {}
     for b in blist:
         for i in b[3]:
-            batches_of.setdefault(i, []).append(b)
+            batches_of.setdefault(req_id(i), []).append((b, i))
     taken = set()
     for r0, r1, gtid, text in reqs:
         rid = rid_of(text)
         if r1 is None or (session_end is not None and r1 >= session_end):
             o.cut.append(rid)
             continue
-        cands = [b for b in batches_of.get(rid, []) if r0 <= b[0] <= r1]
-        b = min(cands, key=lambda b: b[0]) if cands else None
+        cands = [(b, named) for b, named in batches_of.get(rid, []) if r0 <= b[0] <= r1]
+        b = max((b for b, _ in cands), key=lambda b: b[0]) if cands else None
         ms = [t for t in marks_of.get(rid, []) if r0 <= t <= r1]
         e = min(ms) if ms else None
         floor = b[1] if b else (e if e is not None else r0)
@@ -85,8 +94,7 @@ def compute(path, domain: str = "clef", batch: str = "pooler") -> Oracle:
         c = max(cs, key=lambda c: c[1]) if cs else None
         if c is not None and c[0] < floor:
             c = None
-        if b:
-            taken.add((b[0], rid))
+        taken.update((b_[0], named) for b_, named in cands)
         seg = {"receive": 0, "queue": 0, "batch": 0, "after_batch": 0, "encode": 0, "send": 0}
         if e is not None:
             seg["receive"] = e - r0
@@ -103,8 +111,10 @@ def compute(path, domain: str = "clef", batch: str = "pooler") -> Oracle:
             seg["send"] = r1 - b[1]
         seg["unattributed"] = (r1 - r0) - sum(seg.values())
         o.requests[(gtid, r0)] = {"rid": rid, "end": r1, "enqueue": e, "batch_start": b[0] if b else None,
+                                  "rows": len(cands), "batches": len({b_[0] for b_, _ in cands}),
                                   "encode_start": c[0] if c else None, **seg}
     o.unclaimed = {rid for start, rid in o.claims if (start, rid) not in taken}
+    o.taken = taken
     return o
 
 
@@ -120,6 +130,7 @@ def check(analysis, oracle: Oracle) -> None:
         want = oracle.requests[(int(t["gtid"][i]), int(t["start"][i]))]
         assert str(t["rid"][i]) == want["rid"]
         assert int(t["batch_start"][i]) == (want["batch_start"] if want["batch_start"] is not None else -1)
+        assert int(t["batch_rows"][i]) == want["rows"]
         assert int(t["enqueue"][i]) == (want["enqueue"] if want["enqueue"] is not None else -1)
         assert int(t["encode_start"][i]) == (want["encode_start"] if want["encode_start"] is not None else -1)
         got = {s: int(t[f"{s}_ns"][i]) for s in ("receive", "queue", "batch", "after_batch", "encode", "send",
@@ -133,5 +144,4 @@ def check(analysis, oracle: Oracle) -> None:
     assert j.request_ranges == len(oracle.requests) + len(oracle.cut)
     assert j.cut_by_window == len(oracle.cut)
     assert j.batch_ids == len(oracle.claims)
-    assert j.unclaimed_batch_ids == len({(s, r) for s, r in oracle.claims} - {
-        (v["batch_start"], v["rid"]) for v in oracle.requests.values() if v["batch_start"] is not None})
+    assert j.unclaimed_batch_ids == len(set(oracle.claims) - oracle.taken)

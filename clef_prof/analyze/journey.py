@@ -18,16 +18,25 @@ segment names (no enqueue mark: R0 -> B0; no batch: E -> C0 or E -> R1) is `unat
 Points are put in order inside [R0, R1] first (a point before the one it follows is moved up to
 it and the journey counted `out_of_order`), so every segment is >= 0 and they close exactly.
 
-Matching: the batch of a request is the first batch that names its id and starts at or after R0
-(and not after R1); its enqueue mark, the first mark of its id in [R0, R1]; its encode, the last
+Matching: every id a batch names (a row) belongs to the request of that id whose range holds the
+batch's start (the latest of the id to start at or before it); the batch of a request is the batch
+of its last row (a request of several rows, several prompts or a prompt over several steps, is
+done when its last row is; its queue holds the batches of its earlier rows); its enqueue mark, the
+first mark of its id in [R0, R1]; its encode, the last
 `encode` range outside every batch on the request range's thread that ends by R1 and starts at or
 after B1 (or E, or R0). For a coroutine handler that does not `await` between its encode and its
 return, that is its own encode even with other requests interleaved on the loop's thread.
+
+A server that renames ids on their way to the engine (vLLM: the API server's `<id>` becomes
+`embd-<id>-<n>-<8 hex>`, one per prompt) is joined by a pattern (a spec's
+`[request].engine_id_pattern`): a row's or a mark's id that matches it in full stands for its one
+group; ids that do not match are taken as they are.
 
 Everything here is a pure function over NumPy arrays; `read` (the SQL) is at the edge.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,9 +68,11 @@ class Inputs:
     batches: Table
     encodes: Table
     session_end: int | None = None
+    engine_id_pattern: str | None = None
 
 
-def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Table) -> Inputs | None:
+def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Table,
+         engine_id_pattern: str | None = None) -> Inputs | None:
     """The request ranges, enqueue marks and full batch rid lists of `domain` (None without request
     ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
     again here with RID_CHARS characters, so long id lists are whole."""
@@ -79,7 +90,7 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
         full = read_ranges(cap, domain, [], [batch_name], chars=RID_CHARS)
         rids = _align(batches, full.start, full.end, full.gtid, rid_keys(full.name))
     b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
-    return Inputs(requests, marks, b, encodes, cap.duration_ns)
+    return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern)
 
 
 def _align(batches: Table, start, end, gtid, values) -> np.ndarray:
@@ -115,6 +126,20 @@ def claims(rids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cut = np.zeros(len(rids), bool)
     cut[batch[ids == "..."]] = True
     return batch[keep], ids[keep], cut
+
+
+def request_ids(ids: np.ndarray, pattern: str | None) -> tuple[np.ndarray, int]:
+    """The request id each engine id stands for (the pattern's group where it matches in full, the
+    id itself elsewhere), and how many ids matched; once per distinct id."""
+    ids = np.asarray(ids, dtype=object)
+    if pattern is None or len(ids) == 0:
+        return ids, 0
+    match = re.compile(pattern).fullmatch
+    uniq, codes = factorize(ids)
+    groups = [m.group(1) if (m := match(u)) else None for u in uniq]
+    matched = np.array([bool(g) for g in groups], dtype=bool)       # a group left empty is no id
+    mapped = np.array([g if g else u for g, u in zip(groups, uniq)], dtype=object)
+    return mapped[codes], int(matched[codes].sum())
 
 
 def _ranked_keys(key_code, key_t, code, t) -> tuple[np.ndarray, np.ndarray]:
@@ -153,10 +178,12 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     """One row per request range, and what did not meet (`meta`).
 
     Columns: rid, gtid, start, end, cut (the range is open at the capture's end), enqueue, batch
-    (index into the batches, -1: none), batch_size, batch_start, batch_end, encode_start,
-    encode_end (-1 where absent), out_of_order, e2e_ns and one `<segment>_ns` per SEGMENTS (0 for
-    a cut request). meta: claims (ids named by batches), unclaimed (claim indices no request took),
-    claim_rid, rid_cut_batches (batches whose id list was cut)."""
+    (index into the batches, -1: none), batch_size, batch_rows (the rows of batches it took: its
+    prompts, or steps), batch_start, batch_end, encode_start, encode_end (-1 where absent),
+    out_of_order, e2e_ns and one `<segment>_ns` per SEGMENTS (0 for a cut request). meta: claims
+    (ids named by batches), unclaimed (claim indices no request took), claim_rid (as the batches
+    name them), rid_cut_batches (batches whose id list was cut), renamed (claims the engine id
+    pattern matched)."""
     q, mk, b, enc = inp.requests, inp.marks, inp.batches, inp.encodes
     n = len(q)
     r0, r1 = q["start"].astype(np.int64), q["end"].astype(np.int64)
@@ -166,23 +193,29 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     r1c = np.where(cut, r0, r1)
 
     c_batch, c_rid, rid_cut = claims(b["rids"])
-    uniq, codes = factorize(np.concatenate([q["rid"], mk["rid"], c_rid]).astype(object))
+    c_req, renamed = request_ids(c_rid, inp.engine_id_pattern)
+    m_req, _ = request_ids(mk["rid"], inp.engine_id_pattern)
+    uniq, codes = factorize(np.concatenate([q["rid"], m_req, c_req]).astype(object))
     q_code, m_code, c_code = codes[:n], codes[n:n + len(mk)], codes[n + len(mk):]
 
-    # the batch: first claim of the id starting at or after R0, and not after R1
+    # each row (claim) to the request of its id whose range holds its batch's start: the latest of
+    # the id to start at or before it, not cut, ending at or after it
     c_start = b["start"][c_batch] if len(c_batch) else np.zeros(0, np.int64)
-    order = np.lexsort((c_start, c_code))
-    j = _first_at_or_after(c_code[order], c_start[order], q_code, r0)
-    claim = np.where(j >= 0, order[np.maximum(j, 0)], _NONE)
-    bidx = np.where(claim >= 0, c_batch[np.maximum(claim, 0)] if len(c_batch) else _NONE, _NONE)
-    has_b = (bidx >= 0) & ~cut
+    order_q = np.lexsort((r0, q_code))
+    j = _last_at_or_before(q_code[order_q], r0[order_q], c_code, c_start)
+    owner = np.where(j >= 0, order_q[np.maximum(j, 0)], _NONE) if n else np.full(len(c_batch), _NONE)
+    ow = np.maximum(owner, 0)
+    used = (owner >= 0) & ~cut[ow] & (c_start <= r1c[ow]) if n else np.zeros(len(c_batch), bool)
+    rows = np.bincount(owner[used], minlength=n).astype(np.int64)
+    # a request's batch: that of its last row (by batch start)
+    u = np.flatnonzero(used)
+    u = u[np.lexsort((c_start[u], owner[u]))]
+    last = u[np.r_[owner[u][1:] != owner[u][:-1], True]] if len(u) else u
+    bidx = np.full(n, _NONE, np.int64)
+    bidx[owner[last]] = c_batch[last]
+    has_b = bidx >= 0
     b0 = np.where(has_b, b["start"][np.maximum(bidx, 0)] if len(b) else 0, _NONE)
-    has_b &= b0 <= r1c
-    bidx = np.where(has_b, bidx, _NONE)
     b1 = np.where(has_b, b["end"][np.maximum(bidx, 0)] if len(b) else 0, _NONE)
-    b0 = np.where(has_b, b0, _NONE)
-    used = np.zeros(len(c_batch), bool)
-    used[claim[has_b]] = True
 
     # the enqueue mark: first of the id in [R0, R1]
     m_t = mk["time"].astype(np.int64)
@@ -209,11 +242,11 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
         s[cut] = 0
     size = np.where(has_b, b["size"][np.maximum(bidx, 0)] if len(b) else 0, 0).astype(np.int64)
     t = Table(rid=q["rid"], gtid=q["gtid"], start=r0, end=r1, cut=cut, enqueue=e, batch=bidx.astype(np.int64),
-              batch_size=size, batch_start=b0, batch_end=b1, encode_start=c0, encode_end=c1,
+              batch_size=size, batch_rows=rows, batch_start=b0, batch_end=b1, encode_start=c0, encode_end=c1,
               out_of_order=ooo & ~cut, e2e_ns=np.where(cut, 0, r1c - r0),
               **{f"{s}_ns": v for s, v in seg.items()})
     meta = {"claims": len(c_batch), "unclaimed": np.flatnonzero(~used), "claim_rid": c_rid,
-            "rid_cut_batches": int(rid_cut.sum())}
+            "rid_cut_batches": int(rid_cut.sum()), "renamed": renamed}
     return t, meta
 
 
@@ -303,7 +336,7 @@ def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: flo
         without_enqueue=int((ok & (t["enqueue"] < 0)).sum()), without_encode=int((ok & (t["encode_start"] < 0)).sum()),
         out_of_order=int((ok & t["out_of_order"]).sum()), batch_ids=int(meta["claims"]),
         unclaimed_batch_ids=int(len(unclaimed)), batches_with_cut_ids=int(meta["rid_cut_batches"]),
-        tail_requests=int(tl.sum()), e2e_ms_mean=e["mean_ms"], e2e_ms_p50=e["p50_ms"], e2e_ms_p99=e["p99_ms"],
+        tail_requests=int(tl.sum()), renamed_batch_ids=int(meta.get("renamed", 0)), e2e_ms_mean=e["mean_ms"], e2e_ms_p50=e["p50_ms"], e2e_ms_p99=e["p99_ms"],
         segments={s: seg(t[f"{s}_ns"]) for s in SEGMENTS},
         batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns).items()},
         listed={"cut_by_window": _ids(t["rid"][cut]), "without_batch": _ids(t["rid"][nob]),

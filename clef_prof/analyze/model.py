@@ -326,6 +326,7 @@ class Journey:
     batch_stages: dict[str, SegmentFigures]     # the batch segment by its batch's stages, plus (no stage)
     listed: dict[str, list[str]]        # "cut_by_window", "without_batch", "unclaimed_batch_ids": ids
     client: ClientCheck | None = None
+    renamed_batch_ids: int = 0          # batch ids the engine id pattern turned into request ids
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -246,6 +246,10 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
                      lost, unions)
     step("journeys")
     journey_rows, result.journey = _journeys(cap, stages, table)
+    j = result.journey
+    if j is not None and config.engine_id_pattern and j.batch_ids and not j.renamed_batch_ids:
+        result.warnings.append(f"the engine id pattern {config.engine_id_pattern!r} matched none of the {j.batch_ids:,} "
+                        "batch ids: requests and batches meet only where the ids are equal")
     step("samples")
     sample_counts = samples.count(cap, stages)
     result.samples, more = samples.figures(sample_counts, result.requests)
@@ -269,7 +273,8 @@ def _journeys(cap: Export, stages: Stages, table: Table):
     enc = inst[(inst["stage"] == jn.ENCODE) & (inst["batch"] < 0)] if len(inst) else inst
     encodes = Table(start=enc["start"], end=enc["end"], gtid=enc["gtid"]) if len(enc) else Table(
         start=np.zeros(0, np.int64), end=np.zeros(0, np.int64), gtid=np.zeros(0, np.int64))
-    inp = jn.read(cap, stages.config.domain, stages.config.batch, stages.batches, encodes)
+    inp = jn.read(cap, stages.config.domain, stages.config.batch, stages.batches, encodes,
+                  stages.config.engine_id_pattern)
     if inp is None:
         return None, None
     rows, meta = jn.journeys(inp)

@@ -38,11 +38,16 @@ the request joins the batcher, an enqueue mark; a `[request]` table puts both in
     target = "pkg.api:handle"            # or a list: every handler of a request
     id_header = "X-Request-Id"           # the id: a header of the HTTP request object ...
     header_arg = "request"               #   ... held by this parameter (default "request")
-    # id_arg = "req.request_id"          # ... or a parameter / attribute path holding the id
+    # id_arg = "req.request_id"          # ... and/or a parameter / attribute path holding the id
     enqueue = "pkg.engine:Engine.add"    # optional: mark `enqueued rid=ID` when this is called
     enqueue_id_arg = "request_id"        #   with the id in this parameter / attribute path
+    # engine_id_pattern = '^embd-(.+?)-[0-9]+$'   # analyze: an engine's id -> the request's (group 1)
 
-A call whose id cannot be read runs without a range (it could not be joined to its batch).
+With both `id_header` and `id_arg` the header is read first and the argument when the header is
+absent (vLLM's own order). A call whose id cannot be read (absent, None, or a list: several ids)
+runs without a range (it could not be joined to its batch). `engine_id_pattern` is for analyze
+only: an id in a batch's `rid=` list or an enqueue mark that matches it in full stands for the
+request whose id is its one group (a server that renames ids: vLLM's `embd-<id>-<n>-<random>`).
 
 This module is standard library only (TOML through `tomllib`, or `tomli` on Python < 3.11):
 the injection hook loads it in every profiled process.
@@ -62,7 +67,7 @@ _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FILE_TARGET = re.compile(r"^(.+\.py):([A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$")
 
 TOP_KEYS = ("domain", "batch", "stages", "description", "findings", "request")
-REQUEST_KEYS = ("target", "id_arg", "id_header", "header_arg", "enqueue", "enqueue_id_arg")
+REQUEST_KEYS = ("target", "id_arg", "id_header", "header_arg", "enqueue", "enqueue_id_arg", "engine_id_pattern")
 BATCH_KEYS = ("target", "size_arg", "request_ids_arg", "name", "runner")
 
 
@@ -135,6 +140,7 @@ class RequestSpec:
     header_arg: str = "request"
     enqueue: Target | None = None
     enqueue_id_arg: str | None = None
+    engine_id_pattern: str | None = None     # analyze: engine id -> request id (its one group)
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,8 @@ class Spec:
 
     @property
     def config(self) -> StageConfig:
-        return StageConfig(domain=self.domain, batch=self.batch_name, stages=tuple(self.stages), findings=self.findings)
+        return StageConfig(domain=self.domain, batch=self.batch_name, stages=tuple(self.stages), findings=self.findings,
+                           engine_id_pattern=self.request.engine_id_pattern if self.request else None)
 
     def bindings(self) -> list[Binding]:
         """Every target to wrap: the batch targets first, then the stages in spec order."""
@@ -210,6 +217,8 @@ class Spec:
                 t.update(id_header=r.id_header, header_arg=r.header_arg)
             if r.enqueue is not None:
                 t.update(enqueue=str(r.enqueue), enqueue_id_arg=r.enqueue_id_arg)
+            if r.engine_id_pattern is not None:
+                t["engine_id_pattern"] = r.engine_id_pattern
             d["request"] = t
         return d
 
@@ -342,7 +351,8 @@ _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
 def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None:
-    """The [request] table, checked: targets, exactly one id source, the enqueue target and its id."""
+    """The [request] table, checked: targets, an id source (header, argument, or both: header
+    first), the enqueue target and its id, and the engine id pattern."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -362,9 +372,9 @@ def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None
     header = raw.get("id_header")
     if header is not None and (not isinstance(header, str) or not _HEADER.match(header)):
         raise SpecError(f"{path}: [request].id_header must be an HTTP header name (e.g. 'X-Request-Id'), not {header!r}")
-    if (id_arg is None) == (header is None):
-        raise SpecError(f"{path}: [request] needs exactly one of id_arg (a parameter or attribute path holding the "
-                        "id) and id_header (a header of the HTTP request object)")
+    if id_arg is None and header is None:
+        raise SpecError(f"{path}: [request] needs id_arg (a parameter or attribute path holding the id) or "
+                        "id_header (a header of the HTTP request object), or both (the header first)")
     header_arg = _arg_path(raw.get("header_arg", "request"), "[request].header_arg", path)
     enqueue = enqueue_id = None
     if "enqueue" in raw:
@@ -375,7 +385,24 @@ def _request(raw, path: str, base: str | None, seen: dict) -> RequestSpec | None
                             "holding the request id")
     elif "enqueue_id_arg" in raw:
         raise SpecError(f"{path}: [request].enqueue_id_arg without enqueue")
-    return RequestSpec(tuple(targets), id_arg, header, header_arg, enqueue, enqueue_id)
+    return RequestSpec(tuple(targets), id_arg, header, header_arg, enqueue, enqueue_id,
+                       _engine_id_pattern(raw.get("engine_id_pattern"), path))
+
+
+def _engine_id_pattern(value, path: str) -> str | None:
+    """`[request].engine_id_pattern`, checked: a regular expression with exactly one group."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{path}: [request].engine_id_pattern must be a regular expression (a string), not {value!r}")
+    try:
+        groups = re.compile(value).groups
+    except re.error as exc:
+        raise SpecError(f"{path}: [request].engine_id_pattern {value!r} is not a regular expression: {exc}") from None
+    if groups != 1:
+        raise SpecError(f"{path}: [request].engine_id_pattern {value!r} has {groups} groups; it needs exactly one, "
+                        "the request's id (write others as (?:...))")
+    return value
 
 
 def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:

@@ -245,20 +245,25 @@ def _make_batch_wrapper(func, name: str, domain: str, size: _ArgGetter | None, r
     return run_batch
 
 
-def _request_id(getter: "_ArgGetter", header: str | None):
+def _request_id(getter: "_ArgGetter", header: str | None, fallback: "_ArgGetter | None" = None):
     """A reader of the request id from a call: the value at `getter`'s path, or the header `header`
-    of the object there (a mapping `.headers`, as aiohttp, Starlette and http.server requests have).
-    None when it cannot be read."""
-    def read(args, kwargs):
+    of the object there (a mapping `.headers`, as aiohttp, Starlette and http.server requests have),
+    else (no such header) the value at `fallback`'s path. None when it cannot be read, and for a
+    list, tuple, set or dict (several ids: no one request range can carry them)."""
+    def one(get, hdr, args, kwargs):
         try:
-            v = getter(args, kwargs)
+            v = get(args, kwargs)
             if v is _MISSING or v is None:
                 return None
-            if header is not None:
-                v = v.headers.get(header)
-            return None if v is None else str(v)
+            if hdr is not None:
+                v = v.headers.get(hdr)
+            return None if v is None or isinstance(v, (list, tuple, set, dict)) else str(v)
         except Exception:
             return None
+
+    def read(args, kwargs):
+        v = one(getter, header, args, kwargs)
+        return v if v is not None or fallback is None else one(fallback, None, args, kwargs)
     return read
 
 
@@ -360,8 +365,9 @@ def _ranged(binding, spec, func, flavour: str):
             return await callee(*args, **kwargs)
     if binding.role in ("request", "enqueue"):
         path = binding.header_arg if binding.id_header else binding.id_arg
+        fallback = _ArgGetter(callee, binding.id_arg) if binding.id_header and binding.id_arg else None
         return _make_request_wrapper(func, binding.role, spec.domain,
-                                     _request_id(_ArgGetter(callee, path), binding.id_header))
+                                     _request_id(_ArgGetter(callee, path), binding.id_header, fallback))
     if binding.role == "batch":
         size = _ArgGetter(callee, binding.size_arg) if binding.size_arg else None
         rids = _ArgGetter(callee, binding.request_ids_arg) if binding.request_ids_arg else None

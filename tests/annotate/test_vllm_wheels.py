@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import types
+import uuid
 import subprocess
 import sys
 import zipfile
@@ -75,6 +78,29 @@ def method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
     raise AssertionError(f"no method {cls.name}.{name}")
 
 
+def inherited(root: Path, module: str, cls_name: str, name: str) -> ast.FunctionDef:
+    """The method `name` of the class, or of the first of its bases (followed through the module's
+    `from ... import` lines, relative ones included) that defines it: what `getattr` finds."""
+    mod = tree(root, module)
+    cls = class_def(mod, cls_name)
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+    local = {n.name for n in mod.body if isinstance(n, ast.ClassDef)}
+    for base in (ast.unparse(b) for b in cls.bases):
+        where = module if base in local else None
+        for imp in (n for n in mod.body if isinstance(n, ast.ImportFrom)):
+            if where is None and base in [a.asname or a.name for a in imp.names]:
+                pkg = module.split(".")[:-imp.level] if imp.level else []
+                where = ".".join([*pkg, *([imp.module] if imp.module else [])])
+        if where is not None and where.split(".")[0] == module.split(".")[0]:
+            try:
+                return inherited(root, where, base, name)
+            except AssertionError:
+                continue
+    raise AssertionError(f"no method {cls_name}.{name} in {module} or its bases")
+
+
 def params(fn: ast.FunctionDef) -> list[str]:
     a = fn.args
     return [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
@@ -98,18 +124,7 @@ def vllm(request) -> tuple[str, Path]:
 
 def test_every_vllm_target_of_the_spec_exists(vllm):
     version, root = vllm
-    spec = load(str(SPEC))
-    checked = 0
-    for b in spec.bindings():
-        if not b.target.module.startswith("vllm."):
-            continue                       # Clef's own pooler
-        cls_name, meth_name = b.target.qualname.split(".")
-        fn = method(class_def(tree(root, b.target.module), cls_name), meth_name)
-        for arg in (b.size_arg, b.request_ids_arg):
-            if arg:
-                assert arg.split(".")[0] in params(fn), (version, b.where, arg, params(fn))
-        checked += 1
-    assert checked == 2 + 5                # two batch targets, five encoders
+    assert _assert_targets_exist(SPEC, root, "vllm.", version) == 2 + 5 + 3 + 1   # batches, encoders, handlers, enqueue
 
 
 def test_batch_size_and_id_attributes(vllm):
@@ -227,15 +242,16 @@ def test_inject_check_says_which_runner_runs(tmp_path):
 
 
 def _assert_targets_exist(spec_path: Path, root: Path, prefix: str, version: str) -> int:
-    """Every target of the spec under `prefix` is a method of its class in the unpacked wheel, and
-    the batch's size argument is one of its parameters (dotted: the first part)."""
+    """Every target of the spec under `prefix` is a method of its class (or of a base it inherits
+    it from) in the unpacked wheel, and the batch's size and id arguments, the request handler's
+    header and id arguments and the enqueue id argument are its parameters (dotted: the first part)."""
     checked = 0
     for b in load(str(spec_path)).bindings():
         if not b.target.module.startswith(prefix):
             continue
         cls_name, meth_name = b.target.qualname.split(".")
-        fn = method(class_def(tree(root, b.target.module), cls_name), meth_name)
-        for arg in (b.size_arg, b.request_ids_arg):
+        fn = inherited(root, b.target.module, cls_name, meth_name)
+        for arg in (b.size_arg, b.request_ids_arg, b.id_arg, b.header_arg if b.id_header else None):
             if arg:
                 assert arg.split(".")[0] in params(fn), (version, b.where, arg, params(fn))
         checked += 1
@@ -246,14 +262,14 @@ def test_every_target_of_the_generic_vllm_pooling_spec_exists():
     """annotations/vllm-pooling.toml against 0.33.0, and its one documented change for 0.22.1."""
     spec = ROOT / "annotations" / "vllm-pooling.toml"
     root = unpacked("vllm", "0.33.0")
-    assert _assert_targets_exist(spec, root, "vllm.", "0.33.0") == 2 + 1 + 1 + 2 + 5
+    assert _assert_targets_exist(spec, root, "vllm.", "0.33.0") == 2 + 1 + 1 + 2 + 5 + 3 + 1
     old = unpacked("vllm", "0.22.1")
     base = tree(old, "vllm.entrypoints.pooling.base.serving")
     method(class_def(base, "PoolingServingBase"), "_preprocessing")
     for b in load(str(spec)).bindings():
         if b.target.qualname != "PoolingBaseServing._preprocessing":
             cls_name, meth_name = b.target.qualname.split(".")
-            method(class_def(tree(old, b.target.module), cls_name), meth_name)
+            inherited(old, b.target.module, cls_name, meth_name)
 
 
 def test_the_vllm_pooling_spec_counts_nothing_twice():
@@ -273,10 +289,123 @@ def test_the_vllm_pooling_spec_counts_nothing_twice():
 def test_every_target_of_the_sglang_spec_exists():
     root = unpacked("sglang", SGLANG)
     spec = ROOT / "annotations" / "sglang-embedding.toml"
-    assert _assert_targets_exist(spec, root, "sglang.", SGLANG) == 4
+    assert _assert_targets_exist(spec, root, "sglang.", SGLANG) == 4 + 2    # and the handler, the enqueue
     fb = class_def(tree(root, "sglang.srt.model_executor.forward_batch_info"), "ForwardBatch")
     assert "batch_size" in fields(fb)
     # both tokenizer paths (one request, a batch) go through _tokenize_texts
     tm = class_def(tree(root, "sglang.srt.managers.tokenizer_manager"), "TokenizerManager")
     for caller in ("_tokenize_one_request", "_batch_tokenize_and_process"):
         assert "self._tokenize_texts(" in ast.unparse(method(tm, caller))
+
+
+# ------------------------------------------------------------------------------------------
+# request ids: the spec's [request] tables against how each release forms and renames them
+
+def fstrings(fn: ast.AST, having: str) -> list[ast.JoinedStr]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.JoinedStr) and having in ast.unparse(n)]
+
+
+def render(node: ast.JoinedStr, **names) -> str:
+    """The wheel's own f-string, evaluated with `names` standing for what it reads."""
+    return eval(compile(ast.Expression(node), "<wheel f-string>", "eval"), {"__builtins__": {}}, names)
+
+
+def _function(root: Path, module: str, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(tree(root, module)) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+BASES = ("3f2a9c0d1e2b4a5f", "123e4567-e89b-12d3-a456-426614174000", "client-7", "a-0", "x-deadbeef")
+
+
+def test_vllm_request_ids_map_back_by_the_spec_pattern(vllm):
+    """Both vLLM specs carry one [request] table; the ids each release builds (its own f-strings,
+    evaluated) at the handler, at `add_request` and in the worker's batch map back to the handler's
+    id through `engine_id_pattern`, for every handler's prefix, prompt index and chunked embedding."""
+    version, root = vllm
+    r = load(str(SPEC)).request
+    assert load(str(ROOT / "annotations" / "vllm-pooling.toml")).request == r
+    pat = re.compile(r.engine_id_pattern)
+    emb = "vllm.entrypoints.pooling.embed.serving"
+    init = inherited(root, emb, "ServingEmbedding", "_init_ctx")
+    [api_fmt] = fstrings(init, "request_id_prefix")
+    # the handler's id: the X-Request-Id header, else (0.33) the body's request_id, else random
+    assert f"raw_request.headers.get('{r.id_header}')" in ast.unparse(inherited(root, emb, "ServingEmbedding",
+                                                                                "_base_request_id"))
+    call = next(c for c in ast.walk(init) if isinstance(c, ast.Call) and ast.unparse(c.func) == "self._base_request_id")
+    assert [ast.unparse(a) for a in call.args] == (
+        ["raw_request", "getattr(request, 'request_id', None)"] if version == "0.33.0" else ["raw_request"])
+    assert r.id_arg == "request.request_id" and r.header_arg == "raw_request"
+    gen = inherited(root, emb, "ServingEmbedding", "_prepare_generators")
+    [prompt_fmt] = fstrings(gen, "ctx.request_id")
+    assert "request_id=prompt_request_id" in ast.unparse(gen) or "prompt_request_id," in ast.unparse(gen)
+    [chunk_fmt] = fstrings(tree(root, "vllm.entrypoints.pooling.embed.io_processor"), "-chunk-")
+    assign = method(class_def(tree(root, "vllm.v1.engine.input_processor"), "InputProcessor"), "assign_request_id")
+    [suffix_fmt] = fstrings(assign, "external_req_id")
+    [uuid_fmt] = fstrings(_function(root, "vllm.utils", "random_uuid"), "uuid4")
+    mask = eval(ast.unparse(next(n.value for n in tree(root, "vllm.utils").body if isinstance(n, ast.Assign)
+                                 and ast.unparse(n.targets[0]) == "MASK_64_BITS")), {"__builtins__": {}})
+
+    def random_uuid():
+        return render(uuid_fmt, uuid=uuid, MASK_64_BITS=mask)
+
+    # the enqueue target sees the prompt's id before the engine appends its suffix
+    llm = class_def(tree(root, "vllm.v1.engine.async_llm"), "AsyncLLM")
+    assert "self.input_processor.assign_request_id(request)" in ast.unparse(method(llm, "add_request"))
+    assert "await self.add_request(request_id," in ast.unparse(method(llm, "encode"))
+    assert r.enqueue_id_arg == "request_id"
+    # the engine core's request (the worker's input_batch.req_ids) keeps the suffixed id
+    assert "request_id=request.request_id" in ast.unparse(_function(root, "vllm.v1.request",
+                                                                      "from_engine_core_request"))
+    checked = 0
+    for t in r.targets:
+        cls = class_def(tree(root, t.module), t.qualname.split(".")[0])
+        [prefix] = [ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign)
+                    and ast.unparse(n.targets[0]) == "request_id_prefix"]
+        for base in BASES:
+            api = render(api_fmt, self=types.SimpleNamespace(request_id_prefix=prefix,
+                                                             _base_request_id=lambda *a: base),
+                         base_request_id=base, raw_request=None, request=None)
+            assert api == f"{prefix}-{base}"
+            ctx = types.SimpleNamespace(request_id=api)
+            prompts = [render(prompt_fmt, ctx=ctx, i=i) for i in (0, 1, 12)]
+            prompts += [render(chunk_fmt, request_id=api, prompt_idx=p, chunk_idx=c) for p, c in ((0, 0), (3, 11))]
+            for pid in prompts:
+                engine = render(suffix_fmt, request=types.SimpleNamespace(external_req_id=pid), random_uuid=random_uuid)
+                assert re.fullmatch(r"-[0-9a-f]{8}", engine[len(pid):]), engine
+                for seen in (pid, engine):     # at add_request (the enqueue mark), in the batch
+                    assert pat.fullmatch(seen).group(1) == base, (version, seen)
+                    checked += 1
+    assert checked == 3 * len(BASES) * 5 * 2
+    # every handler is awaited as `handler(request, raw_request)`: the type's __call__ is looked up
+    router = module_file(root, "vllm.entrypoints.pooling.embed.api_router").read_text(encoding="utf-8")
+    assert "await handler(request, raw_request)" in router
+
+
+def test_sglang_request_ids_reach_the_batch_unchanged():
+    """SGLang keeps the body's rid from the handler to the scheduler's batch: no pattern; the
+    batch's ids are `forward_batch.rids`; a rid is drawn only when the body has none."""
+    root = unpacked("sglang", SGLANG)
+    spec = load(str(ROOT / "annotations" / "sglang-embedding.toml"))
+    r = spec.request
+    assert r.engine_id_pattern is None and r.id_arg == "request.rid" and r.enqueue_id_arg == "tokenized_obj.rid"
+    assert spec.batches[0].request_ids_arg == "forward_batch.rids"
+    conv = method(class_def(tree(root, "sglang.srt.entrypoints.openai.serving_embedding"), "OpenAIServingEmbedding"),
+                  "_convert_to_internal_request")
+    assert "rid=request.rid" in ast.unparse(conv)
+    assert "rid" in fields(class_def(tree(root, "sglang.srt.entrypoints.openai.protocol"), "EmbeddingRequest"))
+    norm = method(class_def(tree(root, "sglang.srt.managers.io_struct"), "EmbeddingReqInput"),
+                  "normalize_batch_and_arguments")
+    sets = [n for n in ast.walk(norm) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self.rid"]
+    guarded = [a for i in ast.walk(norm) if isinstance(i, ast.If) and ast.unparse(i.test) == "self.rid is None"
+               for a in i.body if isinstance(a, ast.Assign)]
+    assert sets and all(a in guarded for a in sets)          # drawn only when the body has none
+    sched = method(class_def(tree(root, "sglang.srt.managers.scheduler"), "Scheduler"), "_handle_embedding_request")
+    req = next(c for c in ast.walk(sched) if isinstance(c, ast.Call) and ast.unparse(c.func) == "Req")
+    assert ast.unparse(req.args[0]) == "recv_req.rid"
+    init = method(class_def(tree(root, "sglang.srt.model_executor.forward_batch_info"), "ForwardBatch"), "init_new")
+    kw = [k for c in ast.walk(init) if isinstance(c, ast.Call) and ast.unparse(c.func) in ("cls", "ForwardBatch")
+          for k in c.keywords if k.arg == "rids"]
+    assert [ast.unparse(k.value) for k in kw] == ["[req.rid for req in batch.reqs]"]
+    assert "rids" in fields(class_def(tree(root, "sglang.srt.model_executor.forward_batch_info"), "ForwardBatch"))
+    http = module_file(root, "sglang.srt.entrypoints.http_server").read_text(encoding="utf-8")
+    assert "app.state.openai_serving_embedding.handle_request(" in http

@@ -43,12 +43,21 @@ def test_request_table_round_trips():
         ("request", "[request].target[0]", "m:h1"), ("request", "[request].target[1]", "m:h2"),
         ("enqueue", "[request].enqueue", "m:E.add")]
     assert sp.from_dict(s.to_dict()).request == s.request
+    both = sp.from_dict(_spec({"target": "m:h", "id_header": "X-Request-Id", "header_arg": "raw",
+                               "id_arg": "req.request_id", "engine_id_pattern": "^embd-(.+)-[0-9]+$"}))
+    assert sp.from_dict(both.to_dict()).request == both.request
+    assert both.config.engine_id_pattern == "^embd-(.+)-[0-9]+$" and s.config.engine_id_pattern is None
+    b = both.bindings()[-1]
+    assert (b.id_header, b.header_arg, b.id_arg) == ("X-Request-Id", "raw", "req.request_id")
 
 
 @pytest.mark.parametrize("request_table, says", [
     ({"id_arg": "rid"}, "name the handler"),
-    ({"target": "m:h"}, "exactly one of id_arg"),
-    ({"target": "m:h", "id_arg": "rid", "id_header": "X-Id"}, "exactly one of id_arg"),
+    ({"target": "m:h"}, "needs id_arg"),
+    ({"target": "m:h", "id_arg": "rid", "engine_id_pattern": "^e-.+$"}, "has 0 groups"),
+    ({"target": "m:h", "id_arg": "rid", "engine_id_pattern": "^(e)-(.+)$"}, "has 2 groups"),
+    ({"target": "m:h", "id_arg": "rid", "engine_id_pattern": "^(e"}, "is not a regular expression"),
+    ({"target": "m:h", "id_arg": "rid", "engine_id_pattern": 3}, "must be a regular expression"),
     ({"target": "m:h", "id_header": "X Id"}, "HTTP header name"),
     ({"target": "m:h", "id_arg": "rid", "enqueue": "m:e"}, "needs enqueue_id_arg"),
     ({"target": "m:h", "id_arg": "rid", "enqueue_id_arg": "x"}, "without enqueue"),
