@@ -98,19 +98,21 @@ def _first_line(message: str) -> str:
 
 
 async def post(session, url: str, body: bytes, timeout_s: float,
-               keep: int | None = None) -> tuple[int, bytes, str | None]:
+               keep: int | None = None, request_id: str | None = None) -> tuple[int, bytes, str | None]:
     """POST one JSON body: (HTTP status, answer, None), or (0, b"", error kind) when no answer came
     or none that HTTP can read.
 
     Redirects are not followed: the latency is that of one answer from the server named. The
     whole answer is read either way (its latency runs to its last byte); `keep` None keeps it
     whole, and one over MAX_ANSWER bytes is not read further (its connection is closed): an
-    error; `keep=N` keeps its first N bytes and drops the rest as it arrives, whatever its size."""
+    error; `keep=N` keeps its first N bytes and drops the rest as it arrives, whatever its size.
+    `request_id` goes out as the `X-Request-Id` header."""
     import aiohttp
     from aiohttp.http_exceptions import ContentEncodingError
 
     try:
-        async with session.post(url, data=body, headers=_HEADERS, allow_redirects=False,
+        headers = _HEADERS if request_id is None else {**_HEADERS, "X-Request-Id": request_id}
+        async with session.post(url, data=body, headers=headers, allow_redirects=False,
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             data = bytearray()
             async for chunk in r.content.iter_chunked(1 << 20):
@@ -177,6 +179,9 @@ class Load:
 
     def __init__(self, settings: LoadSettings):
         self.s = settings
+        # each request's X-Request-Id: this load's tag and the request's number, so that a server
+        # (vLLM, SGLang, the demo server) names its request ranges and batch ids after it
+        self.id_tag = f"{random.getrandbits(24):06x}"
         u = check_url(settings.url)
         self.url = urllib.parse.urlunsplit((u.scheme or "http", u.netloc, (u.path.rstrip("/") + settings.path) or "/",
                                             "", ""))
@@ -294,7 +299,8 @@ class Load:
             k += self.s.concurrency
             sent = self._sending[i] = time.time_ns()
             t0 = time.perf_counter_ns()
-            status, data, err = await post(session, self.url, body, self.s.timeout_s, keep=KEEP_TEXT)
+            status, data, err = await post(session, self.url, body, self.s.timeout_s, keep=KEEP_TEXT,
+                                           request_id=f"{self.id_tag}-{k - self.s.concurrency}")
             if err is None and not 200 <= status < 300:
                 text = data[:120].decode("utf-8", "replace").strip()
                 err = f"HTTP {status}: {text}" if text else f"HTTP {status}"

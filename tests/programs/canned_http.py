@@ -14,14 +14,14 @@ that is not), /redirect (302 to /ok), /no-content (204), /continue (100 Continue
 /endless-head (headers that never end), /endless-body (a body that never ends: a byte every
 50 ms), /flood (a chunked body that never ends, as fast as it is read), /big (64 MiB of JSON,
 the most the load generator keeps), /gzip (/ok's answer gzipped). GET /stats: {"connections": N,
-"answered": {path: N}}.
+"answered": {path: N}, "request_ids": [the X-Request-Id header of each POST /ids, in order]}.
 """
 import asyncio
 import gzip
 import json
 import sys
 
-STATS = {"connections": 0, "answered": {}}
+STATS = {"connections": 0, "answered": {}, "request_ids": []}
 
 
 def answer(path: str, body: bytes) -> tuple[bytes, bool]:
@@ -72,6 +72,10 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             method, path, _ = head[0].split(" ", 2)
             length = next((int(h.partition(":")[2]) for h in head[1:] if h.lower().startswith("content-length:")), 0)
             body = await reader.readexactly(length)
+            if path == "/ids":
+                STATS["request_ids"].append(next((h.partition(":")[2].strip() for h in head[1:]
+                                                  if h.lower().startswith("x-request-id:")), None))
+                path = "/ok"
             if method == "GET" and path == "/stats":
                 doc = json.dumps(STATS).encode()
                 wire, keep = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc), True

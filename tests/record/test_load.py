@@ -77,6 +77,17 @@ def post(url: str, timeout_s: float = 5.0, keep: int | None = None) -> tuple[int
 # one request: each framing and failure
 
 
+def test_every_request_carries_its_own_request_id(canned):
+    """X-Request-Id on every request, never repeated, one tag per load: servers that read it (vLLM,
+    SGLang, the demo server) name their request ranges and batch ids after it (docs/journey.md)."""
+    load = run_load(canned, 0.5, path="/ids", concurrency=4)
+    ids = stats(canned)["request_ids"]
+    assert len(ids) == load.summary()["completions"] + load.summary()["errors"] > 20
+    assert len(set(ids)) == len(ids) and None not in ids
+    tags = {i.rsplit("-", 1)[0] for i in ids}
+    assert tags == {load.id_tag} and sorted(int(i.rsplit("-", 1)[1]) for i in ids) == list(range(len(ids)))
+
+
 @pytest.mark.parametrize("path", ["/ok", "/chunked", "/http10", "/close"])
 def test_post_reads_every_framing_whole(canned, path):
     assert post(canned + path) == (200, json.dumps({"path": path, "got": 8}).encode(), None)
