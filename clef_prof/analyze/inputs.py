@@ -102,14 +102,15 @@ def report_identity(report: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _stamp(export: str, identity: tuple[int, str]) -> None:
-    """Record the report's identity in its export (a table of one row)."""
+def _stamp(export: str, identity: tuple[int, str], report: str | None = None) -> None:
+    """Record the report's identity (and its path: analyze.nsyspy exports nsys' Python samples
+    from it) in its export (a table of one row)."""
     con = sqlite3.connect(export)
     try:
         with con:
-            con.execute(f"CREATE TABLE IF NOT EXISTS {IDENTITY_TABLE} (size INTEGER, sha256 TEXT)")
+            con.execute(f"CREATE TABLE IF NOT EXISTS {IDENTITY_TABLE} (size INTEGER, sha256 TEXT, path TEXT)")
             con.execute(f"DELETE FROM {IDENTITY_TABLE}")
-            con.execute(f"INSERT INTO {IDENTITY_TABLE} VALUES (?, ?)", identity)
+            con.execute(f"INSERT INTO {IDENTITY_TABLE} (size, sha256, path) VALUES (?, ?, ?)", (*identity, report))
     finally:
         con.close()
 
@@ -197,7 +198,7 @@ def export_report(report: str) -> str:
             raise InputError(f"{shown(report)}: nsys export failed (exit code {p.returncode}): "
                              f"{lines[-1] if lines else 'no output'}")
         try:
-            _stamp(tmp, identity)
+            _stamp(tmp, identity, os.path.abspath(report))
             os.replace(tmp, out)
         except (OSError, sqlite3.Error) as exc:
             raise InputError(f"{shown(report)}: cannot write its SQLite export {shown(out)} ({exc})") from None

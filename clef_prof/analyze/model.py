@@ -385,7 +385,7 @@ class Samples:
     rate asked and observed, the ms one sample stands for, what was left out, and per slot its
     `SampleFigures` (the stages in order, then "(batch)" and "(outside)" when they hold samples)."""
 
-    source: str                     # "clef-prof sampler"
+    source: str                     # "clef-prof sampler", "nsys python sampling" or "kineto python_function"
     samples: int                    # samples used (in the session, readable thread)
     threads: int                    # threads sampled
     asked_hz: float | None
@@ -400,6 +400,8 @@ class Samples:
     bad_definitions: int            # sampler strings that could not be read
     stages: dict[str, SampleFigures]
     unit: str = "samples"           # "ns" from a Kineto trace: the counts are self ns of python_function events
+    placed_by_time: int = 0         # nsys' samples of a Python thread tied to no OS thread, placed by time only
+    unplaced: int = 0               # nsys' samples left out: several untied threads had a range open then
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}

@@ -254,6 +254,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     sample_counts = samples.count(cap, stages)
     result.samples, more = samples.figures(sample_counts, result.requests)
     result.warnings += more
+    if result.samples is None:
+        sample_counts = None        # nsys' Python samples present but unreadable: said in a warning
     th = thresholds(config.findings)
     result.findings_thresholds = th
     result.findings = findings.evaluate(result, th)

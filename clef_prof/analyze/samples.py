@@ -14,11 +14,12 @@ Python runs once per distinct frame, stack and thread message (the definitions),
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..annotate.sampler import DOMAIN, FRAME_PREFIX, MAX_DEPTH, SAMPLER_PREFIX, STACK_PREFIX
+from . import nsyspy
 from .columns import factorize
 from .export import Export
 from .intervals import innermost_containing
@@ -158,6 +159,10 @@ class StackCounts:
     cut_stacks: int
     bad_definitions: int
     unit: str = "samples"           # or "ns": self time of a Kineto trace's python_function events
+    source: str = "clef-prof sampler"
+    by_time: int = 0                # nsys' samples placed by time only (their thread not tied to an OS thread)
+    unplaced: int = 0               # nsys' samples left out: several untied threads had a range open
+    notes: list[str] = field(default_factory=list)  # what the source itself says (nsys: payloads, ties)
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
@@ -181,6 +186,9 @@ def count(cap: Export, stages: Stages) -> StackCounts | None:
     if not cap.has("StringIds"):
         return None
     if not has_samples(cap):
+        found = nsyspy.marks(cap)
+        if found is not None:
+            return nsys_counts(cap, stages, *found)
         return durations(cap, stages) if cap.has(PY_TABLE) else None
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
@@ -233,6 +241,8 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
     """(the typed samples part, warnings) of a capture's stack counts; (None, []) without them."""
     if sc is None:
         return None, []
+    if sc.source == nsyspy.SOURCE and sc.samples == 0:
+        return None, sc.notes
     self_, incl = sc.function_counts()
     per_slot = sc.counts.sum(axis=1)
     n = sc.samples
@@ -275,11 +285,12 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
                                   few=not timed and total < FEW_SAMPLES,
                                   top_self=top(self_[j], incl[j], total, True) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False) if total else [])
-    res = Samples(source=KINETO_SOURCE if timed else "clef-prof sampler", samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
+    res = Samples(source=KINETO_SOURCE if timed else sc.source, samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
                   observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
-                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit)
-    return res, _warnings(res)
+                  cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit,
+                  placed_by_time=sc.by_time, unplaced=sc.unplaced)
+    return res, sc.notes + _warnings(res)
 
 
 def _period_ms(gtid: np.ndarray, t: np.ndarray, asked_hz: float | None) -> tuple[float | None, float | None]:
@@ -449,3 +460,142 @@ def durations(cap: Export, stages: Stages) -> StackCounts | None:
                        counts=counts, samples=int(self_ns.sum()), threads=int(len(np.unique(gtid))), asked_hz=None,
                        observed_hz=None, ms_per_sample=None, unknown_stack=orphans, unreadable=0, outside_session=0,
                        cut_stacks=0, bad_definitions=0, unit="ns")
+
+
+THREAD_BASE = ("_bootstrap", "threading.py")    # the outermost frame of every thread `threading` started
+
+
+def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: int) -> StackCounts:
+    """nsys' own Python samples (analyze.nsyspy) as stack counts, placed like clef-prof's.
+
+    nsys names each sample's Python thread by an ordinal, never by its OS thread, so a thread is
+    tied to an OS thread only where that is certain (docs/sampling.md, "nsys' own samples"):
+    the one ordinal whose samples never start at threading's `_bootstrap` is the main thread (OS
+    id = the pid); when one other ordinal is left and one other thread of the process has stage or
+    batch ranges, they are the same thread. Samples of ordinals left untied are placed by time: in
+    "(outside)" when no untied thread has a range open then (certain), on the one untied thread
+    with a range open when there is exactly one (counted in `by_time`, said in a warning), and
+    left out when there are several (counted in `unplaced`)."""
+    sc_empty = dict(slots=[], func_name=[], func_file=[], stacks=[], counts=np.zeros((0, 0), np.int64), samples=0,
+                    threads=0, asked_hz=nsyspy.asked_hz(cap), observed_hz=None, ms_per_sample=None, unknown_stack=0,
+                    unreadable=0, outside_session=0, cut_stacks=0, bad_definitions=0, source=nsyspy.SOURCE)
+    d, why = nsyspy.load(cap.path, times)
+    if d is None:
+        return StackCounts(**sc_empty, notes=[f"Python samples: the capture holds {len(times):,} samples of nsys' "
+                                              f"Python sampler, not read: {why}"])
+    notes: list[str] = []
+    bad = d.status != nsyspy.OK
+    for code, what in ((nsyspy.TRUNCATED, "shorter than its header"), (nsyspy.OVERRUN, "with a frame count that overruns it")):
+        k = int((d.status == code).sum())
+        if k:
+            notes.append(f"Python samples (nsys): {k:,} samples have a payload {what} (a damaged export); left out")
+    # functions: (function, file) string pairs; an id the string table lacks is an unknown frame
+    fpos, fknown = d.text(d.frames[:, 0])
+    lpos, lknown = d.text(d.frames[:, 1])
+    known = fknown & lknown
+    n_unknown_frames = int((~known).sum())
+    pair = np.where(known, fpos * (len(d.string_text) + 1) + lpos, -1)
+    upair, finv = np.unique(pair, return_inverse=True)
+    texts = d.string_text
+    func_name = [UNKNOWN_FRAME if p < 0 else texts[p // (len(texts) + 1)] for p in upair.tolist()]
+    func_file = ["" if p < 0 else texts[p % (len(texts) + 1)] for p in upair.tolist()]
+    if n_unknown_frames:
+        samples_hit = len(np.unique(np.repeat(np.arange(len(d.t)), d.depth)[~known]))
+        notes.append(f"Python samples (nsys): {n_unknown_frames:,} frames of {samples_hit:,} samples name strings the "
+                     f"export's table lacks; shown as {UNKNOWN_FRAME}")
+    # stacks: each sample's innermost MAX_DEPTH frames as one row, distinct rows found by np.unique
+    n = len(d.t)
+    kept = np.minimum(d.depth, MAX_DEPTH)
+    cut_each = d.depth > MAX_DEPTH
+    width = max(int(kept.max()) if n else 0, 1)
+    mat = np.full((n, width), -1, dtype=np.int32)
+    owner = np.repeat(np.arange(n), kept)
+    k = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+    mat[owner, k] = finv[np.repeat(d.first, kept) + k]
+    no_frames = len(func_name)
+    mat[(kept == 0) & ~bad, 0] = no_frames
+    urows, sinv = np.unique(mat, axis=0, return_inverse=True)
+    sinv = sinv.reshape(-1)
+    stacks = [tuple(int(f) for f in row if f >= 0) or (no_frames,) for row in urows]    # once per distinct stack
+    func_name.append(NO_FRAMES)
+    func_file.append("")
+    outer = np.array([st[-1] for st in stacks], dtype=np.int64)
+    outer_in_thread = np.array([func_name[f] == THREAD_BASE[0] and func_file[f].endswith(THREAD_BASE[1])
+                                for f in outer.tolist()], dtype=bool)
+
+    dur = cap.duration_ns
+    outside = (d.t < 0) | ((d.t > dur) if dur is not None else False)
+    keep = ~bad & ~outside
+    t, cat, st_of = d.t[keep], d.category[keep], sinv[keep]
+    n_outside = int((outside & ~bad).sum())
+
+    # ties: ordinal -> OS thread (globalTid), where certain
+    proc = sampler_gtid >> 24
+    main_gtid = (proc << 24) | (proc & 0xFFFFFF)
+    cats = np.unique(cat)
+    threaded = {int(c) for c in np.unique(cat[outer_in_thread[st_of]])}
+    mains = [int(c) for c in cats if int(c) not in threaded]
+    tie: dict[int, int] = {}
+    if len(mains) == 1:
+        tie[mains[0]] = main_gtid
+    inst, b = stages.instances, stages.batches
+    ranged = np.unique(np.concatenate([inst["gtid"] if len(inst) else np.zeros(0, np.int64),
+                                       b["gtid"] if len(b) else np.zeros(0, np.int64)]))
+    ranged = ranged[(ranged >> 24) == proc]
+    free_threads = [int(g) for g in ranged if int(g) not in tie.values()]
+    free_cats = [int(c) for c in cats if int(c) not in tie]
+    if len(free_cats) == 1 and len(free_threads) == 1:
+        tie[free_cats[0]] = free_threads[0]
+    gtid = np.full(len(t), -1, dtype=np.int64)
+    for c, g in tie.items():                # once per tied thread
+        gtid[cat == c] = g
+    untied = gtid < 0
+    free_threads = [g for g in free_threads if g not in tie.values()]
+    n_open = np.zeros(len(t), dtype=np.int64)
+    only = np.full(len(t), -1, dtype=np.int64)
+    for g in free_threads:                  # once per ranged thread not tied
+        key = np.full(int(untied.sum()), g, dtype=np.int64)
+        tt = t[untied]
+        is_open = np.zeros(len(tt), dtype=bool)
+        if len(b):
+            is_open |= innermost_containing(b["gtid"], b["start"], b["end"], key, tt, tt) >= 0
+        if len(inst):
+            is_open |= innermost_containing(inst["gtid"], inst["start"], inst["end"], key, tt, tt) >= 0
+        n_open[untied] += is_open
+        sub = only[untied]
+        sub[is_open] = g
+        only[untied] = sub
+    by_time = untied & (n_open == 1)
+    gtid[by_time] = only[by_time]
+    unplaced = untied & (n_open > 1)
+    n_by_time, n_unplaced = int(by_time.sum()), int(unplaced.sum())
+    untied_cats = sorted({int(c) for c in cat[untied]})
+    if untied_cats:
+        notes.append(f"Python samples (nsys): {len(untied_cats)} of nsys' {len(cats)} Python threads could not be tied to "
+                     f"an OS thread (nsys names them by ordinal only); of their {int(untied.sum()):,} samples, "
+                     f"{n_by_time:,} were placed by time in the one untied thread's range open then (a sample of "
+                     f"another thread taken then counts there too), {n_unplaced:,} left out (several threads had a range "
+                     f"open), the rest in (outside)")
+    use = ~unplaced
+    t, gtid, st_of, cat = t[use], gtid[use], st_of[use], cat[use]
+
+    names = list(stages.config.stages)
+    slots = names + [BATCH_SLOT, OUTSIDE_SLOT]
+    m = len(t)
+    slot = np.full(m, len(names) + 1, dtype=np.int64)
+    placed = gtid >= 0
+    if m and len(b):
+        in_batch = innermost_containing(b["gtid"], b["start"], b["end"], gtid, t, t) >= 0
+        slot[in_batch & placed] = len(names)
+    if m and len(inst):
+        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
+        hit = (i >= 0) & placed
+        slot[hit] = inst["code"][i[hit]]
+    n_stack = len(stacks)
+    counts = np.bincount(slot * n_stack + st_of, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
+    period_ms, observed = _period_ms(cat, t, sc_empty["asked_hz"])
+    return StackCounts(slots=slots, func_name=func_name, func_file=func_file, stacks=stacks, counts=counts, samples=m,
+                       threads=len(cats), asked_hz=sc_empty["asked_hz"], observed_hz=observed, ms_per_sample=period_ms,
+                       unknown_stack=0, unreadable=int(bad.sum()), outside_session=n_outside,
+                       cut_stacks=int(cut_each[keep][use].sum()), bad_definitions=0, source=nsyspy.SOURCE,
+                       by_time=n_by_time, unplaced=n_unplaced, notes=notes)
