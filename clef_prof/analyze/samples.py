@@ -163,6 +163,7 @@ class StackCounts:
     by_time: int = 0                # nsys' samples placed by time only (their thread not tied to an OS thread)
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open
     notes: list[str] = field(default_factory=list)  # what the source itself says (nsys: payloads, ties)
+    thread_ties: dict[int, int] = field(default_factory=dict)  # nsys: Python thread ordinal -> globalTid, where certain
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
@@ -479,7 +480,10 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
     sc_empty = dict(slots=[], func_name=[], func_file=[], stacks=[], counts=np.zeros((0, 0), np.int64), samples=0,
                     threads=0, asked_hz=nsyspy.asked_hz(cap), observed_hz=None, ms_per_sample=None, unknown_stack=0,
                     unreadable=0, outside_session=0, cut_stacks=0, bad_definitions=0, source=nsyspy.SOURCE)
-    d, why = nsyspy.load(cap.path, times)
+    try:
+        d, why = nsyspy.load(cap.path, times)
+    except nsyspy.NsysPythonError as exc:
+        d, why = None, str(exc)
     if d is None:
         return StackCounts(**sc_empty, notes=[f"Python samples: the capture holds {len(times):,} samples of nsys' "
                                               f"Python sampler, not read: {why}"])
@@ -598,4 +602,4 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
                        threads=len(cats), asked_hz=sc_empty["asked_hz"], observed_hz=observed, ms_per_sample=period_ms,
                        unknown_stack=0, unreadable=int(bad.sum()), outside_session=n_outside,
                        cut_stacks=int(cut_each[keep][use].sum()), bad_definitions=0, source=nsyspy.SOURCE,
-                       by_time=n_by_time, unplaced=n_unplaced, notes=notes)
+                       by_time=n_by_time, unplaced=n_unplaced, notes=notes, thread_ties=tie)
