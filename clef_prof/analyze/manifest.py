@@ -72,8 +72,9 @@ def sampling_check(result: Result, manifest: dict) -> list[str]:
         return [f"record asked for Python samples at {hz:g} Hz (clef-prof's sampler) and the capture holds none: "
                 "the sampler starts with the first clef_prof stage or batch range of a process (annotate the "
                 "server or use --spec), and nothing else in the capture names Python functions"]
-    return [f"record asked nsys for Python samples at {hz:g} Hz; their frames do not reach the SQLite export "
-            "analyze reads: record again with this clef-prof (its own sampler, --python-sampling)"]
+    return [f"record asked nsys for Python samples at {hz:g} Hz and the capture holds none that analyze could read "
+            "(nsys 2022.4 has no Python sampler; 2023.4's frames are read from a JSON export of the .nsys-rep beside "
+            "the export): record again with clef-prof's own sampler (--python-sampling)"]
 
 
 def check_manifest(result: Result, manifest: dict) -> list[str]:

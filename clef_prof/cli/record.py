@@ -39,8 +39,8 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
                    help="clef-prof's Python sampler in the server (which functions spend each stage's time; "
                         "docs/sampling.md), samples per second per thread, 0 = off (default %(default)g)")
     n.add_argument("--nsys-python-sampling", type=int, default=0, metavar="HZ",
-                   help="nsys' own Python sampler (2023.4+; its frames do not reach the SQLite export that analyze "
-                        "reads), 0 = off (default)")
+                   help="nsys' own Python sampler (2023.4+; analyze reads its frames from a JSON export of the "
+                        "report when the capture has no clef-prof samples; 2022.4 has none), 0 = off (default)")
     n.add_argument("--cuda-graph-trace", choices=["graph", "node"], default=None,
                    help="CUDA graphs as a whole or node by node (default graph; node with --preset vllm, as "
                         "vLLM's profiling guide recommends)")

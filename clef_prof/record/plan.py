@@ -190,7 +190,7 @@ def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:
     if cfg.py_sampling_hz > 0:
         notes.append(f"Python samples: clef-prof's sampler at {cfg.py_sampling_hz:g} Hz ({ENV_HZ}); nsys' own "
                      + (f"--python-sampling at {cfg.trace.python_sampling_hz} Hz too" if cfg.trace.python_sampling_hz
-                        else "--python-sampling off (its frames do not reach the SQLite export)"))
+                        else "--python-sampling off (analyze reads clef-prof's samples first; nsys' only without them)"))
     env.update(cfg.env)
     nsys_tmp = nsys_tmpdir(token)
     app = keep_tmpdir(server, env)
