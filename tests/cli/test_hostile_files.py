@@ -17,7 +17,7 @@ import pytest
 
 from clef_prof.record.plan import redact_commands
 from clicheck import run_main
-from conftest import sha256
+from conftest import sha256, sql
 
 MAIN = "gpu-q1c16-main"
 SECRETS = ["hf_QwErTyUiOpAsDfGhJkLz", "sk-proj-AbCdEfGhIjKlMnOpQrSt", "AKIAIOSFODNN7EXAMPLE",
@@ -298,4 +298,8 @@ def test_a_slice_is_its_own_session(capture, tmp_path):
     r = json.loads(run_main("analyze", out, "-f", "json").stdout)
     assert r["capture"]["duration_s"] == pytest.approx(0.3)
     assert (r["requests"], r["batches"]) == (256, 48)
-    assert [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == []
+    # the capture was recorded with nsys' Python sampler; its frames are in no file beside the slice
+    marks = sql(out, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34")[0][0]
+    assert [w for w in r["warnings"] if "ships CUPTI 12.4" not in w] == [
+        w for w in r["warnings"] if w.startswith(f"Python samples: the capture holds {marks:,} samples of nsys' Python "
+                                                 "sampler, not read")] and marks > 0
