@@ -51,3 +51,20 @@ def test_readme_example_is_the_real_output():
                        text=True, env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert r.stdout == m.group(2), "stale: python3 scripts/readme-example.py"
+
+
+def test_paths_the_docs_name_exist():
+    """Every repository path the README and the docs name in code spans (`tests/...`,
+    `benchmarks/...`, `scripts/...`, ...) is there: a file, a folder, or the stem of files
+    (`tests/data/cpu23-nsyspy-split` for its .sqlite.xz and .json.xz). Globs and placeholders are
+    left alone."""
+    pat = re.compile(r"`((?:tests|benchmarks|scripts|clef_prof|annotations|notebooks|traces|docs)/"
+                     r"[A-Za-z0-9_./-]+?)(?:::[^`]*)?`")
+    missing = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in pat.finditer(page.read_text()):
+            rel = m.group(1).rstrip("/.")
+            p = ROOT / rel
+            if not (p.exists() or any(p.parent.glob(p.name + ".*"))):
+                missing.append(f"{page.relative_to(ROOT)}: {rel}")
+    assert missing == []
