@@ -63,18 +63,29 @@ def edge_tolerance(manifest: dict) -> int:
 
 
 def sampling_check(result: Result, manifest: dict) -> list[str]:
-    """A warning when the manifest asked for Python samples and the capture has none to read."""
-    trace = manifest.get("trace") or {}
-    hz = trace.get("python_sampling_hz") or 0
-    if not isinstance(hz, (int, float)) or hz <= 0 or (result.samples is not None and result.samples.samples):
+    """A warning when the manifest asked for Python samples and the capture has none to read:
+    clef-prof's sampler (`python_sampling_hz` with `python_sampler` "clef-prof"), or nsys' own
+    (`nsys_python_sampling_hz`; in manifests older than clef-prof's sampler, `python_sampling_hz`)."""
+    if result.samples is not None and result.samples.samples:
         return []
-    if trace.get("python_sampler") == "clef-prof":
-        return [f"record asked for Python samples at {hz:g} Hz (clef-prof's sampler) and the capture holds none: "
-                "the sampler starts with the first clef_prof stage or batch range of a process (annotate the "
-                "server or use --spec), and nothing else in the capture names Python functions"]
-    return [f"record asked nsys for Python samples at {hz:g} Hz and the capture holds none that analyze could read "
-            "(nsys 2022.4 has no Python sampler; 2023.4's frames are read from a JSON export of the .nsys-rep beside "
-            "the export): record again with clef-prof's own sampler (--python-sampling)"]
+    trace = manifest.get("trace") or {}
+
+    def rate(v) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0.0
+    ours = trace.get("python_sampler") == "clef-prof"
+    out = []
+    if ours and rate(trace.get("python_sampling_hz")):
+        out.append(f"record asked for Python samples at {rate(trace['python_sampling_hz']):g} Hz (clef-prof's sampler) "
+                   "and the capture holds none: the sampler starts with the first clef_prof stage or batch range of a "
+                   "process (annotate the server or use --spec), and nothing else in the capture names Python functions")
+    hz = rate(trace.get("nsys_python_sampling_hz")) or (0.0 if ours or "nsys_python_sampling_hz" in trace
+                                                          else rate(trace.get("python_sampling_hz")))
+    if hz and not out:
+        out.append(f"record asked nsys for Python samples at {hz:g} Hz and the capture holds none that analyze could "
+                   "read (nsys 2022.4 has no Python sampler; 2023.4's frames are read from a JSON export: analyze the "
+                   ".nsys-rep, keep it beside the export with the same name, or put `nsys export --type json` of it "
+                   "there as NAME.json)")
+    return out
 
 
 def check_manifest(result: Result, manifest: dict) -> list[str]:

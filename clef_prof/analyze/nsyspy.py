@@ -297,7 +297,8 @@ def _export_json(report: str, tmpdir: str) -> str:
 
 def load(export: str, times: np.ndarray) -> tuple[Decoded | None, str | None]:
     """(the decoded samples, None) of an export whose sampler marks are at `times`; (None, why)
-    when there is no JSON export to read them from (or none that is this capture's)."""
+    when a JSON export or report beside it is not this capture's; (None, None) when there is
+    none to read them from (said only where record asked for them: analyze.manifest)."""
     beside = os.path.splitext(export)[0] + ".json"
     if is_json_export(beside):
         d = read_json(beside)
@@ -314,9 +315,7 @@ def load(export: str, times: np.ndarray) -> tuple[Decoded | None, str | None]:
                 return d, None
     report = _report_of(export)
     if report is None:
-        return None, (mismatch or f"their frames are only in a JSON export of the report: put the .nsys-rep beside "
-                      f"{shown(export)} with its name, or `nsys export --type json -o "
-                      f"{shown(os.path.splitext(export)[0] + '.json')} REPORT`")
+        return None, mismatch
     with tempfile.TemporaryDirectory(prefix="clef-nsys-json-") as tmp:
         d = read_json(_export_json(report, tmp))
     if not _matches(d, times):

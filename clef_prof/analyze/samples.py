@@ -466,7 +466,7 @@ def durations(cap: Export, stages: Stages) -> StackCounts | None:
 THREAD_BASE = ("_bootstrap", "threading.py")    # the outermost frame of every thread `threading` started
 
 
-def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: int) -> StackCounts:
+def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: int) -> StackCounts | None:
     """nsys' own Python samples (analyze.nsyspy) as stack counts, placed like clef-prof's.
 
     nsys names each sample's Python thread by an ordinal, never by its OS thread, so a thread is
@@ -484,6 +484,8 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
         d, why = nsyspy.load(cap.path, times)
     except nsyspy.NsysPythonError as exc:
         d, why = None, str(exc)
+    if d is None and why is None:       # frames in no file beside the export: no samples section
+        return None
     if d is None:
         return StackCounts(**sc_empty, notes=[f"Python samples: the capture holds {len(times):,} samples of nsys' "
                                               f"Python sampler, not read: {why}"])

@@ -198,13 +198,18 @@ def test_garbled_or_foreign_json_is_one_warning(tmp_path):
     assert any("not this capture's" in w for w in an.result.warnings)
 
 
-def test_without_the_json_the_capture_says_where_the_frames_are(tmp_path):
+def test_without_the_json_no_samples_and_a_warning_only_where_record_asked(tmp_path):
+    """Most captures recorded with nsys' sampler on travel without their report (traces/, a
+    scrubbed copy): no samples section and no warning of its own, which would differ between a
+    capture and its scrubbed copy by path alone; a manifest that says record asked for them warns."""
     db = _unpack("split", tmp_path)
     db.with_suffix(".json").unlink()
     an = analyze(str(db))
     assert an.result.samples is None
-    said = [w for w in an.result.warnings if "nsys' Python sampler" in w]
-    assert len(said) == 1 and "nsys export --type json" in said[0]
+    assert not [w for w in an.result.warnings if "Python sampl" in w]
+    (tmp_path / "manifest.json").write_text(json.dumps({"trace": {"python_sampling_hz": 0, "nsys_python_sampling_hz": 200}}))
+    said = [w for w in analyze(str(db)).result.warnings if "Python samples" in w]
+    assert len(said) == 1 and "record asked nsys for Python samples at 200 Hz" in said[0], said
 
 
 @pytest.mark.nsys("2023.4")
