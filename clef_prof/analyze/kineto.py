@@ -22,10 +22,12 @@ type and JSON contract on it (as for an `.nsys-rep`, exported once to SQLite):
   `Python parent id` args, made unique per trace file), from which analyze.samples makes the
   per-stage Python view (durations, not samples; docs/sampling.md).
 
-Reading: the decompressed text is read in chunks and each event is decoded alone by the standard
-library's C scanner (`JSONDecoder.raw_decode`); only the events of those categories are kept, as
-compact tuples, so memory is bounded by the chunk size plus the kept events, not by the trace
-(benchmarks/bench_kineto.py measures it against `json.load` and ijson). Timestamps are decimal
+Reading: the decompressed text is read in chunks and the events are decoded one after another by
+the standard library's C scanner (`JSONDecoder.scan_once`; an event cut by a chunk's end goes the
+careful way, `raw_decode` reading more text); only the events of those categories are kept, as
+compact tuples with one copy of each name, so memory is bounded by the chunk size plus the kept
+events, not by the trace (benchmarks/bench_kineto.py measures it against `json.load`, ijson and
+HTA's parser). Timestamps are decimal
 microseconds: they are converted from their text to integer ns exactly (no float rounding), so a
 trace written with three decimals (PyTorch >= 2.0) keeps ns precision; one written in whole
 microseconds has 1 us precision, said in the capture facts (`source.time_precision`).
