@@ -22,10 +22,12 @@ type and JSON contract on it (as for an `.nsys-rep`, exported once to SQLite):
   `Python parent id` args, made unique per trace file), from which analyze.samples makes the
   per-stage Python view (durations, not samples; docs/sampling.md).
 
-Reading: the decompressed text is read in chunks and each event is decoded alone by the standard
-library's C scanner (`JSONDecoder.raw_decode`); only the events of those categories are kept, as
-compact tuples, so memory is bounded by the chunk size plus the kept events, not by the trace
-(benchmarks/bench_kineto.py measures it against `json.load` and ijson). Timestamps are decimal
+Reading: the decompressed text is read in chunks and the events are decoded one after another by
+the standard library's C scanner (`JSONDecoder.scan_once`; an event cut by a chunk's end goes the
+careful way, `raw_decode` reading more text); only the events of those categories are kept, as
+compact tuples with one copy of each name, so memory is bounded by the chunk size plus the kept
+events, not by the trace (benchmarks/bench_kineto.py measures it against `json.load`, ijson and
+HTA's parser). Timestamps are decimal
 microseconds: they are converted from their text to integer ns exactly (no float rounding), so a
 trace written with three decimals (PyTorch >= 2.0) keeps ns precision; one written in whole
 microseconds has 1 us precision, said in the capture facts (`source.time_precision`).
@@ -65,6 +67,7 @@ COPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, 
               "PtoP": 10}
 MEM_KINDS = {"Pageable": 0, "Pinned": 1, "Device": 2, "Array": 3, "Managed": 4, "Device Static": 5,
              "Managed Static": 6}
+_KIND = {**dict.fromkeys(RANGE_CATS, 1), **dict.fromkeys(API_CATS, 2), **dict.fromkeys(GPU_CATS, 3), PY_CAT: 4}
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+) \(([\w ]+?) -> ([\w ]+?)\)")
 # what a Kineto trace cannot give, and why (capture.source.not_available in the JSON)
 NOT_AVAILABLE = {
@@ -118,6 +121,7 @@ def is_trace(path: str) -> bool:
 
 # --- streaming reader -------------------------------------------------------------------
 _WS = re.compile(r"[ \t\n\r]*")
+_SEP = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 _decoder = json.JSONDecoder(parse_float=str)      # decimals stay text: converted to ns exactly
 
 
@@ -238,7 +242,28 @@ def _array(t: _Text, allow_open: bool):
     if t.skip() == "]":
         t.pos += 1
         return
+    scan, sep = _decoder.scan_once, _SEP.match
     while True:
+        # fast path: events followed by ',' or ']' and more text in the buffer are whole; the C
+        # scanner decodes them one after another with no other Python call per event
+        t.skip()
+        buf, pos, n = t.buf, t.pos, len(t.buf)
+        try:
+            while True:
+                v, end = scan(buf, pos)
+                m = sep(buf, end)
+                if m is None or m.end() == n:
+                    break
+                if m.group(1) == "]":
+                    t.pos = m.end()
+                    yield v
+                    return
+                pos = m.end()
+                yield v
+        except (StopIteration, ValueError):     # no value here, or a cut or damaged one
+            pass
+        # an event cut by the chunk's end, the array's end, or damage: the careful path
+        t.pos = pos
         yield t.value()
         c = t.skip()
         if c == "" and allow_open:
@@ -254,6 +279,10 @@ def _array(t: _Text, allow_open: bool):
 # --- conversion -------------------------------------------------------------------------
 def _ns(v) -> int | None:
     """Microseconds (int, or the decimal text of a float) to integer ns, exactly."""
+    if type(v) is str:
+        whole, _, frac = v.partition(".")
+        if len(frac) == 3 and frac.isdecimal() and whole.isdecimal():     # Kineto's "123.456": the common case
+            return int(whole + frac)
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, int):
@@ -309,7 +338,7 @@ class _File:
 
 
 def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return v if type(v) is int else None       # the decoder makes no int subclass but bool
 
 
 def read_file(path: str) -> _File:
@@ -323,6 +352,7 @@ def read_file(path: str) -> _File:
             f.meta[key] = v
 
     ranges, calls, gpu = f.ranges, f.calls, f.gpu
+    names: dict[str, str] = {}
     for ev in read_events(path, on_meta):
         f.events += 1
         if not isinstance(ev, dict):
@@ -330,8 +360,7 @@ def read_file(path: str) -> _File:
         ph = ev.get("ph")
         cat = ev.get("cat")
         if ph == "X":
-            kind = (1 if cat in RANGE_CATS else 2 if cat in API_CATS else 3 if cat in GPU_CATS else
-                    4 if cat == PY_CAT else 0)
+            kind = _KIND.get(cat, 0) if type(cat) is str else 0
             if not kind:
                 continue
             raw_ts = ev.get("ts")
@@ -348,7 +377,7 @@ def read_file(path: str) -> _File:
             f.last = end if f.last is None or end > f.last else f.last
             pid, tid = _int(ev.get("pid")), _int(ev.get("tid"))
             name = ev.get("name")
-            name = name if isinstance(name, str) else ""
+            name = names.setdefault(name, name) if type(name) is str else ""   # one copy of each name
             args = ev.get("args")
             args = args if isinstance(args, dict) else {}
             if kind == 1:
