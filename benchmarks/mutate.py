@@ -88,8 +88,6 @@ MODULE_TESTS = {
     "clef_prof/analyze/*": (_A,),
     "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
     "clef_prof/compare/*": ("tests/compare",),
-    "clef_prof/bench/stats.py": ("tests/bench/test_stats.py", "tests/bench/test_bench_calibration.py",
-                                 "tests/bench/test_bench.py"),
     "clef_prof/bench/*": ("tests/bench",),
     "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
 }
