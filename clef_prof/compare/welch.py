@@ -57,8 +57,8 @@ def _betacf(a, b, x, iters: int = 400, eps: float = 1e-14):
 
 
 def betainc(a, b, x, lbeta=None) -> np.ndarray:
-    """The regularized incomplete beta function I_x(a, b), elementwise (0 <= x <= 1); `lbeta`:
-    log B(a, b) where the caller has it."""
+    """The regularized incomplete beta function I_x(a, b), elementwise (0 at x <= 0, 1 at x >= 1);
+    `lbeta`: log B(a, b) where the caller has it."""
     a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
     lb = _lbeta(a, b) if lbeta is None else np.broadcast_to(lbeta, a.shape)
     out = np.where(x <= 0, 0.0, 1.0)

@@ -178,6 +178,7 @@ def test_betainc_closed_forms_and_edges():
         assert welch.betainc(1.0, 4.2, x) == pytest.approx(-np.expm1(4.2 * np.log1p(-x)), rel=1e-12, abs=1e-300)
     assert welch.betainc(0.5, 0.5, x) == pytest.approx(2 / np.pi * np.arcsin(np.sqrt(x)), rel=1e-12, abs=1e-300)
     assert welch.betainc(2.0, 3.0, [0.0, 1.0]).tolist() == [0.0, 1.0]
+    assert welch.betainc(2.0, 3.0, [-0.5, 1.5, 1.0 + 1e-12]).tolist() == [0.0, 1.0, 1.0]   # the CDF outside [0, 1]
     # a given log B(a, b) is used as given; broadcasting over leading axes
     lb = math.lgamma(2.0) + math.lgamma(3.0) - math.lgamma(5.0)
     grid = welch.betainc(np.array([[2.0], [2.0]]), 3.0, np.array([0.25, 0.5, 0.75]), lb)
@@ -283,7 +284,7 @@ def test_pct_and_absolute():
     base = np.array([[10.0, 12.0, 11.0], [0.0, -2.0, -1.0]])
     arm = np.array([[13.0, 15.0, 14.0], [-3.0, -5.0, -4.0]])
     w = welch.unit_interval(base, arm, 0.95)
-    bv = np.array([11.0, -1.0])
+    bv = np.array([11.0, -2.5])
     lo, hi, mdc = w.pct(bv)
     alo, ahi, amdc = w.absolute(bv)
     for row in (0, 1):
@@ -292,11 +293,11 @@ def test_pct_and_absolute():
             want = [100 * math.expm1(h[k]) for k in ("lo", "hi", "mdc")]
             want_abs = [11.0 * math.expm1(h[k]) for k in ("lo", "hi", "mdc")]
         else:
-            want = [100 * h[k] / 1.0 for k in ("lo", "hi", "mdc")]
+            want = [100 * h[k] / 2.5 for k in ("lo", "hi", "mdc")]
             want_abs = [h[k] for k in ("lo", "hi", "mdc")]
         assert [lo[row], hi[row], mdc[row]] == pytest.approx(want, rel=1e-9)
         assert [alo[row], ahi[row], amdc[row]] == pytest.approx(want_abs, rel=1e-9)
-    assert hi[1] < 0 and lo[0] > 0     # the second row's change is -3 on a baseline of magnitude 1: -300%
+    assert hi[1] < 0 and lo[0] > 0     # the second row's change is -3 on a baseline of magnitude 2.5: -120%
 
 
 def test_beyond_holds_its_ends():
