@@ -48,6 +48,7 @@ def test_arm_figures_by_hand():
     assert a["server_rps"] == pytest.approx([300 / 30, 220 / 20, 242 / 20], rel=1e-15)
     assert a["throughput_rps"] == pytest.approx(762 / 70, rel=1e-15)          # Σ completions / Σ s
     assert a["latency_ms_p50"] == pytest.approx(21.0, rel=1e-15)
+    assert a["latency_ms_p90"] == a["latency_ms_p99"] == a["latency_ms_mean"] == pytest.approx(21.0, rel=1e-15)
     assert a["device_memory_peak_mib"] == 1000.5 and a["host_rss_peak_mib"] == 300.0
     assert a["server_device_memory_peak_mib"] is None
     assert a["sm_clock_mhz_min"] == 1410 and a["temperature_c_max"] == 64     # a 0 clock (not read) is skipped
@@ -90,13 +91,23 @@ def test_changes_by_hand():
 def test_a_server_with_no_completion_is_judged_on_the_linear_scale():
     main = [w("main", s, c, 10.0, 20.0) for s, c in ((1, 0), (2, 10), (3, 20))]      # 0, 1, 2 req/s
     pr = [w("pr", s, c, 10.0, 20.0) for s, c in ((4, 10), (5, 20), (6, 30))]         # 1, 2, 3 req/s
-    t, lat = bs.changes({"main": main, "pr": pr}, "main", 0.95)[:2]
+    ch = bs.changes({"main": main, "pr": pr}, "main", 0.95)
+    assert [c["metric"] for c in ch] == ["throughput_rps", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+                                         "latency_ms_mean"]
+    t, lat = ch[:2]
     se = math.sqrt(1 / 3 + 1 / 3)
     assert t["scale"] == "linear" and t["df"] == pytest.approx(4.0, rel=1e-12)
     assert t["ci_abs"] == pytest.approx([1 - Q975_4 * se, 1 + Q975_4 * se], rel=1e-12)
     assert t["ci"] == pytest.approx([100 * (1 - Q975_4 * se), 100 * (1 + Q975_4 * se)], rel=1e-12)   # base 1 req/s
     assert t["mdc_abs"] == pytest.approx((Q975_4 + Q80_4) * se, rel=1e-12)
     assert lat["change"] == 0.0 and lat["ci"] == [0.0, 0.0] and lat["verdict"] == "within noise"
+
+
+def test_an_arm_that_completed_nothing_is_zero_not_missing():
+    none = [w("main", s, 0, 10.0, None) for s in (1, 2, 3)]
+    a = bs.arm_figures(none)
+    assert a["throughput_rps"] == 0.0 and a["server_rps"] == [0.0, 0.0, 0.0] and a["latency_ms_p50"] is None
+    assert a["server_spread_pct"] is None and a["completions"] == 0
 
 
 def test_two_servers_measure_a_spread_but_give_no_verdict():
@@ -177,7 +188,8 @@ def test_markdown_three_arms_too_few_servers_and_from():
     pr2 = [dict(x, server=x["server"] + 10) for x in PR[:2]]
     r = result({"main": MAIN, "pr": PR, "pr2": pr2}, design={"windows": 1, "from": "runs/b/bench.json"},
                parity={"reference": "main server 1", "bodies": 2, "tolerance": 0,
-                       "arms": {"pr": {"bodies": 2, "matched": 2, "servers": 0},
+                       "arms": {"main": {"bodies": 2, "matched": 1, "servers": 2},
+                                "pr": {"bodies": 2, "matched": 2, "servers": 0},
                                 "pr2": {"bodies": 2, "matched": 2, "servers": 1}}})
     md = bs.render_markdown(r).splitlines()
     assert md[2] == ("| C | words / questions | arm | req/s main → arm | change | 95% CI | p50 ms | p99 ms | "
@@ -189,6 +201,7 @@ def test_markdown_three_arms_too_few_servers_and_from():
                      "too few servers to judge (1 in an arm; 3 needed) |")
     foot = [ln for ln in md if ln.startswith("<sub>")]
     assert "<sub>outputs matched (pr2 vs main server 1): 2 of 2, exactly</sub>  " in foot
+    assert "<sub>outputs matched (main vs main server 1): 1 of 2 on 2 servers, exactly</sub>  " in foot
     assert not any("(pr vs" in ln for ln in foot)
     assert "pr2 12–12 req/s over 2 windows of 1 server</sub>" in foot[0]
     assert "main 3, pr 3, pr2 1; 1 × 10 s window per case and server" in " ".join(foot)
@@ -226,7 +239,34 @@ def test_terminal_table_aligns_figures_right():
     assert len(cells_h) == len(cells_r) == 9
     for i, (h, c) in enumerate(zip(cells_h, cells_r)):
         right = 2 <= i < 8
+        if len(h.strip()) + 2 < len(h):         # a header narrower than its column shows the justification
+            assert (h.startswith("  ") and not h.endswith("  ")) if right else (h.endswith("  ") and h[1] != " "), (i, h)
         body = c.rstrip() if right else c
         assert (c.endswith(" ") and c[-2] != " ") if right else (c.startswith(" ") and c[1] != " "), (i, c)
         assert body
     assert "Method: requests/s" in text and text.count("clef-prof bench: main → pr") == 1
+
+
+def test_an_arm_without_windows_and_memory_on_one_side():
+    """An arm whose servers gave no window (all died): its row has no figures, no change and no
+    verdict, and the footer no window range; device memory read in the arm only: '— → X'; in
+    neither: '—'."""
+    main = [{k: v for k, v in x.items() if k not in ("device_memory_peak_mib",)} for x in MAIN]
+    pr = [dict(x, device_memory_peak_mib=512.0) if i == 0 else x for i, x in enumerate(PR)]
+    r = result({"main": main, "pr": pr, "dead": []})
+    rows = {row[2]: row for row in bs.rows(r)}
+    assert rows["pr"][8] == "— → 512"
+    assert rows["dead"][3:] == ["10.89 → —", "—", "—", "21 → —", "21 → —", "—", "—"]
+    r2 = result({"main": main, "pr": PR})
+    assert bs.rows(r2)[0][7] == "—"
+    foot = bs.footer_lines(r)
+    assert foot[0] == ("C=8 200 words / 2 q: window means main 9–12.1 req/s over 6 windows of 3 servers; "
+                       "pr 12–14.53 req/s over 6 windows of 3 servers")
+    assert r["cases"][0]["arms"]["dead"]["servers"] == 0
+    assert "With 0 servers in an arm there is no verdict" in " ".join(foot)
+
+
+def test_terminal_report_on_its_own_console(capsys):
+    bs.render_terminal(result({"main": MAIN, "pr": PR}))
+    out = capsys.readouterr().out
+    assert "clef-prof bench: main → pr" in out and "Method: requests/s" in out and "note: NVML listed" in out
