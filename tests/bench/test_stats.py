@@ -162,8 +162,8 @@ def test_markdown_two_arms():
         "### clef-prof bench: main → pr", "",
         "| C | words / questions | req/s main → pr | change | 95% CI | p50 ms | p99 ms | peak device MiB | verdict |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
-        f"| 8 | 200 / 2 | 10.89 → 13.34 | +{pct:.2f}% | {lo:+.2f}% … +{hi:.2f}% | 21 → 16 | 21 → — | 1,000 → — "
-        f"| within noise (detects ±{mdc:.1f}%) |"]
+        f"| 8 | 200 / 2 | 10.89 → 13.34 | +{pct:.2f}% | {lo:+.2f}% … +{hi:.2f}% | 21 → 16 | 21 → — "
+        f"| 1,000 → — | within noise (detects ±{mdc:.1f}%) |"]
     assert md[5] == ""
     assert md[6:12] == [
         "<sub>C=8 200 words / 2 q: window means main 9–12.1 req/s over 6 windows of 3 servers; "
@@ -197,8 +197,8 @@ def test_markdown_three_arms_too_few_servers_and_from():
     assert md[3] == "|---|---|---|---:|---:|---:|---:|---:|---:|---|"
     assert [row.split(" | ")[2] for row in md[4:6]] == ["pr", "pr2"]
     pct = 100 * (240 / 20 - 762 / 70) / (762 / 70)
-    assert md[5] == (f"| 8 | 200 / 2 | pr2 | 10.89 → 12 | +{pct:.2f}% | — | 21 → 16 | 21 → — | 1,000 → — | "
-                     "too few servers to judge (1 in an arm; 3 needed) |")
+    assert md[5] == (f"| 8 | 200 / 2 | pr2 | 10.89 → 12 | +{pct:.2f}% | — | 21 → 16 | 21 → — | 1,000 → — "
+                     "| too few servers to judge (1 in an arm; 3 needed) |")
     foot = [ln for ln in md if ln.startswith("<sub>")]
     assert "<sub>outputs matched (pr2 vs main server 1): 2 of 2, exactly</sub>  " in foot
     assert "<sub>outputs matched (main vs main server 1): 1 of 2 on 2 servers, exactly</sub>  " in foot
@@ -206,7 +206,7 @@ def test_markdown_three_arms_too_few_servers_and_from():
     assert "pr2 12–12 req/s over 2 windows of 1 server</sub>" in foot[0]
     assert "main 3, pr 3, pr2 1; 1 × 10 s window per case and server" in " ".join(foot)
     assert foot[-1].startswith("<sub>note: NVML listed no process")
-    assert foot[-3] == ("<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  ")
+    assert foot[-3] == "<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  "
     assert foot[-2] == ("<sub>With 1 server in an arm there is no verdict: servers vary from start to start more than "
                         "windows do, and 3 per arm is the least that gives an interval that holds its confidence "
                         "(run more --rounds).</sub>  ")
@@ -214,7 +214,8 @@ def test_markdown_three_arms_too_few_servers_and_from():
 
 
 def test_renderer_edges():
-    assert bs._num(None) == "—" and bs._num(999.94) == "999.9" and bs._num(999.96) == "1000" and bs._num(1000.0) == "1,000"
+    assert bs._num(None) == "—" and bs._num(999.94) == "999.9" and bs._num(999.96) == "1000"
+    assert bs._num(1000.0) == "1,000"
     assert bs._num(-1234.5) == "-1,234" and bs._num(12.345678) == "12.35" and bs._num(12.345678, 6) == "12.3457"
     assert bs._pct(None) == "—" and bs._pct(float("inf")) == "—" and bs._pct(float("nan")) == "—"
     assert bs._pct(-3.14159) == "-3.14%" and bs._pct(0.0) == "+0.00%"
@@ -240,7 +241,8 @@ def test_terminal_table_aligns_figures_right():
     for i, (h, c) in enumerate(zip(cells_h, cells_r)):
         right = 2 <= i < 8
         if len(h.strip()) + 2 < len(h):         # a header narrower than its column shows the justification
-            assert (h.startswith("  ") and not h.endswith("  ")) if right else (h.endswith("  ") and h[1] != " "), (i, h)
+            ok = (h.startswith("  ") and not h.endswith("  ")) if right else (h.endswith("  ") and h[1] != " ")
+            assert ok, (i, h)
         body = c.rstrip() if right else c
         assert (c.endswith(" ") and c[-2] != " ") if right else (c.startswith(" ") and c[1] != " "), (i, c)
         assert body
