@@ -166,3 +166,205 @@ def test_number_formats():
     assert _fmt_change(3.0, "count") == "+3" and _fmt_change(3.5, "count") == "+3.500"
     assert _fmt_change(-2048.0, "bytes") == "-2,048" and _fmt_change(-2.5, "bytes") == "-2.5"
     assert _fmt_change(-2.5, "host_ms") == "-2.5" and _fmt_change(0.0, "host_ms") == "+0"
+
+
+# ---------------------------------------------------------------------------------------------
+# the report of a constructed comparison
+
+
+def report_comp(gate_on: str = "ci", arm_name: str = "pr", captures: int = 1) -> dict:
+    """3 captures of main against 1 of pr: an index stage judged between captures (beyond noise), the
+    pooler with only its within-capture interval, an exact count that changed, one that is 0 in
+    both arms (hidden), and a GPU fraction whose interval has no % and whose mdc is infinite."""
+    def m(metric, kind, det, base, arm):
+        return {"metric": metric, "kind": kind, "deterministic": det, "arms": {"main": base, arm_name: arm}}
+
+    metrics = [
+        m("stages.index.host_ms_per_request", "host_ms", False, {"mean": 0.5, "p50": 1.2, "p99": 3.4},
+          {"mean": 0.6, "p50": 1.4, "p99": 3.9, "change": 0.1, "change_pct": 20.0, "ci": [0.05, 0.15],
+           "ci_pct": [10.0, 30.0], "verdict": "beyond noise", "mdc_pct": 7.25}),
+        m("per_request.pooler_host_ms", "host_ms", False, {"mean": 2.0, "p50": 8.0, "p99": 9.0},
+          {"mean": 1.9, "p50": 7.5, "p99": 8.8, "change": -0.1, "change_pct": -5.0, "ci": None, "ci_pct": None,
+           "ci_within": [-0.2, 0.0], "ci_within_pct": [-10.0, 0.0],
+           "verdict": "too few captures to judge (1 in an arm; 3 needed)", "mdc_pct": None}),
+        m("per_request.h2d_copies", "count", True, {"mean": 9.0},
+          {"mean": 3.0, "change": -6.0, "change_pct": -66.66666666666667, "ci": None, "ci_pct": None,
+           "verdict": "exact", "mdc_pct": 3.0}),
+        m("stages.index.memset_calls_per_request", "count", True, {"mean": 0.0},
+          {"mean": 0.0, "change": 0.0, "change_pct": None, "ci": None, "ci_pct": None, "verdict": "exact"}),
+        m("overlap.gpu_busy_fraction", "fraction", False, {"mean": 0.25},
+          {"mean": 0.3, "change": 0.05, "change_pct": 20.0, "ci": [0.01, 0.09], "ci_pct": None,
+           "verdict": "within noise", "mdc_pct": math.inf}),
+        m("overlap.kernel_gpu_ms_per_request", "gpu_ms", False, {"mean": 0.0},      # 0 in both, not exact: shown
+          {"mean": 0.0, "change": 0.0, "change_pct": None, "ci": [0.0, 0.0], "ci_pct": None, "verdict": "within noise",
+           "mdc_pct": None}),
+    ]
+    c = {"baseline": "main", "metrics": metrics, "notes": ["n1"], "warnings": ["w1"],
+         "arms": {"main": {"captures": 3, "batches": 1200, "requests": 4800, "sources": ["a.sqlite", "b.sqlite"]},
+                  arm_name: {"captures": captures, "batches": 400, "requests": 1600, "sources": ["p.sqlite"]}},
+         "findings": [{"title": "pageable H2D copies", "stage": "transfer", "id": "h2d-pageable", "unit": "per request",
+                       "arms": {"main": {"captures": 3, "fired_in": 3, "value": 9.0},
+                                arm_name: {"captures": captures, "fired_in": 0, "value": 0.0}},
+                       "status": {arm_name: "resolved"}}],
+         "method": {"confidence": 0.9, "B": 2000, "seed": 7, "min_captures": 3, "gate_on": gate_on}}
+    known = {x["metric"]: x["metric"] for x in metrics}
+    c["gates"] = evaluate_gates([parse_gate("stages.index.host_ms_per_request > 5%", known),
+                                 parse_gate("per_request.h2d_copies < 0", known)], c, gate_on)
+    return c
+
+
+def test_markdown_report_by_hand():
+    from clef_prof.compare.gates import render_markdown
+
+    md = render_markdown(report_comp()).splitlines()
+    assert md[:10] == [
+        "### clef-prof compare: main → pr", "",
+        "| metric | main → pr | change | 90% CI of the change | p50 ms /batch | p99 ms /batch | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        "| `stages.index.host_ms_per_request` | 0.5 → 0.6 ms | **+0.1 ms (+20.0%)** | [+0.05, +0.15] (+10.0% … +30.0%) "
+        "| 1.2 → 1.4 | 3.4 → 3.9 | beyond noise (detects ±7.2%) |",
+        "| `per_request.pooler_host_ms` | 2 → 1.9 ms | -0.1 ms (-5.0%) | within-capture [-0.2, +0] (-10.0% … +0.0%) "
+        "| 8 → 7.5 | 9 → 8.8 | too few captures to judge |",
+        "| `per_request.h2d_copies` | 9 → 3 | **-6 (-66.7%)** | exact |  |  | exact change |",
+        "| `overlap.gpu_busy_fraction` | 25.00% → 30.00% | +5.00 pp (+20.0%) | [+1.00 pp, +9.00 pp] |  |  | "
+        "within noise |",
+        "| `overlap.kernel_gpu_ms_per_request` | 0 → 0 ms | +0 ms (—) | [+0, +0] |  |  | within noise |", ""]
+    assert md[10:12] == ["1 metrics that are exactly 0 in every arm are not shown (`--all` shows them).", ""]
+    assert md[12].startswith("<sub>Method: a capture is the unit that varies from run to run: 90% Welch t interval")
+    assert "main: 3 captures, 1,200 batch instances, 4,800 requests; pr: 1 capture, 400 batch instances, 1,600 " \
+           "requests." in md[12]
+    assert md[13].startswith("<sub>With 1 capture in an arm there is no verdict (too few captures to judge; 3 per "
+                             "arm needed)") and "(batch instances resampled within each capture, B = 2000, seed 7)" \
+        in md[13]
+    assert md[14:] == [
+        "", "Gates (exact counts: exact change; others: fire only when the whole interval is beyond the threshold):",
+        "", "- **fired**: `stages.index.host_ms_per_request > 5%` — pr vs main: change +20.0%, CI [+10.0%, +30.0%]: "
+        "its low end +10.0% &gt; 5%".replace("CI [+10.0%, +30.0%]", r"CI \[+10.0%, +30.0%\]"),
+        "- **fired**: `per_request.h2d_copies < 0` — pr vs main: exact change -6 &lt; 0",   # markdown-escaped
+        "", "Findings (per finding: resolved, new or still there):", "",
+        "- pageable H2D copies in transfer (\\`h2d-pageable\\`): resolved (9 → 0 per request; fired in 3/3 → 0/1 "
+        "captures)",
+        "", "> note: n1", "", "> **warning:** w1"]
+    three = render_markdown(report_comp(captures=3))
+    assert "<sub>Method: a capture" in three and "there is no verdict" not in three
+    odd = render_markdown(report_comp(arm_name="pr — b")).splitlines()
+    assert "- **fired**: `per_request.h2d_copies < 0` — pr — b vs main: exact change -6 &lt; 0" in odd
+    shown = render_markdown(report_comp(), show_all=True)
+    assert "| `stages.index.memset_calls_per_request` | 0 → 0 | +0 (—) | exact |" in shown
+    assert "metrics that are exactly 0" not in shown
+    assert "Gates (exact counts: exact change; others: the point change):" in render_markdown(report_comp("point"))
+
+
+def test_terminal_report_by_hand():
+    import re
+
+    from rich.console import Console
+
+    from clef_prof.compare.gates import render_terminal
+
+    def lines(**kw):
+        con = Console(record=True, width=300, color_system=None)
+        render_terminal(report_comp(), con, width=300, **kw)
+        return con.export_text().splitlines()
+
+    def row(out, *cells):
+        rx = re.compile(r"^\s*" + r"\s{2,}".join(re.escape(c) for c in cells) + r"\s*$")
+        return [ln for ln in out if rx.match(ln)]
+
+    out = lines()
+    assert out[:2] == ["main (baseline): 3 captures, 1,200 batches, 4,800 requests: a.sqlite, b.sqlite",
+                       "pr: 1 capture, 400 batches, 1,600 requests: p.sqlite"]
+    assert "main → pr: host time, ms per request" in out and "main → pr: CUDA work per request, GPU overlap" in out
+    assert row(out, "stage", "main", "pr", "%", "90% CI of the change", "verdict")       # "change" above "%"
+    assert row(out, "index", "0.5", "0.6", "+20.0%", "+10.0% to +30.0%", "beyond noise (detects ±7.2%)")
+    assert row(out, "pooler (batch)", "2", "1.9", "-5.0%", "within-capture -10.0% to +0.0%", "too few captures to judge")
+    assert row(out, "figure", "unit", "main", "pr", "%", "90% CI of the change", "verdict")
+    assert row(out, "per_request.h2d_copies", "/req", "9", "3", "-66.7%", "exact", "exact change")
+    assert row(out, "overlap.gpu_busy_fraction", "% of span", "25.00%", "30.00%", "+20.0%", "+1.00 pp to +9.00 pp",
+               "within noise")
+    assert not any("memset" in ln for ln in out)
+    assert "1 metrics that are exactly 0 in every arm are not shown (--all shows them)." in out
+    assert any(ln.startswith("Method: a capture is the unit") for ln in out)
+    assert out[-2:] == ["note: n1", "warning: w1"]
+    assert row(out, "overlap.kernel_gpu_ms", "ms/req", "0", "0", "—", "+0 to +0", "within noise")
+    assert "Findings (resolved, new or still there)" in out
+    assert "  pageable H2D copies in transfer (`h2d-pageable`): resolved (9 → 0 per request; fired in 3/3 → 0/1 " \
+           "captures)" in out
+    assert any("names: --list-metrics; every column: --wide" in ln for ln in out)
+    wide = lines(wide=True, show_all=True)
+    assert row(wide, "metric", "main", "pr", "change", "%", "90% CI of the change", "verdict", "/batch", "/batch")
+    assert row(wide, "stages.index.host_ms_per_request", "0.5", "0.6", "+0.1", "+20.0%", "+10.0% to +30.0%",
+               "beyond noise (detects ±7.2%)", "1.2 → 1.4", "3.4 → 3.9")
+    assert row(wide, "stages.index.memset_calls_per_request", "/req", "0", "0", "+0", "—", "exact", "exact")
+    assert not any("every column: --wide" in ln for ln in wide)
+    assert not any("metrics that are exactly 0" in ln for ln in wide)
+
+
+def test_terminal_styles_and_json():
+    from rich.console import Console
+
+    from clef_prof.compare.gates import render_json, render_terminal
+
+    con = Console(record=True, width=300, color_system="standard", force_terminal=True)
+    render_terminal(report_comp(), con, width=300)
+    styled = con.export_text(styles=True)
+    assert "\x1b[1mmain (baseline): 3 captures" in styled and "\x1b[33mwarning: w1" in styled
+    assert "\x1b[2mMethod: a capture" in styled and "\x1b[1mFindings (resolved" in styled
+    c = report_comp()
+    text = render_json(c)
+    assert text.endswith("}\n") and text.splitlines()[1] == '  "baseline": "main",'
+    assert __import__("json").loads(text)["gates"][0]["value"] == 10.0
+
+
+def test_unavailable_cuda_metric_quotes_analyze():
+    hidden = "H2D, kernel and overlap figures are not shown"
+    c = comp("per_request.h2d_copies", True, arm(0.0, 0.0),
+             warnings=["x.sqlite (ab): other warning about CUDA",
+                       f"a.sqlite (3 ranks): CUDA was traced without kernels: {hidden}"])
+    with pytest.raises(CompareError, match=r"\(these captures: CUDA was traced without kernels\)$"):
+        evaluate_gates([parse_gate("overlap.frac > 1", KNOWN)], c)
+    c = comp("per_request.h2d_copies", True, arm(0.0, 0.0), warnings=["x.sqlite (ab): other warning about CUDA"])
+    with pytest.raises(CompareError, match=r"\(these captures: CUDA was not traced\)$"):
+        evaluate_gates([parse_gate("overlap.frac > 1", KNOWN)], c)
+
+
+def test_too_few_on_a_zero_baseline_without_change():
+    """A % gate on a count that is 0 in both arms and has no verdict: its point change is 0, not -inf
+    (bug before: gate_line read a zero change as negative)."""
+    c = comp("per_request.pooler_host_ms", False, arm(0.0, None, verdict="too few servers to judge"))
+    v = one("per_request.pooler_host_ms > 5%", c)
+    assert (v["basis"], v["fired"], v["value"]) == ("too few", False, None)
+    assert gate_line(v, "host_ms").endswith("too few servers to judge (point change +0.0%; --gate-on point gates on it)")
+    c = comp("per_request.pooler_host_ms", False, arm(-1.0, None, verdict="too few servers to judge"))
+    assert "(point change -inf;" in gate_line(one("per_request.pooler_host_ms > 5%", c), "host_ms")
+
+
+def test_terminal_report_on_its_own_console(capsys):
+    from clef_prof.compare.gates import render_terminal
+
+    render_terminal(report_comp(), width=300)
+    out = capsys.readouterr().out
+    assert out.startswith("main (baseline): 3 captures, 1,200 batches, 4,800 requests: a.sqlite, b.sqlite\n")
+    assert "warning: w1" in out
+
+
+def test_narrow_terminal_stacks_labels_then_figures():
+    """At 70 columns the CUDA table stacks: each row's figure name and unit (its two labels) on a
+    line, its figures under one header on the next; a comparison with host metrics only has no
+    CUDA table at all."""
+    from rich.console import Console
+
+    from clef_prof.compare.gates import render_terminal
+
+    con = Console(record=True, width=70, color_system=None)
+    render_terminal(report_comp(), con, width=70)
+    out = [ln.rstrip() for ln in con.export_text().splitlines()]
+    i = out.index("per_request.h2d_copies  /req")
+    assert out[i + 1].split() == ["9", "3", "-66.7%", "exact", "exact", "change"]
+    assert out.index("figure · unit") < i
+    host = report_comp()
+    host["metrics"] = [m for m in host["metrics"] if m["kind"] == "host_ms"]
+    con = Console(record=True, width=300, color_system=None)
+    render_terminal(host, con, width=300)
+    text = con.export_text()
+    assert "main → pr: host time, ms per request" in text and "CUDA work" not in text
