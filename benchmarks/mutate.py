@@ -86,6 +86,7 @@ MODULE_TESTS = {
                                       _A + "test_nvtx_reading.py", *_CORE),
     "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE),
     "clef_prof/analyze/*": (_A,),
+    "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
     "clef_prof/compare/*": ("tests/compare",),
     "clef_prof/bench/*": ("tests/bench",),
     "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),

@@ -138,7 +138,7 @@ def redact_text(value: str, names: Pseudonyms | None = None) -> tuple[str, list[
         return value, []
     if "\x00" in value and _NUL_ASSIGN.search(value):
         return REMOVED, ["env-block"]
-    if _LEADING_ASSIGN.match(value) and not RID.match(value):
+    if _LEADING_ASSIGN.match(value):
         return REMOVED, ["assignment"]
     return _parts(value, names if names is not None else Pseudonyms())
 

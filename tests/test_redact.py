@@ -156,3 +156,74 @@ def test_command_lines_are_seen_whole():
     assert redact_args(["tool", "--api-key", "--port", "80"]) == ["tool", "--api-key", "--port", "80"]
     assert redact_args(["python", "-p", "8000", "/home/alice/app.py"]) == ["python", "-p", "8000", "/home/[user-1]/app.py"]
     assert exe_name("/home/alice/venv/bin/python3 -m x --token y") == "python3"
+
+
+@pytest.mark.parametrize("line, name", [
+    ("/usr/bin/python3 -m vllm.entrypoints.openai.api_server --api-key abc", "python3"),
+    ("python3", "python3"),
+    ("  /opt/venv/bin/vllm\x00serve\x00model", "vllm"),            # NUL-separated as nsys stores it
+    ("/opt/bin/ --flag", "bin"),                                     # a trailing slash is dropped
+    ("g++-12 -O2 x.cc", "g++-12"),
+    ("./run.sh a b", "run.sh"),
+    ("-m x", "process"),                                            # not a program name: starts with a dash
+    ("/tmp/$(id) x", "process"),                                    # characters no program name has
+    ("/home/u/" + "program_" * 9 + " x", ("program_" * 9)[:64]),   # base names are cut at 64
+    ("/tmp/0123456789abcdef0123456789abcdef --x", "process"),       # a plain name, but a 32-digit hex key
+    ("hf_QwErTyUiOpAsDfGhJkLz serve", "process"),                   # a plain name that is a token
+    ("", "process"), ("   ", "process"), (None, "process"), (42, "process"), (b"python3", "process"),
+])
+def test_exe_name_keeps_the_program_name_only(line, name):
+    assert exe_name(line) == name
+
+
+@pytest.mark.parametrize("argv, want", [
+    # --flag value: the value (whole, blanks and all) goes; the flag stays
+    (["srv", "--token", "two words"], ["srv", "--token", REMOVED]),
+    (["srv", "--auth-key", "x"], ["srv", "--auth-key", REMOVED]),
+    (["srv", "-password", "s3cr3t", "--port", "80"], ["srv", "-password", REMOVED, "--port", "80"]),
+    # --flag=value: quoted or not, blanks or not
+    (["srv", "--api-key=abc"], ["srv", f"--api-key={REMOVED}"]),
+    (["srv", "--api-key=two words"], ["srv", f"--api-key={REMOVED}"]),
+    (["srv", '--session="a b"'], ["srv", f"--session={REMOVED}"]),
+    # a flag named without a secret word keeps its value, even when the value holds one
+    (["srv", "--mode=secretive", "--model", "keyword-llm"], ["srv", "--mode=secretive", "--model", "keyword-llm"]),
+    # NAME=value: the value goes, lower-case names too
+    (["env", "FOO=two words", "mode=fast", "cmd"], ["env", f"FOO={REMOVED}", f"mode={REMOVED}", "cmd"]),
+    # an argument that holds a NUL is one argument (the NUL becomes a blank)
+    (["echo", "a\x00b"], ["echo", "a b"]),
+    ([], []),
+])
+def test_redact_args_exact(argv, want):
+    assert redact_args(argv) == want
+    assert redact_args(want) == want                                 # a second pass changes nothing
+
+
+@pytest.mark.parametrize("text, want", [
+    # the value after a secret-named flag in free text: quoted values keep their quotes
+    ('run --token "two words" now', f'run --token "{REMOVED}" now'),
+    ("run --token 'a b' now", f"run --token '{REMOVED}' now"),
+    ('run --token "" now', f'run --token "{REMOVED}" now'),
+    ("run --token x now", f"run --token {REMOVED} now"),            # one character: no quotes to keep
+    ('run --token " now', f"run --token {REMOVED} now"),            # a lone quote is a value, not quotes
+    ('run --token "abc now', f"run --token {REMOVED} now"),         # opened, never closed
+    ("run --password abca now", f"run --password {REMOVED} now"),   # first = last character, not a quote
+    ("run --password=xyzzy now", f"run --password={REMOVED} now"),
+])
+def test_secret_flag_values_in_text(text, want):
+    out, rules = redact_text(text)
+    assert out == want and rules == ["secret-flag"]
+    assert redact_text(out) == (out, [])
+
+
+def test_removed_and_empty_stay():
+    assert redact_text(REMOVED) == (REMOVED, [])
+    assert redact_text("") == ("", [])
+    assert redact_text(f'"{REMOVED}"') == (f'"{REMOVED}"', [])
+
+
+def test_a_user_is_one_pseudonym_across_home_folder_styles():
+    """The pseudonym is of the name, not of the path that holds it: /home/alice, /Users/alice and
+    C:\\Users\\alice are one user."""
+    out, rules = redact_text(r"/home/alice/a /Users/alice/b C:\Users\alice\c /home/bob/d")
+    assert out == r"/home/[user-1]/a /Users/[user-1]/b C:\Users\[user-1]\c /home/[user-2]/d"
+    assert rules == ["user-path"]

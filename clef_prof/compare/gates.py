@@ -124,8 +124,8 @@ def gate_line(v: dict, kind: str) -> str:
     """`gate fired: EXPR — pr vs main: change +134.2%, CI [+123.1%, +146.4%]: low end +123.1% > +5%`"""
     pct = v["pct"]
     point = v["change_pct"] if pct else v["change"]
-    if point is None:
-        point = v["value"] if v["value"] is not None else (math.inf if v["change"] > 0 else -math.inf)
+    if point is None:              # % of a zero baseline: as evaluate_gates reads it
+        point = v["value"] if v["value"] is not None else math.copysign(math.inf, v["change"]) if v["change"] else 0.0
     t = v["threshold"]
     thr = f"{v['op']} " + (f"{t:g}%" if pct else _fmt_change(t, kind) if kind == "fraction" else f"{t:g}")
     shown = "inf" if v["value"] is None else _fmt_change(v["value"], kind, pct)
@@ -408,7 +408,8 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                 cols.append(Column("unit", "left"))
             cols += [Column(base), Column(arm)] + ([Column("change")] if wide else [])
             cols += [Column("change %"), Column(f"{conf} CI of the change"), Column("verdict", "left")]
-            if wide and pq:
+            per_batch = wide and pq            # the p50/p99 columns: the wide host table only
+            if per_batch:
                 cols += [Column("p50 ms /batch"), Column("p99 ms /batch")]
             cells = []
             for m in group:
@@ -418,7 +419,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                 row += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex)]
                 row += [_fmt_change(a["change"], k)] if wide else []
                 row += [_fmt_change(a["change_pct"], k, True), _ci_short(a, k), _verdict_text(a, m)]
-                if wide and pq:
+                if per_batch:
                     row += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
                 cells.append(row)
             say([""])

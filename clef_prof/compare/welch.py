@@ -13,7 +13,8 @@ there is no verdict.
 
 Everything is vectorised over leading axes, so that a simulation of many studies runs the same
 code as one comparison. The t quantile is computed here (the regularized incomplete beta
-function by its continued fraction, inverted by bisection): SciPy is not a dependency.
+function by its continued fraction, inverted on ln t by bisection and Newton steps): SciPy is not a
+dependency.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def _betacf(a, b, x, iters: int = 400, eps: float = 1e-14):
 
 
 def betainc(a, b, x, lbeta=None) -> np.ndarray:
-    """The regularized incomplete beta function I_x(a, b), elementwise (0 <= x <= 1); `lbeta`:
-    log B(a, b) where the caller has it."""
+    """The regularized incomplete beta function I_x(a, b), elementwise (0 at x <= 0, 1 at x >= 1);
+    `lbeta`: log B(a, b) where the caller has it."""
     a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
     lb = _lbeta(a, b) if lbeta is None else np.broadcast_to(lbeta, a.shape)
     out = np.where(x <= 0, 0.0, 1.0)
@@ -90,19 +91,39 @@ def t_quantile(p: float, df) -> np.ndarray:
         nu = df[finite]
         a = nu / 2.0
         lb = _lbeta(a, np.full_like(a, 0.5))
-        # x = nu / (nu + t^2): I_x(a, 1/2) rises with x; bracket it by bisection, then Newton
-        # steps (the derivative is x^(a-1) (1-x)^(-1/2) / B(a, 1/2)) kept inside the bracket
-        lo, hi = np.zeros_like(nu), np.ones_like(nu)
-        for _ in range(14):
+        # solved on u = ln t, where x = df/(df+t^2) and 1 - x are both exact (no 1 - x near 1 to
+        # lose, at large df or far tails): the normal quantile bounds t below, and the Cauchy's
+        # (df = 1) above for df >= 1, doubled until it holds for df < 1; bisection brackets the
+        # root, then Newton steps (d tail / du = -2 t f(t)) kept inside the bracket
+        lo = np.full_like(nu, math.log(z))
+        hi = np.full_like(nu, math.log(max(math.tan(math.pi * (p - 0.5)), z)))
+        for _ in range(64):
+            low = _t_tail(a, nu, lb, hi) > tail
+            if not low.any():
+                break
+            hi = np.where(low, hi + math.log(2.0), hi)
+        while (hi - lo).max() > 1e-3:        # a relative width of t; ~13 halvings at df >= 1
             mid = 0.5 * (lo + hi)
-            below = betainc(a, 0.5, mid, lb) < tail
+            below = _t_tail(a, nu, lb, mid) > tail
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        x = 0.5 * (lo + hi)
+        u = 0.5 * (lo + hi)
         for _ in range(6):
-            f = betainc(a, 0.5, x, lb) - tail
-            slope = np.exp((a - 1.0) * np.log(x) - 0.5 * np.log1p(-x) - lb)
-            x = np.clip(x - f / slope, lo, hi)
-        out[finite] = np.sqrt(nu * (1.0 - x) / x)
+            f = _t_tail(a, nu, lb, u) - tail
+            slope = -2.0 * np.exp(u - lb - 0.5 * np.log(nu) - (a + 0.5) * np.log1p(np.exp(2.0 * u) / nu))
+            u = np.clip(u - f / slope, lo, hi)
+        out[finite] = np.exp(u)
+    return out
+
+
+def _t_tail(a, nu, lb, u) -> np.ndarray:
+    """P(|T| > t) at t = exp(u) with nu = 2a degrees of freedom: I_x(a, 1/2), x = nu / (nu + t^2), or
+    1 - I_(1-x)(1/2, a) where 1 - x is the smaller, each of x and 1 - x computed without cancellation."""
+    s = 2.0 * u - np.log(nu)                 # ln(t^2 / nu)
+    x, y = 1.0 / (1.0 + np.exp(s)), 1.0 / (1.0 + np.exp(-s))
+    far = s > 0
+    out = np.empty_like(s)
+    out[far] = betainc(a[far], 0.5, x[far], lb[far])
+    out[~far] = 1.0 - betainc(0.5, a[~far], y[~far], lb[~far])
     return out
 
 
