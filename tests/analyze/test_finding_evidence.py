@@ -347,3 +347,38 @@ def test_compare_skips_captures_without_evidence(bert, changed, capture):
     pr = {(f["id"], f["stage"]): f for f in comp}[("sync-in-stage", "transfer")]["arms"]["pr"]
     assert (pr["fired_in"], pr["value"]) == (0, 447 / 1264)
     assert pr["evidence"] == fd.evidence(bert, "sync-in-stage", "transfer")
+
+
+def test_lost_launches_count_only_inside_batches(changed, capture):
+    """gpu25-concurrent launches 6 kernels outside every batch range and 240 inside: with the GPU
+    records of those 6 and of one launched inside a batch deleted, one launch inside a batch lost
+    its record (the figures of stages and batches are short by it); the 6 outside count in no figure."""
+    src = capture("gpu25-concurrent")
+    calls = ("WITH c AS MATERIALIZED (SELECT r.globalTid g, r.start t, r.correlationId k FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+             f"JOIN StringIds n ON n.id = r.nameId WHERE {LAUNCH}), b AS MATERIALIZED (SELECT globalTid g, start s, "
+             "[end] e FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%') SELECT c.k FROM c WHERE {inside} EXISTS "
+             "(SELECT 1 FROM b WHERE b.g = c.g AND c.t >= b.s AND c.t < b.e) ORDER BY c.t")
+    outside = [k for k, in sql(src, calls.format(inside="NOT"))]
+    inside = [k for k, in sql(src, calls.format(inside=""))]
+    assert (len(outside), len(inside)) == (6, 240)
+    gone = ", ".join(map(str, [*outside, inside[0]]))
+    path = changed("gpu25-concurrent", f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId IN ({gone})")
+    r = analyze(str(path)).result
+    assert r.lost_records.kernel_launches_without_gpu_record == 1
+    f = {(f.id, f.stage): f for f in r.findings}[("lost-records", fd.CAPTURE_SCOPE)]
+    assert f.evidence["kernel_launches_without_gpu_record"] == 1
+
+
+@pytest.mark.parametrize("stage, batch, want", [
+    ([5, 0], [10, 0], [50.0]),              # a batch range of zero length (start == end) has no share
+    ([1, 3], [1, 4], [100.0, 75.0]),        # a 1 ns batch is a batch
+    ([0, 0], [0, 0], None),                 # no batch of positive length: no share at all
+])
+def test_stage_shares_by_hand(stage, batch, want):
+    got = fd.stage_shares(np.array(stage, np.int64), np.array(batch, np.int64))
+    if want is None:
+        assert got == fd.BatchShare()
+    else:
+        assert got.mean_pct == pytest.approx(sum(want) / len(want), rel=1e-12)
+        assert (got.p50_pct, got.p99_pct) == (pytest.approx(float(np.percentile(want, 50))),
+                                              pytest.approx(float(np.percentile(want, 99))))
