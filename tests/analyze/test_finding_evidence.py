@@ -382,3 +382,143 @@ def test_stage_shares_by_hand(stage, batch, want):
         assert got.mean_pct == pytest.approx(sum(want) / len(want), rel=1e-12)
         assert (got.p50_pct, got.p99_pct) == (pytest.approx(float(np.percentile(want, 50))),
                                               pytest.approx(float(np.percentile(want, 99))))
+
+
+def test_dominant_stage_names_its_sampled_functions(capture, truth):
+    """cpu23-sampled: tests/programs/sampled_split.py under nsys 2023.4 with clef-prof's sampler at
+    200 Hz, no CUDA; its `head` stage calls three(3K) then one(K) (3:1 by construction, measured by
+    the program). The dominant-stage finding lists the stage's sampled functions, most samples
+    first, with the stage's sample count (SQL: sampler marks inside a head range of the thread the
+    mark names), and says to look at them."""
+    path = capture("cpu23-sampled")
+    t = truth("cpu23-sampled")["ground_truth"]
+    assert sql(path, BATCHES)[0][0] == t["batches"] == 114
+    (in_head,), = sql(path, """
+        SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
+        JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
+             AND (h.globalTid >> 24) = (m.globalTid >> 24)
+             AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
+        JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
+        WHERE m.eventType = 34 AND t.value LIKE 't %'""")
+    r = analyze(str(path)).result
+    assert not r.capture.cuda_traced and fd.evidence(r, "host-bound", fd.BATCH_SCOPE) is None
+    f = {(f.id, f.stage): f for f in r.findings}[("dominant-stage", "head")]
+    top = f.evidence["top_functions"]
+    assert [x["function"] for x in top[:2]] == ["three", "one"]          # 3:1 by the program's own clock
+    assert t["ns"]["three"] > 2 * t["ns"]["one"]
+    assert 1 <= len(top) <= 3 and all(x["file"].endswith("sampled_split.py") for x in top[:2])
+    assert all(x["stage_samples"] == in_head for x in top) and in_head >= 60
+    assert sum(x["self_samples"] for x in top) <= in_head
+    assert [x["self_samples"] for x in top] == sorted((x["self_samples"] for x in top), reverse=True)
+    for x in top:
+        assert x["self_share"] == pytest.approx(x["self_samples"] / in_head, rel=1e-12)
+        assert x["self_share_low"] < x["self_share"] < x["self_share_high"]
+        assert x["self_ms_per_request"] > 0
+    said = ", ".join(f"{x['function']} (sampled_split.py) {100 * x['self_share']:.0f}% "
+                     f"[{100 * x['self_share_low']:.0f}–{100 * x['self_share_high']:.0f}%]" for x in top)
+    assert f.summary.endswith(f"; by Python samples ({in_head:,} in the stage, self, 95% interval): {said}")
+    assert f.advice == "look inside head first, at the functions named, before any other stage"
+    # a stage with no sample: no function, and the advice says how to get them
+    ev = fd.evidence(r, "dominant-stage", "parse")
+    assert ev["top_functions"] == []
+    assert "record with --python-sampling" in fd.RULE["dominant-stage"].text(ev, "parse")[1]
+
+
+def test_zero_thresholds_need_a_figure(bert, main):
+    """Thresholds of 0 (`pack_min_copies_per_request`, `outside_min_pct`): a stage with no H2D copy
+    and a capture with no CUDA work outside stages still give no finding."""
+    th = thresholds({"pack_min_copies_per_request": 0})
+    assert {f.stage for f in fd.evaluate(bert, th) if f.id == "small-h2d-copies"} == {"transfer"}
+    assert fd.evidence(bert, "small-h2d-copies", "head")["bytes_per_copy"] is None       # 0 copies
+    assert fd.evidence(main, "cuda-outside-stages", fd.OUTSIDE_SCOPE)["outside_work_calls"] == 0
+    assert "cuda-outside-stages" not in {f.id for f in fd.evaluate(main, thresholds({"outside_min_pct": 0}))}
+
+
+def test_graph_launches_per_request(main, capture):
+    """gpu-q1c16-main replays one CUDA graph per request in head (the traces README), beside 15 kernels."""
+    path = capture("gpu-q1c16-main")
+    req = sql(path, REQUESTS)[0][0]
+    graphs = sql(path, IN_STAGE.format(stage="head", what="n.value LIKE 'cudaGraphLaunch%'"))[0][0]
+    launches = sql(path, IN_STAGE.format(stage="head", what=LAUNCH))[0][0]
+    assert (graphs, launches) == (req, 15 * req)
+    ev = fd.evidence(main, "no-cuda-graph", "head")
+    assert ev["graph_launches_per_request"] == graphs / req == 1.0
+    assert ev["kernel_launches_per_request"] == launches / req == 15.0
+
+
+def test_work_outside_every_batch(capture):
+    """gpu25-concurrent launches 6 kernels outside every batch range: counted with the batches'
+    work outside stages, and named in the text."""
+    path = capture("gpu25-concurrent")
+    q = ("WITH c AS MATERIALIZED (SELECT r.globalTid g, r.start t FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n "
+         "ON n.id = r.nameId WHERE {what}), b AS MATERIALIZED (SELECT globalTid g, start s, [end] e FROM NVTX_EVENTS "
+         "WHERE text LIKE 'pooler n=%') SELECT count(*) FROM c WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.g = c.g "
+         "AND c.t >= b.s AND c.t < b.e)")
+    k = sql(path, q.format(what=LAUNCH))[0][0]
+    others = sql(path, q.format(what="n.value LIKE 'cudaMemcpy%' OR n.value LIKE 'cudaMemset%' OR "
+                                     "n.value LIKE 'cudaGraphLaunch%'"))[0][0]
+    assert (k, others) == (6, 0)
+    r = analyze(str(path)).result
+    ev = fd.evidence(r, "cuda-outside-stages", fd.OUTSIDE_SCOPE)
+    assert ev["outside_batches"] == {"kernel_launches": k, "graph_launches": 0, "memcpy_calls": 0, "memset_calls": 0}
+    assert ev["outside_work_calls"] == sum(ev["in_batch_no_stage"].values()) + k
+    assert ev["capture_work_calls"] == sql(path, WORK)[0][0]
+    text = fd.RULE["cuda-outside-stages"].text(ev, fd.OUTSIDE_SCOPE)[0]
+    assert text.endswith(f"; outside every batch: {k:,} kernel launches")
+
+
+def test_cut_ranges_in_a_window_record_opened_are_expected(changed, tmp_path):
+    """The last batch range left open (no end): cut-window says so (info); beside a record
+    manifest saying record opened the window, the same cut is expected and nothing fires."""
+    src = changed("gpu25-bertsrv", "UPDATE NVTX_EVENTS SET [end] = NULL WHERE rowid = (SELECT rowid FROM NVTX_EVENTS "
+                                   "WHERE text LIKE 'pooler n=%' ORDER BY start DESC LIMIT 1)")
+    alone = analyze(str(src)).result
+    f = {(f.id, f.stage): f for f in alone.findings}[("cut-window", fd.CAPTURE_SCOPE)]
+    assert f.severity == "info" and f.evidence["ranges_cut_at_edges"] == 4       # the batch and its 3 stages
+    assert f.evidence["batches_kept"] == alone.batches == 148
+    (tmp_path / "capture.sqlite").write_bytes(src.read_bytes())
+    (tmp_path / "manifest.json").write_text('{"export": "capture.sqlite", "window": {"mode": "profiler-api"}}')
+    rec = analyze(str(tmp_path / "capture.sqlite")).result
+    assert rec.window_by_record and rec.excluded.cut_at_edges == alone.excluded.cut_at_edges
+    assert "cut-window" not in {f.id for f in rec.findings}
+
+
+def test_evidence_of_an_unknown_stage_is_absent(bert):
+    assert fd.evidence(bert, "pageable-h2d", "nosuch") is None
+    assert fd.evidence(bert, "dominant-stage", "nosuch") is None
+
+
+def test_requests_given_but_no_batch_no_overlap_evidence(capture):
+    """`--requests 1264` with a batch name that matches no range: per-request figures exist, the
+    GPU share of the batch span does not."""
+    spec = from_dict({"batch": {"name": "nosuch"}, "stages": {s: f"m:{s}" for s in ("parse", "transfer", "head")}})
+    r = analyze(str(capture("gpu25-bertsrv")), spec.config, requests=1264).result
+    assert (r.requests, r.batches) == (1264, 0)
+    assert fd.evidence(r, "host-bound", fd.BATCH_SCOPE) is None
+    assert fd.evidence(r, "pageable-h2d", "transfer")["pageable_copies"] == 447
+
+
+def test_compare_says_new(bert, capture):
+    """A finding the baseline does not have is new in the other arm."""
+    spec = from_dict({"batch": {}, "stages": {s: f"m:{s}" for s in ("parse", "index", "transfer", "head", "encode")},
+                      "findings": {"sync_max_per_batch": 50}})
+    quiet = analyze(str(capture("gpu25-bertsrv")), spec.config).result
+    comp = {(f["id"], f["stage"]): f for f in fd.compare_findings({"main": [quiet], "pr": [bert]}, "main")}
+    sync = comp[("sync-in-stage", "transfer")]
+    assert sync["status"] == {"pr": "new"}
+    assert (sync["arms"]["main"]["fired_in"], sync["arms"]["pr"]["fired_in"]) == (0, 1)
+    assert comp[("host-bound", fd.BATCH_SCOPE)]["status"] == {"pr": "still there"}
+
+
+def test_host_bound_names_the_sampled_functions_of_its_dominant_stage(bert, capture):
+    """bertsrv's result holding the samples of cpu23-sampled (both have a `head` stage, the dominant
+    one in each): the host-bound text names head's sampled functions after its share."""
+    from dataclasses import replace
+
+    sampled = analyze(str(capture("cpu23-sampled"))).result
+    r = replace(bert, samples=sampled.samples)
+    f = {(f.id, f.stage): f for f in fd.evaluate(r)}[("host-bound", fd.BATCH_SCOPE)]
+    top = f.evidence["top_functions"]
+    assert f.evidence["dominant_stage"] == "head" and [x["function"] for x in top[:2]] == ["three", "one"]
+    assert f"% of it (mean per batch); by Python samples ({top[0]['stage_samples']:,} in the stage" in f.summary
+    assert f.summary.endswith(f"[{100 * top[-1]['self_share_low']:.0f}–{100 * top[-1]['self_share_high']:.0f}%]")
