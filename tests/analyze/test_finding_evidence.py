@@ -106,6 +106,9 @@ def test_no_batch_size_gives_no_per_request_evidence_but_lost_records_still_fire
     assert lost.evidence == {"kernel_launches_without_gpu_record": launches - kernels,
                              "memcpy_calls_without_gpu_record": 0, "memcpy_records_without_call": 0}
     assert lost.summary == "CUDA records were lost: 1 kernel launches without gpu record"
+    # stage rules do not judge without a request count, even where a host share crosses its threshold
+    assert r.stages["head"].share.mean_pct > 40
+    assert {f.id for f in fd.evaluate(r, thresholds({"dominant_share_pct": 40}))} == {"lost-records"}
 
 
 def test_cpu_capture_gives_no_cuda_evidence(capture):
