@@ -67,6 +67,7 @@ MODULE_TESTS = {
                                       _A + "test_finding_evidence.py"),
     "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
     "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE),
+    "clef_prof/analyze/journey.py": ("tests/journey",),
     "clef_prof/analyze/manifest.py": (_A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py"),
     "clef_prof/analyze/markup.py": (_A + "test_findings.py",),
     "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
