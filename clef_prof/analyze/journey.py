@@ -173,7 +173,7 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     c_start = b["start"][c_batch] if len(c_batch) else np.zeros(0, np.int64)
     order = np.lexsort((c_start, c_code))
     j = _first_at_or_after(c_code[order], c_start[order], q_code, r0)
-    claim = np.where(j >= 0, order[np.maximum(j, 0)], _NONE)
+    claim = np.where(j >= 0, order[np.maximum(j, 0)] if len(order) else _NONE, _NONE)
     bidx = np.where(claim >= 0, c_batch[np.maximum(claim, 0)] if len(c_batch) else _NONE, _NONE)
     has_b = (bidx >= 0) & ~cut
     b0 = np.where(has_b, b["start"][np.maximum(bidx, 0)] if len(b) else 0, _NONE)

@@ -1,0 +1,87 @@
+"""Journeys of copies of the real GPU recording (gpu25-journey) changed by SQL the way other servers
+and other captures differ: batch ranges without `rid=` lists, a batch range nested in another (one
+strictly inside, one with the same start), a batch's id list cut with `...`, batches on two
+threads. Every segment of every request is held against tests/journey_oracle.py (its own SQL over
+the changed copy), and the counts against SQL."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from clef_prof.analyze.result import analyze
+from conftest import sql
+from journey_oracle import check, compute
+
+NAME = "gpu25-journey"
+BATCH = "text LIKE 'pooler n=%'"
+
+
+@pytest.fixture(scope="module")
+def changed(capture, tmp_path_factory):
+    """changed(*statements) -> (path, analysis) of a copy of gpu25-journey with the SQL run on it."""
+    def make(*statements: str):
+        out = tmp_path_factory.mktemp("journey") / f"{NAME}.sqlite"
+        shutil.copyfile(capture(NAME), out)
+        out.chmod(0o644)
+        con = sqlite3.connect(out)
+        for s in statements:
+            con.execute(s)
+        con.commit()
+        con.close()
+        return out, analyze(str(out))
+    return make
+
+
+def test_batches_without_id_lists(changed):
+    """No batch names its requests: every complete request range is without a batch, its time
+    between enqueue and exit unattributed; the first 20 of them by start are listed."""
+    path, a = changed(f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) "
+                      f"WHERE {BATCH} AND text LIKE '% rid=%'")
+    assert sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%rid=%' AND text LIKE 'pooler%'")[0][0] == 0
+    oracle = compute(path)
+    check(a, oracle)
+    j = a.result.journey
+    assert (j.request_ranges, j.cut_by_window, j.complete, j.batch_ids, j.unclaimed_batch_ids) == (2225, 16, 0, 0, 0)
+    assert j.without_batch == len(oracle.requests) == 2225 - 16
+    t = a.journeys
+    assert (t["batch"] < 0).all() and (t["unattributed_ns"][~t["cut"]] > 0).all()
+    first = [oracle.requests[k]["rid"] for k in sorted(oracle.requests, key=lambda k: (k[1], k[0]))[:20]]
+    assert j.listed["without_batch"] == first
+
+
+def test_nested_batch_ranges_and_a_cut_id_list(changed):
+    """A batch range strictly inside the 11th, another with the 21st's start and an earlier end
+    (both nested: not counted, no ids), and the 31st's id list cut with `...`: the kept batches
+    still find their id lists, the cut list counts its ids but not `...`."""
+    ins = ("INSERT INTO NVTX_EVENTS (start, [end], eventType, globalTid, domainId, text) SELECT start + {a}, "
+           "[end] - 1000, eventType, globalTid, domainId, 'pooler n=1' FROM NVTX_EVENTS WHERE " + BATCH +
+           " ORDER BY start LIMIT 1 OFFSET {k}")
+    cut = (f"UPDATE NVTX_EVENTS SET text = text || ',...' WHERE rowid = (SELECT rowid FROM NVTX_EVENTS WHERE {BATCH} "
+           "ORDER BY start LIMIT 1 OFFSET 30)")
+    path, a = changed(ins.format(a=1000, k=10), ins.format(a=0, k=20), cut)
+    assert sql(path, f"SELECT count(*) FROM NVTX_EVENTS WHERE {BATCH}")[0][0] == 151
+    oracle = compute(path)
+    check(a, oracle)
+    assert not any(rid == "..." for _, rid in oracle.claims)
+    j = a.result.journey
+    assert a.result.batches == 149 and j.batches_with_cut_ids == 1
+    assert j.batch_ids == len(oracle.claims) == sql(path, f"SELECT sum(CAST(substr(text, 10, 2) AS INT)) FROM "
+                                                          f"NVTX_EVENTS WHERE {BATCH} AND text LIKE '% rid=%'")[0][0]
+    assert (j.complete, j.without_batch) == (2209, 0)
+
+
+def test_batches_on_two_threads(changed):
+    """Every other batch range, with the stage ranges inside it, moved to another thread of the
+    process (two batching threads): requests still meet their batches by id."""
+    path, a = changed(
+        "CREATE TEMP TABLE moved AS SELECT g, s, e FROM (SELECT globalTid AS g, start AS s, [end] AS e, "
+        f"row_number() OVER (ORDER BY start) AS k FROM NVTX_EVENTS WHERE {BATCH}) WHERE k % 2 = 0",
+        "UPDATE NVTX_EVENTS SET globalTid = globalTid + 7 WHERE eventType = 59 AND EXISTS (SELECT 1 FROM moved m "
+        "WHERE m.g = NVTX_EVENTS.globalTid AND NVTX_EVENTS.start >= m.s AND NVTX_EVENTS.[end] <= m.e)")
+    threads = sql(path, f"SELECT globalTid, count(*) FROM NVTX_EVENTS WHERE {BATCH} GROUP BY 1")
+    assert len(threads) == 2 and min(n for _, n in threads) >= 70
+    check(a, compute(path))
+    j = a.result.journey
+    assert a.result.batches == 149 and (j.complete, j.without_batch) == (2209, 0)
