@@ -85,3 +85,36 @@ def test_batches_on_two_threads(changed):
     check(a, compute(path))
     j = a.result.journey
     assert a.result.batches == 149 and (j.complete, j.without_batch) == (2209, 0)
+
+
+def _long_list(path, length: int) -> str:
+    """SQL giving the 41st batch range a message of `length` characters: one made-up id of z's
+    (naming no request) before its own ids, so its own last id ends the message."""
+    (rowid, text), = sql(path, f"SELECT rowid, text FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1 OFFSET 40")
+    head, ids = text.split(" rid=")
+    filler = "z" * (length - len(head) - len(" rid=") - len(ids) - 1) + ","
+    new = f"{head} rid={filler}{ids}"
+    assert len(new) == length
+    return f"UPDATE NVTX_EVENTS SET text = '{new}' WHERE rowid = {rowid}", ids.split(",")
+
+
+def test_an_id_list_of_65536_characters_is_read_whole(changed, capture):
+    change, ids = _long_list(capture(NAME), 65536)
+    path, a = changed(change)
+    oracle = compute(path)
+    check(a, oracle)
+    j = a.result.journey
+    assert (j.without_batch, j.batches_with_cut_ids, j.unclaimed_batch_ids) == (0, 0, 15 + 1)    # + the z's
+    assert len(ids) == 16
+
+
+def test_an_id_list_past_65536_characters_is_cut_not_misread(changed, capture):
+    """One character more: the read stops inside the last id, which is dropped and the list counted
+    cut (not read as the id of another request); that one request is left without a batch."""
+    change, ids = _long_list(capture(NAME), 65537)
+    path, a = changed(change)
+    j = a.result.journey
+    assert (j.without_batch, j.batches_with_cut_ids) == (1, 1)
+    assert j.listed["without_batch"] == [ids[-1]]
+    assert j.batch_ids == len(compute(path).claims) - 1
+    assert j.complete == 2209 - 1
