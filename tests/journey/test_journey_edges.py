@@ -118,3 +118,22 @@ def test_an_id_list_past_65536_characters_is_cut_not_misread(changed, capture):
     assert j.listed["without_batch"] == [ids[-1]]
     assert j.batch_ids == len(compute(path).claims) - 1
     assert j.complete == 2209 - 1
+
+
+def test_the_first_claim_and_a_zero_length_request(changed):
+    """The first batch's id list removed (its 14 ids name requests opened before the window) and the
+    second's cut to its first id: the capture's first claim is then a request's own; and one request
+    range of zero length (end == start: a closed range, not one cut by the window)."""
+    nth = f"(SELECT rowid FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1 OFFSET {{k}})"
+    path, a = changed(
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid = {nth.format(k=0)}",
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ',') - 1) WHERE rowid = {nth.format(k=1)}",
+        "UPDATE NVTX_EVENTS SET [end] = start WHERE rowid = (SELECT rowid FROM NVTX_EVENTS WHERE text LIKE "
+        "'request rid=%' ORDER BY start LIMIT 1 OFFSET 100)")
+    oracle = compute(path)
+    check(a, oracle)
+    j = a.result.journey
+    empty, = sql(path, "SELECT text FROM NVTX_EVENTS WHERE text LIKE 'request rid=%' AND [end] = start")[0]
+    rid = empty.split("rid=")[1]
+    assert j.cut_by_window == 16 and j.without_batch == 15 + 1   # the 15 ids cut from the second list, the empty range
+    assert rid in j.listed["without_batch"] and rid in oracle.unclaimed    # its batch names it all the same
