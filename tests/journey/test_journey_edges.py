@@ -129,7 +129,11 @@ def test_the_first_claim_and_a_zero_length_request(changed):
         f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid = {nth.format(k=0)}",
         f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ',') - 1) WHERE rowid = {nth.format(k=1)}",
         "UPDATE NVTX_EVENTS SET [end] = start WHERE rowid = (SELECT rowid FROM NVTX_EVENTS WHERE text LIKE "
-        "'request rid=%' ORDER BY start LIMIT 1 OFFSET 100)")
+        "'request rid=%' ORDER BY start LIMIT 1 OFFSET 100)",
+        # an encode range of zero length at the start of the first request range the window cut
+        "INSERT INTO NVTX_EVENTS (start, [end], eventType, globalTid, domainId, textId) SELECT r.start, r.start, 59, "
+        "r.globalTid, r.domainId, (SELECT id FROM StringIds WHERE value = 'encode') FROM NVTX_EVENTS r WHERE r.text "
+        "LIKE 'request rid=%' AND r.[end] >= (SELECT duration FROM ANALYSIS_DETAILS) ORDER BY r.start LIMIT 1")
     oracle = compute(path)
     check(a, oracle)
     j = a.result.journey
@@ -137,3 +141,8 @@ def test_the_first_claim_and_a_zero_length_request(changed):
     rid = empty.split("rid=")[1]
     assert j.cut_by_window == 16 and j.without_batch == 15 + 1   # the 15 ids cut from the second list, the empty range
     assert rid in j.listed["without_batch"] and rid in oracle.unclaimed    # its batch names it all the same
+    # a request cut by the window has no point of its own, the encode at its start included
+    t = a.journeys
+    cut = t["cut"]
+    assert int(cut.sum()) == 16
+    assert (t["enqueue"][cut] == -1).all() and (t["batch"][cut] == -1).all() and (t["encode_start"][cut] == -1).all()
