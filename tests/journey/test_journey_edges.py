@@ -146,3 +146,52 @@ def test_the_first_claim_and_a_zero_length_request(changed):
     cut = t["cut"]
     assert int(cut.sum()) == 16
     assert (t["enqueue"][cut] == -1).all() and (t["batch"][cut] == -1).all() and (t["encode_start"][cut] == -1).all()
+
+
+def test_front_end_encode_with_and_without_a_batch(changed):
+    """The demo encodes inside its batch; here each request range also gets an `encode` range of its
+    own on its thread (R1 - 20 us to R1 - 10 us, outside every batch), and the first 10 batches
+    with claimed ids lose their id lists: requests with a batch get after_batch, encode and send;
+    those without a batch an encode after their enqueue and no after_batch."""
+    path, a = changed(
+        "INSERT INTO NVTX_EVENTS (start, [end], eventType, globalTid, domainId, textId) SELECT r.[end] - 20000, "
+        "r.[end] - 10000, 59, r.globalTid, r.domainId, (SELECT id FROM StringIds WHERE value = 'encode') FROM "
+        "NVTX_EVENTS r WHERE r.text LIKE 'request rid=%' AND r.[end] IS NOT NULL",
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid IN (SELECT rowid FROM "
+        f"NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 10 OFFSET 1)")
+    oracle = compute(path)
+    check(a, oracle)
+    t, j = a.journeys, a.result.journey
+    nob = ~t["cut"] & (t["batch"] < 0)
+    assert int(nob.sum()) == j.without_batch > 100
+    assert (t["encode_start"][nob] >= 0).all() and (t["after_batch_ns"][nob] == 0).all()
+    assert (t["encode_ns"][nob] == 10000).all()
+    ok = ~t["cut"] & (t["batch"] >= 0)
+    assert (t["after_batch_ns"][ok] > 0).any() and j.segments["encode"].mean_ms == pytest.approx(0.01)
+
+
+def test_batch_stages_of_the_first_batch_and_a_tail_of_one(changed, capture):
+    """The first batch range (whose ids name requests opened before the window) and its stage
+    ranges deleted, and every id list but the new first batch's removed: 16 complete journeys, all
+    in batch 0 (n=16). Each stage's share of their batch segment is its ns in that batch (SQL); the tail
+    (>= p99 of 16) is the slowest request alone."""
+    first = f"(SELECT start, [end], globalTid FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1)"
+    path, a = changed(
+        f"DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND EXISTS (SELECT 1 FROM {first} b WHERE "
+        "NVTX_EVENTS.globalTid = b.globalTid AND NVTX_EVENTS.start >= b.start AND NVTX_EVENTS.[end] <= b.[end])",
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid IN (SELECT rowid FROM "
+        f"NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT -1 OFFSET 1)")
+    oracle = compute(path)
+    check(a, oracle)
+    t, j = a.journeys, a.result.journey
+    ok = ~t["cut"] & (t["batch"] >= 0)
+    assert j.complete == int(ok.sum()) == 16 and set(t["batch"][ok].tolist()) == {0}
+    bs, be = sql(path, f"SELECT start, [end] FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1")[0]
+    for stage in ("parse", "index", "transfer", "head", "encode"):
+        (ns,), = sql(path, "SELECT sum(e.[end] - e.start) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                           "WHERE s.value = ? AND e.start >= ? AND e.[end] <= ?", stage, bs, be)
+        assert ns > 0 and j.batch_stages[stage].mean_ms == pytest.approx(ns / 1e6, rel=1e-12), stage
+    assert j.tail_requests == 1
+    assert j.segments["batch"].tail_mean_ms == pytest.approx((be - bs) / 1e6, rel=1e-12)
+    slowest = max((v["end"] - k[1], v) for k, v in oracle.requests.items() if v["batch_start"] is not None)[1]
+    assert j.segments["queue"].tail_mean_ms == pytest.approx(slowest["queue"] / 1e6, rel=1e-12)
