@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from clef_prof.analyze.journey import select
 from clef_prof.analyze.result import analyze
 from conftest import sql
 from journey_oracle import check, compute
@@ -49,6 +50,10 @@ def test_batches_without_id_lists(changed):
     assert (t["batch"] < 0).all() and (t["unattributed_ns"][~t["cut"]] > 0).all()
     first = [oracle.requests[k]["rid"] for k in sorted(oracle.requests, key=lambda k: (k[1], k[0]))[:20]]
     assert j.listed["without_batch"] == first
+    # no complete journey: the words select nothing (they are not taken for request ids)
+    for word in ("p50", "p99", "tail", "complete", "p50,p99"):
+        assert len(select(t, word)) == 0, word
+    assert len(select(t, "all")) == 2225
 
 
 def test_nested_batch_ranges_and_a_cut_id_list(changed):
@@ -195,3 +200,20 @@ def test_batch_stages_of_the_first_batch_and_a_tail_of_one(changed, capture):
     assert j.segments["batch"].tail_mean_ms == pytest.approx((be - bs) / 1e6, rel=1e-12)
     slowest = max((v["end"] - k[1], v) for k, v in oracle.requests.items() if v["batch_start"] is not None)[1]
     assert j.segments["queue"].tail_mean_ms == pytest.approx(slowest["queue"] / 1e6, rel=1e-12)
+
+
+def test_p50_is_the_journey_nearest_the_median(capture):
+    """`select(t, "p50")`: the complete journey whose end-to-end is nearest the median (by hand over
+    the oracle's end-to-end figures of gpu25-journey)."""
+    import numpy as np
+
+    path = capture(NAME)
+    a = analyze(str(path))
+    oracle = compute(path)
+    e2e = {k: v["end"] - k[1] for k, v in oracle.requests.items() if v["batch_start"] is not None}
+    med = float(np.median(list(e2e.values())))
+    near = min(abs(v - med) for v in e2e.values())
+    t = a.journeys
+    (i,) = select(t, "p50")
+    assert abs(int(t["e2e_ns"][i]) - med) == near
+    assert int(t["e2e_ns"][i]) > min(e2e.values())
