@@ -217,3 +217,21 @@ def test_p50_is_the_journey_nearest_the_median(capture):
     (i,) = select(t, "p50")
     assert abs(int(t["e2e_ns"][i]) - med) == near
     assert int(t["e2e_ns"][i]) > min(e2e.values())
+
+
+def test_a_single_claim(changed):
+    """Every id list removed but the 3rd batch's, cut to its first id: one claim, one complete
+    journey; its figures are its own segments (by the oracle)."""
+    nth = f"(SELECT rowid FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1 OFFSET 2)"
+    path, a = changed(
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ',') - 1) WHERE rowid = {nth}",
+        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE {BATCH} AND text LIKE "
+        f"'% rid=%' AND rowid != {nth}")
+    oracle = compute(path)
+    check(a, oracle)
+    j = a.result.journey
+    assert (j.batch_ids, j.complete, j.tail_requests) == (1, 1, 1)
+    (one,) = [v for v in oracle.requests.values() if v["batch_start"] is not None]
+    for s in ("receive", "queue", "batch", "send"):
+        f = j.segments[s]
+        assert f.mean_ms == f.p50_ms == f.p99_ms == f.tail_mean_ms == pytest.approx(one[s] / 1e6, rel=1e-12), s
