@@ -235,3 +235,19 @@ def test_a_single_claim(changed):
     for s in ("receive", "queue", "batch", "send"):
         f = j.segments[s]
         assert f.mean_ms == f.p50_ms == f.p99_ms == f.tail_mean_ms == pytest.approx(one[s] / 1e6, rel=1e-12), s
+
+
+def test_long_messages_whose_id_list_is_whole_or_absent(changed, capture):
+    """Two batch messages past 65536 characters that are not long id lists: the 41st keeps its whole
+    list followed by a long note, the 51st has a long note and no list. Neither list is cut: every
+    id of the 41st is read, the 51st names none (its requests are without a batch)."""
+    src = capture(NAME)
+    rows = sql(src, f"SELECT rowid, text FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start")
+    (r41, t41), (r51, t51) = rows[40], rows[50]
+    note = "note=" + "z" * 65600
+    path, a = changed(f"UPDATE NVTX_EVENTS SET text = '{t41} {note}' WHERE rowid = {r41}",
+                      f"UPDATE NVTX_EVENTS SET text = '{t51.split(' rid=')[0]} {note}' WHERE rowid = {r51}")
+    oracle = compute(path)
+    check(a, oracle)
+    j = a.result.journey
+    assert j.batches_with_cut_ids == 0 and j.without_batch == len(t51.split(" rid=")[1].split(","))
