@@ -251,3 +251,22 @@ def test_long_messages_whose_id_list_is_whole_or_absent(changed, capture):
     check(a, oracle)
     j = a.result.journey
     assert j.batches_with_cut_ids == 0 and j.without_batch == len(t51.split(" rid=")[1].split(","))
+
+
+def test_batch_stages_are_each_requests_own_batch(capture):
+    """gpu25-journey unchanged: each stage's mean over the complete journeys is the mean of the
+    stage's ns in each request's own batch (SQL per batch range, joined through the oracle's batch
+    start of each request)."""
+    import numpy as np
+
+    path = capture(NAME)
+    a = analyze(str(path))
+    oracle = compute(path)
+    starts = [v["batch_start"] for v in oracle.requests.values() if v["batch_start"] is not None]
+    assert len(starts) == a.result.journey.complete == 2209 and len(set(starts)) > 100
+    for stage in ("parse", "index", "transfer", "head", "encode"):
+        per = dict(sql(path, "SELECT p.start, sum(e.[end] - e.start) FROM NVTX_EVENTS p JOIN NVTX_EVENTS e ON "
+                             "e.globalTid = p.globalTid AND e.start >= p.start AND e.[end] <= p.[end] JOIN StringIds s "
+                             f"ON s.id = e.textId WHERE p.{BATCH} AND s.value = ? GROUP BY p.rowid", stage))
+        want = float(np.mean([per[s] for s in starts])) / 1e6
+        assert a.result.journey.batch_stages[stage].mean_ms == pytest.approx(want, rel=1e-12), stage
