@@ -344,8 +344,8 @@ def _tx_cut(ev, s):
 
 
 def _ev_lost(r: Result, s, th):
-    lost = r.lost_records
-    if not _cuda(r) or lost is None:
+    lost = r.lost_records       # None without CUDA trace; needs no request count
+    if lost is None:
         return None
     return {k: v for k, v in lost.to_json().items() if k != "batches_after_cuda_end"}
 

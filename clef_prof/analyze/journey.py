@@ -49,7 +49,7 @@ SEGMENTS = ("receive", "queue", "batch", "after_batch", "encode", "send", "unatt
 REQUEST = "request"             # clef_prof.annotate.api.REQUEST (not imported: annotate is a layer above)
 ENQUEUED = "enqueued"
 ENCODE = "encode"               # the stage whose range outside every batch is a request's own encode
-RID_CHARS = 65536               # a batch message's rid= list is read up to this many characters
+RID_CHARS = 65536               # a batch message's rid= list is read up to this many characters (cut past it)
 LISTED = 20                     # ids listed per kind of mismatch (all are counted)
 TAIL_PCT = 99.0                 # the tail: requests at or above this percentile of end-to-end
 _NONE = -1
@@ -75,7 +75,8 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
          engine_id_pattern: str | None = None) -> Inputs | None:
     """The request ranges, enqueue marks and full batch rid lists of `domain` (None without request
     ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
-    again here with RID_CHARS characters, so long id lists are whole."""
+    again here with up to RID_CHARS characters, so long id lists are whole (a longer one is cut:
+    `_whole_ids`)."""
     from .nvtx import read_marks, read_ranges
     from .ranks import rid_keys
 
@@ -87,10 +88,21 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
     marks = Table(time=m.start, gtid=m.gtid, rid=rid_keys(m.name))
     rids = np.full(len(batches), "", dtype=object)
     if len(batches):
-        full = read_ranges(cap, domain, [], [batch_name], chars=RID_CHARS)
-        rids = _align(batches, full.start, full.end, full.gtid, rid_keys(full.name))
+        full = read_ranges(cap, domain, [], [batch_name], chars=RID_CHARS + 1)
+        rids = _align(batches, full.start, full.end, full.gtid, _whole_ids(full.name, rid_keys(full.name)))
     b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
     return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern)
+
+
+def _whole_ids(names: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The rid= lists of batch messages read with RID_CHARS + 1 characters: a list that runs past
+    RID_CHARS was cut by the read, so its last id may be partial; it is dropped and the list marked
+    cut (`...`), as a server marks a list it cut itself, rather than read as another id."""
+    long = np.flatnonzero(np.fromiter(map(len, names), np.int64, len(names)) > RID_CHARS)
+    for i in long:
+        if keys[i] and str(names[i]).endswith(keys[i]):
+            keys[i] = keys[i].rpartition(",")[0] + ",..." if "," in keys[i] else "..."
+    return keys
 
 
 def _align(batches: Table, start, end, gtid, values) -> np.ndarray:

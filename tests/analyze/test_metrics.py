@@ -252,3 +252,69 @@ def test_per_batch_table_adds_up_to_the_stage_figures(capture):
         assert by_stage == {s: getattr(f.cuda, key) for s, f in r.stages.items()}, key
         assert total - sum(by_stage.values()) == getattr(r.outside_stages.in_batch, key), key
         assert getattr(r.totals, key) == total + getattr(r.outside_stages.outside_batch, key), key
+
+
+# --- stage names, ratios -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, column", [("host", "host_ns"), ("gpu_busy", "gpu_busy_ns"), ("gpu_own", "gpu_own_ns")])
+def test_a_stage_name_that_would_overwrite_a_batch_column_is_refused(name, column):
+    """The per-batch table holds `<stage>_ns` beside the batch's own `host_ns`, `gpu_busy_ns` and
+    `gpu_own_ns`: a stage named host, gpu_busy or gpu_own would overwrite one of them."""
+    from clef_prof.analyze.metrics import check_stage_names
+    from clef_prof.errors import SpecError
+
+    with pytest.raises(SpecError, match=f"stage name '{name}' clashes with the per-batch column '{column}'"):
+        check_stage_names(("parse", name))
+    check_stage_names(("parse", "index", "transfer", "head", "encode", "hosts", "gpu", "own"))
+
+
+def test_a_clashing_stage_name_is_refused_by_analyze(capture):
+    """gpu25-bertsrv with its `head` stage read under the name `host` (a target by message)."""
+    from clef_prof.annotate.spec import from_dict
+    from clef_prof.errors import SpecError
+
+    spec = from_dict({"batch": {}, "stages": {"parse": "m:parse", "host": "m:head"}})
+    with pytest.raises(SpecError, match="'host' clashes with the per-batch column 'host_ns'"):
+        analyze(str(capture("gpu25-bertsrv")), spec.config)
+
+
+@pytest.mark.parametrize("a, b, want", [(3, 2, 1.5), (0, 2, 0.0), (3, 0, None), (3, None, None), (None, 2, None),
+                                        (0.0, 0.0, None)])
+def test_safe_div(a, b, want):
+    from clef_prof.analyze.metrics import safe_div
+
+    assert safe_div(a, b) == want
+
+
+def test_per_batch_stage_ns_and_gpu_busy_against_sql(capture):
+    """gpu-q1c16-main, batch by batch (one batch at a time, one process): each stage's host ns is the
+    summed length of its ranges inside the batch range (SQL), and `gpu_busy_ns` the ns of the batch
+    range during which a kernel or a copy ran (the GPU intervals merged by hand, then clipped)."""
+    from conftest import sql
+
+    path = capture("gpu-q1c16-main")
+    a = analyze(str(path))
+    pb = a.batch_table
+    order = np.argsort(pb["start"], kind="stable")
+    batches = sql(path, "SELECT start, [end] FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' ORDER BY start")
+    assert pb["start"][order].tolist() == [s for s, _ in batches] and len(batches) == 282
+    per = ("SELECT p.start, COALESCE(SUM(t.[end] - t.start), 0) FROM NVTX_EVENTS p LEFT JOIN (SELECT e.globalTid, "
+           "e.start, e.[end] FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId WHERE s.value = ?) t "
+           "ON t.globalTid = p.globalTid AND t.start >= p.start AND t.[end] <= p.[end] "
+           "WHERE p.text LIKE 'pooler n=%' GROUP BY p.rowid ORDER BY p.start")
+    for stage in a.result.config.stages:
+        want = [ns for _, ns in sql(path, per, stage)]
+        assert pb[f"{stage}_ns"][order].tolist() == want, stage
+        assert want[0] > 0, stage                               # the first batch's stages count too
+    gpu = sql(path, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+                    "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY 1")
+    merged = [list(gpu[0])]
+    for s, e in gpu[1:]:
+        if s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    ms, me = np.array(merged, dtype=np.int64).T
+    busy = [int(np.clip(np.minimum(me, be) - np.maximum(ms, bs), 0, None).sum()) for bs, be in batches]
+    assert pb["gpu_busy_ns"][order].tolist() == busy
+    assert 0 < sum(busy) < sum(be - bs for bs, be in batches)
