@@ -75,6 +75,16 @@ def copy_row(rowid: int, **values) -> list:
     return out
 
 
+def copy_row_of(path, rowid: int, **values) -> list:
+    """Statements that insert, into another copy, NVTX row `rowid` of the export at `path` with
+    some columns changed (for a table whose rows were deleted first)."""
+    row, = sql(path, "SELECT * FROM NVTX_EVENTS WHERE rowid = ?", rowid)
+    cols = [c for (_, c, *_) in sql(path, "PRAGMA table_info(NVTX_EVENTS)")]
+    vals = [values.get(c, v) for c, v in zip(cols, row)]
+    return [(f"INSERT INTO NVTX_EVENTS ({', '.join(f'[{c}]' for c in cols)}) VALUES ({', '.join('?' * len(cols))})",
+             tuple(vals))]
+
+
 def stages_of(path, config=CONFIG):
     with Export.open(str(path)) as cap:
         return build(cap, config)
@@ -407,3 +417,57 @@ def test_batches_are_in_start_order(base):
     by_end = sql(base[0], f"SELECT e.start, e.globalTid {NAMED} WHERE e.eventType = 59 AND {NM} LIKE 'pooler n=%' "
                           'ORDER BY e."end", e.globalTid')
     assert list(zip(st.batches["start"].tolist(), st.batches["gtid"].tolist())) == rows != by_end
+
+
+# --- batch ranges inside batch ranges -----------------------------------------------------------
+
+def test_a_push_pop_batch_range_inside_another_is_nested(base, edit, first):
+    """A push/pop range `pooler n=7` 10 ns inside the first batch range of its thread (another
+    message): nested, whatever its message; the outer range is the batch, with its stages."""
+    b0, _ = first
+    f = edit(*copy_row(b0[0], start=b0[1] + 10, end=b0[2] - 10, text="pooler n=7"))
+    st = stages_of(f)
+    assert (st.nested, len(st.batches), st.requests) == (1, 48, 120)
+    assert (st.batches["start"][0], st.batches["end"][0], st.batches["size"][0]) == (b0[1], b0[2], int(b0[4][9:]))
+    assert int((st.instances["batch"] == 0).sum()) == 4
+
+
+@pytest.mark.parametrize("text,nested", [(None, 1), ("pooler n=7", 0)], ids=["same-message", "other-message"])
+def test_a_start_end_batch_range_inside_another(base, edit, first, text, nested):
+    """A start/end range (a coroutine's) inside the first batch range of its thread: nested when it
+    has the same message; with another message it is a second batch in flight on the thread."""
+    b0, _ = first
+    f = edit(*copy_row(b0[0], start=b0[1] + 10, end=b0[2] - 10, eventType=60, text=text or b0[4]))
+    (types,), = sql(f, f"SELECT group_concat(e.eventType) {NAMED} WHERE e.start = ?", b0[1] + 10)
+    st = stages_of(f)
+    assert types == "60"
+    assert (st.nested, len(st.batches)) == (nested, 49 - nested)
+    assert st.requests == 120 + (7 if not nested else 0)
+
+
+def test_start_end_batch_ranges_of_three_threads(base, edit, first):
+    """Start/end batch ranges only, on three threads: [40, 310] `pooler n=1` and [50, 300]
+    `pooler n=2` on one, [100, 200] `pooler n=1` on a second, [120, 180] `pooler n=1` on a third.
+    The ranges of other threads lie inside each other in time, but none is inside a range of its
+    own thread and message: four batches, none nested."""
+    b0, _ = first
+    g0 = b0[3]
+    rows = [(g0 + 1, 100, 200, "pooler n=1"), (g0, 50, 300, "pooler n=2"), (g0, 40, 310, "pooler n=1"),
+            (g0 + 2, 120, 180, "pooler n=1")]
+    f = edit("DELETE FROM NVTX_EVENTS WHERE eventType = 59",
+             *(s for g, a, b, t in rows for s in copy_row_of(base[0], b0[0], globalTid=g, start=a, end=b, text=t,
+                                                              eventType=60)))
+    got = sql(f, f'SELECT e.globalTid, e.start, e."end", {NM} {NAMED} WHERE e.eventType = 60 ORDER BY e.rowid')
+    assert got == rows
+    st = stages_of(f)
+    assert (st.nested, len(st.batches), st.requests, st.cut, st.reversed) == (0, 4, 5, {}, 0)
+
+
+def test_two_batch_ranges_one_inside_the_other(base, edit, first):
+    """A capture of two range rows: a batch range and a push/pop one inside it."""
+    b0, _ = first
+    f = edit(f"DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND rowid != {b0[0]}",
+             *copy_row(b0[0], start=b0[1] + 10, end=b0[2] - 10, text="pooler n=7"))
+    (n,), = sql(f, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59")
+    st = stages_of(f)
+    assert n == 2 and (st.nested, len(st.batches), st.requests) == (1, 1, int(b0[4][9:]))
