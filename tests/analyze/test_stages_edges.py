@@ -268,6 +268,15 @@ def test_a_stage_across_the_first_batch_start_is_outside_not_cut(edit, first):
     assert (st.cut, st.outside_batch, per_stage(st)["parse"]) == ({}, 1, 49)
 
 
+def test_a_stage_across_a_batch_end_is_outside(base, edit, first):
+    """It starts inside the first batch range and ends 1 us after it: not held by the batch."""
+    b0, prow = first
+    f = edit(*copy_row(prow, start=b0[2] - 1000, end=b0[2] + 1000))
+    st = stages_of(f)
+    assert (st.cut, st.outside_batch, per_stage(st)["parse"]) == ({}, 1, 49)
+    assert int((st.instances["batch"] == 0).sum()) == 4
+
+
 def test_stages_ending_at_the_first_batch_start(edit, first):
     """Zero length at the first batch's start: inside that batch. Ending there with a length: the
     rest of a batch cut by the capture's start, cut."""
