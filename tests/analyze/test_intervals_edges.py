@@ -146,3 +146,19 @@ def test_union_of_touching_and_equal_starts():
     assert [x.tolist() for x in union(arr(0, 5, 5, 12), arr(5, 8, 6, 12))] == [[0, 12], [8, 12]]
     assert [x.tolist() for x in union(arr(3, 3), arr(4, 9))] == [[3], [9]]
     assert [x.tolist() for x in union(arr(9, 3), arr(10, 4))] == [[3, 9], [4, 10]]
+
+
+@pytest.mark.parametrize("keys", [(4,), (4, 8)], ids=["one-key", "two-keys"])
+def test_innermost_containing_when_every_inner_key_has_outer_intervals(keys):
+    """Inner intervals only on keys that hold outer ones (one key, or both of two): the outer
+    sets of the keys differ, so placing one key's intervals among the other's gives other answers."""
+    okey = arr(4, 4, 4, 8, 8)
+    os_, oe = arr(0, 10, 12, 5, 30), arr(20, 15, 14, 40, 35)
+    ikey = np.array([keys[i % len(keys)] for i in range(8)], dtype=np.int64)
+    is_ = arr(1, 11, 13, 6, 31, 16, 12, 36)
+    ie = arr(2, 12, 14, 7, 33, 19, 13, 39)
+    got = innermost_containing(okey, os_, oe, ikey, is_, ie).tolist()
+    holders = loop_holders(okey.tolist(), os_.tolist(), oe.tolist(), ikey.tolist(), is_.tolist(), ie.tolist())
+    want = [min(h, key=lambda j: oe[j] - os_[j]) if h else -1 for h in holders]
+    assert got == want
+    assert want == ([0, 1, 2, 0, -1, 0, 2, -1] if len(keys) == 1 else [0, 3, 2, 3, -1, 3, 2, 3])
