@@ -575,18 +575,19 @@ def main(argv=None) -> int:
         muts = [m for m in muts if m.kind in set(a.kinds.split(","))]
     if a.line:
         muts = [m for m in muts if m.line == a.line]
-    if a.rerun:
-        text = Path(a.rerun).read_text()
-        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
-        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
-                if e["status"] in ("killed", "timeout")}
-        muts = [m for m in muts if m.key not in done]
+    # the sample first, then --rerun's filter: a rerun of a sampled pass runs that sample's survivors
     if a.sample:
         import random
         rng = random.Random(a.seed)
         muts = [m for rel in files for m in (lambda ms: sorted(rng.sample(ms, max(1, round(a.sample * len(ms)))),
                                                                 key=ms.index) if ms else [])(
             [m for m in muts if m.path == rel])]
+    if a.rerun:
+        text = Path(a.rerun).read_text()
+        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
+        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+                if e["status"] in ("killed", "timeout")}
+        muts = [m for m in muts if m.key not in done]
     if a.list:
         for m in muts:
             print(f"{m.path}:{m.line} [{m.kind}] {m.before.strip()}  ->  {m.after.strip()}")

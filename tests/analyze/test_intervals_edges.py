@@ -56,6 +56,7 @@ def test_no_interval_and_one():
     assert nesting_depth(arr(7), arr(5), arr(9)).tolist() == [0]
     assert innermost_containing(z, z, z, arr(1), arr(2), arr(3)).tolist() == [-1]
     assert innermost_containing(arr(7), arr(5), arr(9), z, z, z).tolist() == []
+    assert innermost_containing(arr(7), arr(5), arr(9), arr(7), arr(6), arr(7)).tolist() == [0]
     # one outer interval; inner ones on its key (inside, at both edges, across an edge) and on others
     got = innermost_containing(arr(7), arr(5), arr(9), arr(7, 7, 7, 7, 7, 6, 8), arr(5, 6, 9, 4, 8, 6, 6),
                                arr(9, 6, 9, 6, 10, 7, 7))
