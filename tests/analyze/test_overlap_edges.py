@@ -1,0 +1,64 @@
+"""GPU busy time at its edges, against loops and by-hand figures: the union of batch spans per process
+with no span, one process or several; the per-batch union when one batch's work ends at the latest
+time held and the next batch's starts at the earliest (the packed sort key's batch boundary), and
+at times near 2**62 ns (the packed key must not overflow)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clef_prof.analyze.overlap import BatchUnion, span_union
+
+
+def arr(*v):
+    return np.array(v, dtype=np.int64)
+
+
+def loop_union(s, e) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(zip(s, e)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def test_span_union_of_nothing():
+    k, s, e = span_union(arr(), arr(), arr())
+    assert (k.tolist(), s.tolist(), e.tolist()) == ([], [], []) and k.dtype == s.dtype == e.dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_span_union_per_process_against_the_loop(seed):
+    rng = np.random.default_rng(300 + seed)
+    n = 30
+    key = rng.choice([11, 3, 7], n)
+    s = rng.integers(0, 100, n)
+    e = s + rng.choice([0, 1, 4, 15], n)
+    k, us, ue = span_union(key, s, e)
+    want = [(kk, a, b) for kk in sorted(set(key.tolist()))
+            for a, b in loop_union(s[key == kk].tolist(), e[key == kk].tolist())]
+    assert list(zip(k.tolist(), us.tolist(), ue.tolist())) == want
+
+
+def merged(batches: int, b, s, e) -> list[int]:
+    u = BatchUnion(batches)
+    u.add(arr(*b), arr(*s), arr(*e))
+    u.merge(float("inf"))
+    assert u.size == 0
+    return u.ns.tolist()
+
+
+def test_batch_union_at_the_packed_keys_batch_boundary():
+    """Batch 0's work ends at the latest time held (100), batch 1's starts at the earliest (0) and
+    lasts no time: batch 1 is busy 0 ns, whatever batch 0 reached."""
+    assert merged(2, [0, 1], [50, 0], [100, 0]) == [50, 0]
+    assert merged(2, [1, 0, 0], [0, 50, 60], [1, 100, 70]) == [50, 1]
+
+
+def test_batch_union_near_2_to_62_ns():
+    """Two intervals of one batch on either side of 2**62 ns: 5 + 10 ns busy."""
+    t = 1 << 62
+    assert merged(1, [0, 0], [t - 10, t + 10], [t - 5, t + 20]) == [15]
+    assert merged(3, [2, 2, 0], [t - 10, t + 10, t - 3], [t - 5, t + 20, t + 30]) == [33, 0, 15]
