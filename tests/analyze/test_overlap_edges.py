@@ -62,3 +62,43 @@ def test_batch_union_near_2_to_62_ns():
     t = 1 << 62
     assert merged(1, [0, 0], [t - 10, t + 10], [t - 5, t + 20]) == [15]
     assert merged(3, [2, 2, 0], [t - 10, t + 10, t - 3], [t - 5, t + 20, t + 30]) == [33, 0, 15]
+
+
+def stream(chunks, sources=("k",), batches=((1, 0, 100),)):
+    """A BusyStream over batch spans (pk, start, end), fed chunks (source, start, end, staged), each
+    source marked done at the end: (busy ns within each span, busy ns of the staged work)."""
+    from clef_prof.analyze.overlap import BusyStream
+
+    pk, bs, be = (arr(*c) for c in zip(*batches))
+    busy = BusyStream(pk, bs, be, list(sources))
+    for src, s, e, st in chunks:
+        busy.add(src, np.ones(len(s), np.int64), arr(*s), arr(*e), np.array(st, dtype=bool))
+    for src in sources:
+        busy.done(src)
+    cov, own, _ = busy.finish()
+    return cov.tolist(), own
+
+
+def test_out_of_order_rows_are_refused_in_ordered_mode():
+    """Each chunk of a table in start order, but the second starts before the first one's last
+    start; or two rows of one chunk out of order: `Unordered` (the caller starts over unordered)."""
+    from clef_prof.analyze.overlap import Unordered
+
+    with pytest.raises(Unordered):
+        stream([("k", [10, 30], [20, 40], [1, 1]), ("k", [25], [35], [1])])
+    with pytest.raises(Unordered):
+        stream([("k", [30, 10], [40, 20], [1, 1])])
+
+
+def test_rows_in_start_order_with_equal_starts_stream():
+    """Equal starts within a chunk and across chunks are in order: no fallback, and the figures."""
+    assert stream([("k", [10, 10, 30], [20, 15, 40], [1, 1, 1]), ("k", [30, 50], [45, 60], [1, 1])]) == \
+        ([10 + 15 + 10], 35)
+
+
+def test_staged_busy_time_with_unstaged_rows_in_two_chunks():
+    """Two chunks, each with an unstaged row (work launched outside every stage), from one of two
+    tables (the other has no row yet, so nothing is final until the end): the staged busy time
+    counts only the staged rows; the span coverage counts all."""
+    assert stream([("k", [0, 20], [10, 30], [0, 1]), ("k", [40, 60], [50, 70], [0, 1])], sources=("k", "m")) == \
+        ([40], 20)
