@@ -65,14 +65,15 @@ def test_batch_union_near_2_to_62_ns():
 
 
 def stream(chunks, sources=("k",), batches=((1, 0, 100),)):
-    """A BusyStream over batch spans (pk, start, end), fed chunks (source, start, end, staged), each
-    source marked done at the end: (busy ns within each span, busy ns of the staged work)."""
+    """A BusyStream over batch spans (pk, start, end), fed chunks (source, start, end, staged[, pk]),
+    each source marked done at the end: (busy ns within each span, busy ns of the staged work)."""
     from clef_prof.analyze.overlap import BusyStream
 
     pk, bs, be = (arr(*c) for c in zip(*batches))
     busy = BusyStream(pk, bs, be, list(sources))
-    for src, s, e, st in chunks:
-        busy.add(src, np.ones(len(s), np.int64), arr(*s), arr(*e), np.array(st, dtype=bool))
+    for src, s, e, st, *rows_pk in chunks:
+        busy.add(src, arr(*rows_pk[0]) if rows_pk else np.ones(len(s), np.int64), arr(*s), arr(*e),
+                 np.array(st, dtype=bool))
     for src in sources:
         busy.done(src)
     cov, own, _ = busy.finish()
@@ -102,3 +103,12 @@ def test_staged_busy_time_with_unstaged_rows_in_two_chunks():
     counts only the staged rows; the span coverage counts all."""
     assert stream([("k", [0, 20], [10, 30], [0, 1]), ("k", [40, 60], [50, 70], [0, 1])], sources=("k", "m")) == \
         ([40], 20)
+
+
+def test_rows_of_several_processes_in_one_chunk():
+    """Process 1 has batch spans [0, 100) and [200, 300), process 2 one [0, 50); process 3 has GPU
+    rows and no batch span: its busy time counts as staged work and covers no span."""
+    got = stream([("k", [10, 20, 30, 210, 220], [40, 60, 35, 250, 230], [1, 1, 1, 1, 1], [1, 2, 3, 1, 2])],
+                 batches=((1, 0, 100), (1, 200, 300), (2, 0, 50)))
+    # process 1: [10, 40) and [210, 250); process 2: [20, 60) clipped to its span, and [220, 230) outside it
+    assert got == ([30, 40, 30], 30 + 40 + 40 + 10 + 5)
