@@ -112,3 +112,15 @@ def test_rows_of_several_processes_in_one_chunk():
                  batches=((1, 0, 100), (1, 200, 300), (2, 0, 50)))
     # process 1: [10, 40) and [210, 250); process 2: [20, 60) clipped to its span, and [220, 230) outside it
     assert got == ([30, 40, 30], 30 + 40 + 40 + 10 + 5)
+
+
+def test_batch_union_of_late_batches_over_a_long_span():
+    """Work of batches 2**20 and 2**20 + 1 (a capture of a million batches) held over about 2**42 ns
+    (73 minutes: an unordered table held to the end): the packed (batch, time) key of two batches
+    fits in int64; one built from the batch numbers themselves (2**21 times the span) would cross
+    2**63 inside batch 2**20's times."""
+    n, t = 1 << 20, 4_398_045_462_527          # the held times span t + 1 = 2**63 / (2**21 + 0.5) ns
+    u = BatchUnion(n + 2)
+    u.add(arr(n, n, n + 1, n + 1), arr(0, t - 10, 5, 7), arr(10, t, t - 1, 9))
+    u.merge(float("inf"))
+    assert u.ns[n:].tolist() == [20, t - 6] and int(u.ns[:n].sum()) == 0
