@@ -66,7 +66,8 @@ MODULE_TESTS = {
     "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
                                       _A + "test_finding_evidence.py"),
     "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
-    "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE),
+    "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
+                                       _A + "test_intervals_edges.py"),
     "clef_prof/analyze/journey.py": ("tests/journey",),
     "clef_prof/analyze/manifest.py": (_A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py"),
     "clef_prof/analyze/markup.py": (_A + "test_findings.py",),
@@ -74,7 +75,8 @@ MODULE_TESTS = {
     "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE),
     "clef_prof/analyze/nvtx.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
                                   _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE),
-    "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE,
+                                     _A + "test_overlap_edges.py"),
     "clef_prof/analyze/parallel.py": (_A + "test_streaming.py",),
     "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
     "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
@@ -83,9 +85,14 @@ MODULE_TESTS = {
     "clef_prof/analyze/scrub.py": (_A + "test_scrub.py",),
     "clef_prof/analyze/slicing.py": (_A + "test_overlap.py", _A + "test_window.py"),
     "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
-                                    _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE),
+                                    _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE,
+                                    _A + "test_capture_edges.py", _A + "test_nested_batches.py",
+                                    _A + "test_concurrent_batches.py", _A + "test_validate_edges.py",
+                                    _A + "test_stages_edges.py"),
     "clef_prof/analyze/validate.py": (_A + "test_validate.py", _A + "test_validate_edges.py", _A + "test_ranks_capture.py",
-                                      _A + "test_nvtx_reading.py", *_CORE),
+                                      _A + "test_nvtx_reading.py", *_CORE,
+                                      _A + "test_capture_edges.py", _A + "test_validate_damaged.py",
+                                      _A + "test_stages_edges.py"),
     "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE),
     "clef_prof/analyze/*": (_A,),
     "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
@@ -572,18 +579,19 @@ def main(argv=None) -> int:
         muts = [m for m in muts if m.kind in set(a.kinds.split(","))]
     if a.line:
         muts = [m for m in muts if m.line == a.line]
-    if a.rerun:
-        text = Path(a.rerun).read_text()
-        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
-        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
-                if e["status"] in ("killed", "timeout")}
-        muts = [m for m in muts if m.key not in done]
+    # the sample first, then --rerun's filter: a rerun of a sampled pass runs that sample's survivors
     if a.sample:
         import random
         rng = random.Random(a.seed)
         muts = [m for rel in files for m in (lambda ms: sorted(rng.sample(ms, max(1, round(a.sample * len(ms)))),
                                                                 key=ms.index) if ms else [])(
             [m for m in muts if m.path == rel])]
+    if a.rerun:
+        text = Path(a.rerun).read_text()
+        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
+        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+                if e["status"] in ("killed", "timeout")}
+        muts = [m for m in muts if m.key not in done]
     if a.list:
         for m in muts:
             print(f"{m.path}:{m.line} [{m.kind}] {m.before.strip()}  ->  {m.after.strip()}")
