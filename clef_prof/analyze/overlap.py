@@ -141,7 +141,6 @@ class BusyStream:
         # kept, and its union is `_all`'s (one union per window instead of two)
         self._own_is_all = True
         self._per_batch = BatchUnion(n_batches)
-        self.peak_held = 0
 
     def add(self, source: str, pk: np.ndarray, start: np.ndarray, end: np.ndarray, staged: np.ndarray,
             batch: np.ndarray | None = None) -> None:
@@ -167,7 +166,6 @@ class BusyStream:
             m = staged & (batch >= 0)
             self._per_batch.add(batch[m], start[m], end[m])
         held = self._all.size * (1 + self._own_is_all) + self._own.size + self._per_batch.size
-        self.peak_held = max(self.peak_held, held)
         if self.ordered:
             if all(v is not None for v in self._last.values()):
                 self._finalize(min(self._last.values()))
