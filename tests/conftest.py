@@ -36,6 +36,33 @@ def sql(path, query, *args):
         con.close()
 
 
+def edited_copy(src, out, *statements):
+    """`out`, a writable copy of the export `src` with each SQL statement run on it (a statement
+    given as a tuple is (sql, parameters)): a capture damaged or changed the way the test says."""
+    shutil.copyfile(src, out)
+    Path(out).chmod(0o644)
+    con = sqlite3.connect(out)
+    try:
+        with con:
+            for st in statements:
+                con.execute(*st) if isinstance(st, tuple) else con.execute(st)
+    finally:
+        con.close()
+    return out
+
+
+def loop_union(s, e) -> list[list[int]]:
+    """The union of intervals [s, e] by a plain loop over them in start order: the tests' oracle
+    for the vectorised unions."""
+    out: list[list[int]] = []
+    for a, b in sorted(zip(s, e)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 

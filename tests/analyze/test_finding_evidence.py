@@ -10,8 +10,6 @@ gpu-q1c16-main: 1520 requests in 282 batches, one cudaGraphLaunch per request, n
 """
 from __future__ import annotations
 
-import shutil
-import sqlite3
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from clef_prof.analyze import findings as fd
 from clef_prof.analyze.result import analyze
 from clef_prof.annotate.spec import from_dict
 from clef_prof.config import thresholds
-from conftest import sql
+from conftest import edited_copy, sql
 
 # the batch ranges' message, inline (text) or registered (textId)
 _BATCH = ("FROM NVTX_EVENTS e LEFT JOIN StringIds t ON t.id = e.textId WHERE COALESCE(e.text, t.value) LIKE 'pooler n=%'")
@@ -55,15 +53,7 @@ def main(capture):
 def changed(capture, tmp_path_factory):
     """changed(name, *statements) -> the path of a writable copy of a capture with the SQL run on it."""
     def make(name: str, *statements: str):
-        out = tmp_path_factory.mktemp("changed") / f"{name}.sqlite"
-        shutil.copyfile(capture(name), out)
-        out.chmod(0o644)
-        con = sqlite3.connect(out)
-        for s in statements:
-            con.execute(s)
-        con.commit()
-        con.close()
-        return out
+        return edited_copy(capture(name), tmp_path_factory.mktemp("changed") / f"{name}.sqlite", *statements)
     return make
 
 

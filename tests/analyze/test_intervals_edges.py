@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from clef_prof.analyze.intervals import covered, innermost_containing, nesting_depth, union
+from conftest import loop_union
 
 
 def loop_depth(key, start, end) -> list[int]:
@@ -30,16 +31,6 @@ def loop_depth(key, start, end) -> list[int]:
 def loop_holders(okey, os_, oe, ikey, is_, ie) -> list[list[int]]:
     """For each inner interval, the outer intervals of its key that hold it."""
     return [[j for j in range(len(os_)) if okey[j] == k and os_[j] <= s and e <= oe[j]] for k, s, e in zip(ikey, is_, ie)]
-
-
-def loop_union(s, e) -> list[list[int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(zip(s, e)):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
 
 
 def loop_covered(parts, a, b) -> int:

@@ -8,20 +8,11 @@ import numpy as np
 import pytest
 
 from clef_prof.analyze.overlap import BatchUnion, span_union
+from conftest import loop_union
 
 
 def arr(*v):
     return np.array(v, dtype=np.int64)
-
-
-def loop_union(s, e) -> list[list[int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(zip(s, e)):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
 
 
 def test_span_union_of_nothing():

@@ -9,8 +9,6 @@ The expected figures are the SQL counts of the edited export plus the edit worke
 (this stage lies outside every batch range, that one is cut), never the code's own rules."""
 from __future__ import annotations
 
-import shutil
-import sqlite3
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from clef_prof.analyze.export import Export
 from clef_prof.analyze.stages import MAX_BATCH, batch_size_from_message, build
 from clef_prof.config import StageConfig
 from clef_prof.errors import CaptureError
-from conftest import sql
+from conftest import edited_copy, sql
 
 NAME = "gpu25-concurrent"
 STAGES = ("parse", "transfer", "head", "encode")
@@ -54,15 +52,7 @@ def edit(base, tmp_path):
     n = iter(range(1000))
 
     def make(*statements):
-        f = tmp_path / f"edited-{next(n)}.sqlite"
-        shutil.copyfile(base[0], f)
-        f.chmod(0o644)
-        con = sqlite3.connect(f)
-        with con:
-            for st in statements:
-                con.execute(*st) if isinstance(st, tuple) else con.execute(st)
-        con.close()
-        return f
+        return edited_copy(base[0], tmp_path / f"edited-{next(n)}.sqlite", *statements)
     return make
 
 

@@ -5,8 +5,6 @@ unsaid, every range cut, one stage range left or none, one thread, a PROCESSES t
 globalPid column. Expected figures come from SQL over the edited export."""
 from __future__ import annotations
 
-import shutil
-import sqlite3
 
 import pytest
 
@@ -17,7 +15,7 @@ from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import build
 from clef_prof.config import StageConfig
 from clef_prof.errors import CaptureError
-from conftest import sql
+from conftest import edited_copy, sql
 
 NAME = "gpu25-concurrent"
 STAGES = ("parse", "transfer", "head", "encode")
@@ -31,15 +29,7 @@ def edit(capture, tmp_path):
     n = iter(range(1000))
 
     def make(*statements):
-        f = tmp_path / f"edited-{next(n)}.sqlite"
-        shutil.copyfile(capture(NAME), f)
-        f.chmod(0o644)
-        con = sqlite3.connect(f)
-        with con:
-            for st in statements:
-                con.execute(st)
-        con.close()
-        return f
+        return edited_copy(capture(NAME), tmp_path / f"edited-{next(n)}.sqlite", *statements)
     return make
 
 

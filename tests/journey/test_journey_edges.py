@@ -5,14 +5,12 @@ threads. Every segment of every request is held against tests/journey_oracle.py 
 the changed copy), and the counts against SQL."""
 from __future__ import annotations
 
-import shutil
-import sqlite3
 
 import pytest
 
 from clef_prof.analyze.journey import select
 from clef_prof.analyze.result import analyze
-from conftest import sql
+from conftest import edited_copy, sql
 from journey_oracle import check, compute
 
 NAME = "gpu25-journey"
@@ -23,14 +21,7 @@ BATCH = "text LIKE 'pooler n=%'"
 def changed(capture, tmp_path_factory):
     """changed(*statements) -> (path, analysis) of a copy of gpu25-journey with the SQL run on it."""
     def make(*statements: str):
-        out = tmp_path_factory.mktemp("journey") / f"{NAME}.sqlite"
-        shutil.copyfile(capture(NAME), out)
-        out.chmod(0o644)
-        con = sqlite3.connect(out)
-        for s in statements:
-            con.execute(s)
-        con.commit()
-        con.close()
+        out = edited_copy(capture(NAME), tmp_path_factory.mktemp("journey") / f"{NAME}.sqlite", *statements)
         return out, analyze(str(out))
     return make
 
