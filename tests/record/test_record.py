@@ -235,7 +235,7 @@ def test_record_demo_then_analyze(tmp_path, mark):
     before, win = client["before_window"], m["window"]
     assert before["end_ns"] == win["outer_ns"][0] <= win["opened_ns"]
     assert before["start_ns"] >= before["end_ns"] - (win["closed_ns"] - win["opened_ns"])
-    assert before["completions"] > 50
+    assert before["completions"] > 10
     cost = client["profiler_cost"]
     assert cost["reference"] == "nsys attached, not recording"
     assert cost["throughput_change_pct"] == pytest.approx(
