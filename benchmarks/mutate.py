@@ -609,8 +609,12 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt         # SIGTERM as Ctrl-C: the child's group ended, the copy removed
 
     signal.signal(signal.SIGTERM, on_term)
-    base_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", a.mark, "-W", "ignore"]
     tmp = Path(tempfile.mkdtemp(prefix="clef-mutate-"))
+    # one pytest temp folder for every run, which pytest empties at each start: left to itself,
+    # each forked run made a new /tmp/pytest-of-USER/pytest-N with its copies of captures, and a
+    # pass of a few hundred mutants filled the disk (71 GB here)
+    base_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", a.mark, "-W", "ignore",
+                 f"--basetemp={tmp / 'pytest'}"]
     tree = copy_tree(tmp / "tree")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
