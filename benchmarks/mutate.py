@@ -706,7 +706,20 @@ def report_from(files: list[str], equivalent: str | None, show: bool) -> int:
     by_key: dict = {}
     for f in files:
         text = Path(f).read_text()
-        for e in json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]:
+        if text.lstrip().startswith("["):
+            entries = json.loads(text)
+        else:                       # one JSON line per mutant; a pass cut off may leave its last line cut
+            lines = [x for x in text.splitlines() if x]
+            entries = []
+            for i, x in enumerate(lines):
+                try:
+                    entries.append(json.loads(x))
+                except ValueError:
+                    if i < len(lines) - 1:
+                        raise SystemExit(f"mutate: {f}: line {i + 1} is not JSON")
+                    print(f"mutate: {f}: its last line is cut (the pass stopped while writing it); left out",
+                          file=sys.stderr)
+        for e in entries:
             m = Mutant(e["path"], e["line"], e["kind"], e["before"], e["after"], status=e["status"],
                        seconds=e.get("seconds", 0.0), tests=e.get("tests", []), why=e.get("why", ""))
             if m.key in eq:
