@@ -338,6 +338,17 @@ def export_command(nsys: Nsys, report: str, sqlite: str) -> list[str]:
     return [nsys.path, "export", "--type=sqlite", "--quiet=true", "--force-overwrite=true", f"--output={sqlite}", report]
 
 
+def run_export(nsys_path: str, report: str, kind: str, output: str) -> str | None:
+    """Run `nsys export --type KIND` of `report` into `output`: None when it wrote the file, else
+    why not, as `(exit code N): nsys' last line`, for the caller's one-line error."""
+    p = subprocess.run([nsys_path, "export", f"--type={kind}", "--force-overwrite=true", f"--output={output}", report],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    if p.returncode == 0 and os.path.isfile(output):
+        return None
+    lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
+    return f"(exit code {p.returncode}): {lines[-1] if lines else 'no output'}"
+
+
 def importer_path(nsys_path: str) -> str | None:
     """The QdstrmImporter that an nsys uses: target-linux-x64/../host-linux-x64/ in the Nsight
     Systems layout, beside nsys, or in another host folder beside nsys's own (the layouts that

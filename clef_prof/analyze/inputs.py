@@ -152,9 +152,8 @@ def export_report(report: str) -> str:
     report's identity, else a new one made with `nsys export` (said in one line on stderr),
     beside the report when clef-prof may write there, else in the cache."""
     import shlex
-    import subprocess
 
-    from ..nsys import NsysMissing, locate
+    from ..nsys import NsysMissing, locate, run_export
 
     if not os.path.isfile(report):
         raise InputError(f"{shown(report)}: no such file")
@@ -191,12 +190,9 @@ def export_report(report: str) -> str:
                          f"-o OTHER.sqlite {shlex.quote(report)}` and analyze OTHER.sqlite") from None
     tmp = os.path.join(os.path.dirname(out), f".{stem}.{os.getpid()}.tmp.sqlite")
     try:
-        p = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={tmp}", report],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
-        if p.returncode != 0 or not os.path.isfile(tmp):
-            lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
-            raise InputError(f"{shown(report)}: nsys export failed (exit code {p.returncode}): "
-                             f"{lines[-1] if lines else 'no output'}")
+        failed = run_export(nsys, report, "sqlite", tmp)
+        if failed:
+            raise InputError(f"{shown(report)}: nsys export failed {failed}")
         try:
             _stamp(tmp, identity, os.path.abspath(report))
             os.replace(tmp, out)

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -276,7 +275,7 @@ def _report_of(export: str) -> str | None:
 
 def _export_json(report: str, tmpdir: str) -> str:
     """`nsys export --type json` of a report into tmpdir (the nsys that exports SQLite)."""
-    from ..nsys import NsysMissing, locate
+    from ..nsys import NsysMissing, locate, run_export
 
     try:
         nsys = locate()
@@ -284,12 +283,9 @@ def _export_json(report: str, tmpdir: str) -> str:
         raise NsysPythonError(f"{shown(report)}: its Python samples' frames are only in a JSON export, and "
                               f"{str(exc).split(';')[0]}") from None
     out = os.path.join(tmpdir, "report.json")
-    p = subprocess.run([nsys, "export", "--type=json", "--force-overwrite=true", f"--output={out}", report],
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
-    if p.returncode != 0 or not os.path.isfile(out):
-        lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
-        raise NsysPythonError(f"{shown(report)}: nsys export --type json failed (exit code {p.returncode}): "
-                              f"{lines[-1] if lines else 'no output'}")
+    failed = run_export(nsys, report, "json", out)
+    if failed:
+        raise NsysPythonError(f"{shown(report)}: nsys export --type json failed {failed}")
     print(f"clef-prof: read nsys' Python samples from a JSON export of {shown(report)} made with {nsys}",
           file=sys.stderr)
     return out

@@ -263,6 +263,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
             seed: int = 0, confidence: float = 0.95) -> dict:
     """The comparison as the JSON contract (docs/json.md, compare)."""
     from . import welch
+    from .functions import verdict_fields
     from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
 
     stages = tuple(config.stages)
@@ -331,18 +332,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
             a.update({"ci_within": None if ci is None else list(ci), "ci_within_pct": None if ci_pct is None
                       else list(ci_pct)})
             units = [[v for v in entry["arms"][x]["per_capture"] if v is not None] for x in (base, n)]
-            if min(map(len, units)) >= 2:
-                w = welch.unit_interval(units[0], units[1], confidence)
-                lo, hi, mdc = (float(v) for v in w.absolute(b_mean))
-                plo, phi, pmdc = (float(v) if b_mean else None for v in w.pct(b_mean))
-                a.update({"scale": "log" if bool(w.log) else "linear", "mdc": mdc, "mdc_pct": pmdc,
-                          "df": float(w.df) if np.isfinite(w.df) else None})
-                if w.judged:
-                    a.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi],
-                              "beyond_noise": bool(welch.beyond(lo, hi))})
-            low = min(map(len, units))
-            a["verdict"] = (("beyond noise" if a["beyond_noise"] else "within noise") if a["ci"] is not None else
-                            f"too few captures to judge ({low} in an arm; {welch.MIN_UNITS} needed)")
+            a.update(verdict_fields(units[0], units[1], b_mean, confidence))
         first = entry["arms"][names[1]]
         entry.update({k: first[k] for k in ("change", "change_pct", "ci", "ci_pct", "beyond_noise", "verdict",
                                             "ci_within", "ci_within_pct", "mdc", "mdc_pct")})
