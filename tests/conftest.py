@@ -51,6 +51,16 @@ def edited_copy(src, out, *statements):
     return out
 
 
+# clef-prof sampler marks (`t PID TID`) inside a `head` range of the thread the mark names, by SQL
+SAMPLES_IN_HEAD = """
+    SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
+    JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
+         AND (h.globalTid >> 24) = (m.globalTid >> 24)
+         AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
+    JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
+    WHERE m.eventType = 34 AND t.value LIKE 't %'"""
+
+
 def loop_union(s, e) -> list[list[int]]:
     """The union of intervals [s, e] by a plain loop over them in start order: the tests' oracle
     for the vectorised unions."""

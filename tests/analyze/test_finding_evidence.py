@@ -18,7 +18,7 @@ from clef_prof.analyze import findings as fd
 from clef_prof.analyze.result import analyze
 from clef_prof.annotate.spec import from_dict
 from clef_prof.config import thresholds
-from conftest import edited_copy, sql
+from conftest import SAMPLES_IN_HEAD, edited_copy, loop_union, sql
 
 # the batch ranges' message, inline (text) or registered (textId)
 _BATCH = ("FROM NVTX_EVENTS e LEFT JOIN StringIds t ON t.id = e.textId WHERE COALESCE(e.text, t.value) LIKE 'pooler n=%'")
@@ -287,12 +287,7 @@ def test_host_bound_p50_is_the_median_batch_overlap(main, capture):
     batches = np.array(sql(path, "SELECT start, [end] FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%'"), dtype=np.int64)
     gpu = np.array(sql(path, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
                              "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY 1"), dtype=np.int64)
-    merged = [list(gpu[0])]
-    for s, e in gpu[1:]:
-        if s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
+    merged = loop_union(gpu[:, 0], gpu[:, 1])
     ms, me = np.array(merged).T
     pct = [100 * np.clip(np.minimum(me, be) - np.maximum(ms, bs), 0, None).sum() / (be - bs) for bs, be in batches]
     ev = {(f.id, f.stage): f for f in main.findings}[("host-bound", fd.BATCH_SCOPE)].evidence
@@ -386,13 +381,7 @@ def test_dominant_stage_names_its_sampled_functions(capture, truth):
     path = capture("cpu23-sampled")
     t = truth("cpu23-sampled")["ground_truth"]
     assert sql(path, BATCHES)[0][0] == t["batches"] == 114
-    (in_head,), = sql(path, """
-        SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
-        JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
-             AND (h.globalTid >> 24) = (m.globalTid >> 24)
-             AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
-        JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
-        WHERE m.eventType = 34 AND t.value LIKE 't %'""")
+    (in_head,), = sql(path, SAMPLES_IN_HEAD)
     r = analyze(str(path)).result
     assert not r.capture.cuda_traced and fd.evidence(r, "host-bound", fd.BATCH_SCOPE) is None
     f = {(f.id, f.stage): f for f in r.findings}[("dominant-stage", "head")]

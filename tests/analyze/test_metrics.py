@@ -290,7 +290,7 @@ def test_per_batch_stage_ns_and_gpu_busy_against_sql(capture):
     """gpu-q1c16-main, batch by batch (one batch at a time, one process): each stage's host ns is the
     summed length of its ranges inside the batch range (SQL), and `gpu_busy_ns` the ns of the batch
     range during which a kernel or a copy ran (the GPU intervals merged by hand, then clipped)."""
-    from conftest import sql
+    from conftest import loop_union, sql
 
     path = capture("gpu-q1c16-main")
     a = analyze(str(path))
@@ -308,13 +308,7 @@ def test_per_batch_stage_ns_and_gpu_busy_against_sql(capture):
         assert want[0] > 0, stage                               # the first batch's stages count too
     gpu = sql(path, "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
                     "SELECT start, [end] FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY 1")
-    merged = [list(gpu[0])]
-    for s, e in gpu[1:]:
-        if s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    ms, me = np.array(merged, dtype=np.int64).T
+    ms, me = np.array(loop_union(*zip(*gpu)), dtype=np.int64).T
     busy = [int(np.clip(np.minimum(me, be) - np.maximum(ms, bs), 0, None).sum()) for bs, be in batches]
     assert pb["gpu_busy_ns"][order].tolist() == busy
     assert 0 < sum(busy) < sum(be - bs for bs, be in batches)

@@ -19,7 +19,7 @@ import pytest
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, wilson
 from clef_prof.annotate import sampler
-from conftest import sql
+from conftest import SAMPLES_IN_HEAD, sql
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -61,13 +61,7 @@ def test_three_to_one_split_within_its_interval(split):
     # every sample mark, by SQL; and those inside a head range of the thread the message names
     (marks,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
                           "WHERE m.eventType = 34 AND t.value LIKE 't %'")
-    (in_head,), = sql(path, """
-        SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
-        JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
-             AND (h.globalTid >> 24) = (m.globalTid >> 24)
-             AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
-        JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
-        WHERE m.eventType = 34 AND t.value LIKE 't %'""")
+    (in_head,), = sql(path, SAMPLES_IN_HEAD)
     assert s.samples == marks and s.unknown_stack == s.unreadable == s.outside_session == 0
     head = s.stages["head"]
     assert head.samples == in_head and in_head >= 60, (in_head, marks)
