@@ -13,6 +13,11 @@ go), the domain-create lines (Type 75) and the Python Backtrace marks (Type 33, 
 line dropped. The programs' own facts go to tests/data/cpu23-nsyspy.truth.json.
 
     python3 scripts/make-nsys-python-captures.py [WORKDIR]
+
+On the GPU machine, with nsys 2025.3 (its importer needs libdw/libelf: IMPORTER_LIBS, put on the
+importer's LD_LIBRARY_PATH alone), the same runs as gpu25-nsyspy-* into OUT instead of tests/data:
+
+    NSYS=/opt/.../nsys PREFIX=gpu25 DATA=OUT IMPORTER_LIBS=.device/libs python3 scripts/make-nsys-python-captures.py
 """
 import base64
 import json
@@ -27,9 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from clef_prof.analyze.scrub import scrub_file  # noqa: E402
+from clef_prof.nsys import import_command, importer_path  # noqa: E402
 
-NSYS = ROOT / ".nsys" / "2023.4" / "nsys"
-DATA = ROOT / "tests" / "data"
+NSYS = Path(os.environ.get("NSYS", ROOT / ".nsys" / "2023.4" / "nsys"))
+DATA = Path(os.environ.get("DATA", ROOT / "tests" / "data"))
+PREFIX = os.environ.get("PREFIX", "cpu23")
 RUNS = {"split": ["sampled_split.py"], "threads": ["sampled_threads.py"], "idle": ["sampled_threads.py", "--idle"]}
 
 
@@ -57,16 +64,21 @@ def cut_json(src: Path, dst: Path) -> None:
 def main() -> None:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nsyspy-"))
     work.mkdir(parents=True, exist_ok=True)
+    DATA.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ["PATH"], "HOME": str(work), "PYTHONPATH": str(ROOT), "TMPDIR": str(work),
            "CLEF_PROF_PY_SAMPLING_HZ": "0"}
     truth = {}
     for tag, argv in RUNS.items():
-        name = f"cpu23-nsyspy-{tag}"
+        name = f"{PREFIX}-nsyspy-{tag}"
         stem, facts = work / name, work / f"{name}.facts.json"
         subprocess.run([NSYS, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none",
                         "--python-sampling=true", "--python-sampling-frequency=200", "-o", stem,
                         "--force-overwrite", "true", sys.executable, *argv, "--seconds", "1.5", "--out", facts],
                        check=True, cwd=ROOT / "tests" / "programs", env=env)
+        qd = Path(f"{stem}.qdstrm")
+        if not Path(f"{stem}.nsys-rep").exists() and qd.exists():     # the importer could not load: again, with its libs
+            argv_i, env_i = import_command(importer_path(str(NSYS)), str(qd), os.environ.get("IMPORTER_LIBS"), env)
+            subprocess.run(argv_i, check=True, env=env_i)
         raw, clean, js = work / f"{name}.sqlite", work / f"{name}-scrubbed.sqlite", work / f"{name}.json"
         for kind, out in (("sqlite", raw), ("json", js)):
             subprocess.run([NSYS, "export", "--type", kind, "-o", out, "--force-overwrite", "true",
@@ -78,7 +90,7 @@ def main() -> None:
         cut_json(js, DATA / f"{name}.json.xz")
         truth[name] = json.loads(facts.read_text())
         print(name, truth[name], [(p.name, p.stat().st_size) for p in DATA.glob(f"{name}.*")])
-    (DATA / "cpu23-nsyspy.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    (DATA / f"{PREFIX}-nsyspy.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
                    help="nsys (default), or torch: the server's own PyTorch profiler behind its /start_profile and "
                         "/stop_profile, writing Kineto traces into OUT/NAME.torch (no nsys needed; vLLM: the "
                         "--profiler-config torch form is added; SGLang: its trace folder and start body)")
+    p.add_argument("--torch-stack", action="store_true",
+                   help="--profiler torch: record Python stacks (with_stack=True), which analyze turns into the "
+                        "functions of each stage; it slows the server more (the manifest's profiler_cost says how much)")
     n = p.add_argument_group("nsys")
     n.add_argument("--nsys", help="the nsys binary or its folder (else $CLEF_PROF_NSYS, nsys on PATH, .nsys/*/nsys)")
     n.add_argument("--window", choices=WINDOWS, default="auto",
@@ -128,7 +131,8 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
         importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env,
-        profiler=getattr(args, "profiler", "nsys"), py_sampling_hz=args.python_sampling)
+        profiler=getattr(args, "profiler", "nsys"), py_sampling_hz=args.python_sampling,
+        torch_stack=getattr(args, "torch_stack", False))
 
 
 def add_parser(sub) -> None:

@@ -55,7 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ..annotate.api import batch as nvtx_batch
 from ..annotate.api import enqueued, request, stage
 from ..errors import ClefError
-from .presets import TORCH_DIR_ENV
+from .presets import TORCH_DIR_ENV, TORCH_STACK_ENV
 
 MAX_BATCH = 16
 # the 9 metadata tensors of a request: int64 element counts (428 elements = 3424 bytes)
@@ -273,9 +273,10 @@ class GpuPooler:
 class TorchTrace:
     """A PyTorch profiler over one window, its Kineto trace written into `folder` at stop."""
 
-    def __init__(self, folder: str, all_threads: bool = True):
+    def __init__(self, folder: str, all_threads: bool = True, with_stack: bool = False):
         self.folder = folder
         self.all_threads = all_threads
+        self.with_stack = with_stack
         self.prof = None
         self.n = 0
 
@@ -290,7 +291,7 @@ class TorchTrace:
                 kw["experimental_config"] = cfg(profile_all_threads=True)
             except TypeError:
                 pass
-        self.prof = profile(activities=acts, **kw)
+        self.prof = profile(activities=acts, with_stack=self.with_stack, **kw)
         self.prof.start()
 
     def stop(self) -> str:
@@ -376,7 +377,8 @@ class DemoServer:
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
-        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS", "1") != "0")
+        self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS", "1") != "0",
+                                       os.environ.get(TORCH_STACK_ENV) == "1")
                             if os.environ.get(TORCH_DIR_ENV) else None)
         from ..annotate import nvtx_client as nc
         self._wdom = nc.Domain(WINDOW_DOMAIN)

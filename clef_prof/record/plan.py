@@ -57,6 +57,7 @@ class RecordConfig:
     keep_env: bool = False          # the manifest keeps --env values and secret-looking arguments
     profiler: str = "nsys"          # "torch": the server's own PyTorch profiler, no nsys (presets.torch_setup)
     py_sampling_hz: float = DEFAULT_PY_SAMPLING_HZ  # clef-prof's Python sampler (annotate.sampler); 0: off
+    torch_stack: bool = False       # --profiler torch: with_stack=True (python_function events)
 
     @property
     def torch_dir(self) -> str:
@@ -78,7 +79,7 @@ class RecordConfig:
         path = path if path is not None else (p.start if which == "start" else p.stop)
         body = body if body is not None else (p.start_body if which == "start" else p.stop_body)
         if which == "start" and self.profiler == "torch" and self.start_body is None:
-            body = torch_setup(self.preset, self.torch_dir, self.server)[2]
+            body = torch_setup(self.preset, self.torch_dir, self.server, self.torch_stack)[2]
         if not self.call_endpoints or not path:
             return None, None
         return self.url.rstrip("/") + path, body
@@ -239,7 +240,7 @@ def _torch_plan(cfg: RecordConfig, nsys: Nsys | None) -> Plan:
     if cfg.endpoint("stop")[0] is None:
         raise ClefError("record --profiler torch needs the server's /start_profile and /stop_profile endpoints "
                         "(not --preset none / --no-endpoints)")
-    server, env, _, notes = torch_setup(cfg.preset, cfg.torch_dir, list(cfg.server))
+    server, env, _, notes = torch_setup(cfg.preset, cfg.torch_dir, list(cfg.server), cfg.torch_stack)
     preset = cfg.preset_obj
     env.update({k: v for k, v in preset.env if k not in os.environ})
     if cfg.spec:

@@ -49,12 +49,16 @@ VLLM_PROFILER_CONFIG = '{"profiler": "cuda"}'
 PROFILERS = ("nsys", "torch")
 # --profiler torch: where each kind of server is told the trace folder and to record every thread
 TORCH_DIR_ENV = "CLEF_PROF_TORCH_PROFILER_DIR"        # the demo server (and any server that reads it)
+TORCH_STACK_ENV = "CLEF_PROF_TORCH_WITH_STACK"        # "1": the same servers record with_stack=True
 
 
-def torch_setup(preset: str, trace_dir: str, server: list[str]) -> tuple[list[str], dict, str | None, list[str]]:
+def torch_setup(preset: str, trace_dir: str, server: list[str],
+                with_stack: bool = False) -> tuple[list[str], dict, str | None, list[str]]:
     """(server command, environment, start body or None, notes) that make a server of `preset`
-    write PyTorch profiler traces into `trace_dir` between its start and stop calls."""
-    env = {TORCH_DIR_ENV: trace_dir}
+    write PyTorch profiler traces into `trace_dir` between its start and stop calls, with Python
+    stacks (`with_stack`: the trace's python_function events, analyze's per-stage functions) when
+    asked. vLLM's own default is with_stack on; record states it either way, since it costs."""
+    env = {TORCH_DIR_ENV: trace_dir, TORCH_STACK_ENV: "1" if with_stack else "0"}
     notes = []
     body = None
     if preset == "vllm":
@@ -72,12 +76,13 @@ def torch_setup(preset: str, trace_dir: str, server: list[str]) -> tuple[list[st
             if cfg.get("torch_profiler_dir"):
                 env[TORCH_DIR_ENV] = cfg["torch_profiler_dir"]
         else:
-            conf = json.dumps({"profiler": "torch", "torch_profiler_dir": trace_dir})
+            conf = json.dumps({"profiler": "torch", "torch_profiler_dir": trace_dir,
+                               "torch_profiler_with_stack": with_stack})
             server = server + [VLLM_PROFILER_FLAG, conf]
             notes.append(f"--preset vllm --profiler torch: added {VLLM_PROFILER_FLAG} '{conf}'")
     elif preset == "sglang":
         env.update(SGLANG_TORCH_PROFILER_DIR=trace_dir, SGLANG_TORCH_PROFILER_PROFILE_ALL_THREADS="1")
-        body = json.dumps({"output_dir": trace_dir, "activities": ["CPU", "GPU"]})
+        body = json.dumps({"output_dir": trace_dir, "activities": ["CPU", "GPU"], "with_stack": with_stack})
         notes.append("--preset sglang --profiler torch: SGLANG_TORCH_PROFILER_DIR, "
                      "SGLANG_TORCH_PROFILER_PROFILE_ALL_THREADS=1 and the start body " + body)
     return server, env, body, notes

@@ -797,6 +797,7 @@ class Recording:
             "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.py_sampling_hz if cfg.profiler == "nsys" else 0,
                       "python_sampler": "clef-prof" if cfg.py_sampling_hz and cfg.profiler == "nsys" else None,
                       "nsys_python_sampling_hz": cfg.trace.python_sampling_hz,
+                      "torch_with_stack": cfg.torch_stack if cfg.profiler == "torch" else None,
                       "cuda_graph_trace": cfg.trace.cuda_graph_trace, "trace_fork_before_exec": cfg.trace.trace_fork,
                       "capture_range_end": cfg.capture_range_end if pl.window != "nsys" else None},
             "load": ({"generator": "client-cmd", "command": cfg.client_cmd if cfg.keep_env else

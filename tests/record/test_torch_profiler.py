@@ -33,13 +33,20 @@ def test_generic_and_demo_server(tmp_path):
     assert pl.env["CLEF_PROF_TORCH_PROFILER_DIR"] == trace_dir
     assert not any("nsys" in a for a in pl.main)
     assert cfg.endpoint("start") == ("http://127.0.0.1:8000/start_profile", None)
+    # Python stacks only when asked (they cost), said to the server either way
+    assert pl.env["CLEF_PROF_TORCH_WITH_STACK"] == "0"
+    _, pl = build(tmp_path, "--torch-stack")
+    assert pl.env["CLEF_PROF_TORCH_WITH_STACK"] == "1"
 
 
 def test_vllm_gets_the_torch_profiler_config(tmp_path):
     _, pl = build(tmp_path, "--preset", "vllm", server=["vllm", "serve", "m"])
     i = pl.server.index("--profiler-config")
     conf = json.loads(pl.server[i + 1])
-    assert conf == {"profiler": "torch", "torch_profiler_dir": str(tmp_path / "out" / "capture.torch")}
+    assert conf == {"profiler": "torch", "torch_profiler_dir": str(tmp_path / "out" / "capture.torch"),
+                    "torch_profiler_with_stack": False}
+    _, pl = build(tmp_path, "--preset", "vllm", "--torch-stack", server=["vllm", "serve", "m"])
+    assert json.loads(pl.server[pl.server.index("--profiler-config") + 1])["torch_profiler_with_stack"] is True
     # a torch form the user gave is kept, its folder is where the traces are looked for
     mine = '{"profiler": "torch", "torch_profiler_dir": "/elsewhere"}'
     _, pl = build(tmp_path, "--preset", "vllm", server=["vllm", "serve", "m", "--profiler-config", mine])
@@ -55,7 +62,9 @@ def test_sglang_folder_threads_and_body(tmp_path):
     cfg, pl = build(tmp_path, "--preset", "sglang", server=["python3", "-m", "sglang.launch_server"])
     d = str(tmp_path / "out" / "capture.torch")
     assert pl.env["SGLANG_TORCH_PROFILER_DIR"] == d and pl.env["SGLANG_TORCH_PROFILER_PROFILE_ALL_THREADS"] == "1"
-    assert json.loads(cfg.endpoint("start")[1]) == {"output_dir": d, "activities": ["CPU", "GPU"]}
+    assert json.loads(cfg.endpoint("start")[1]) == {"output_dir": d, "activities": ["CPU", "GPU"], "with_stack": False}
+    cfg, _ = build(tmp_path, "--preset", "sglang", "--torch-stack", server=["python3", "-m", "sglang.launch_server"])
+    assert json.loads(cfg.endpoint("start")[1])["with_stack"] is True
 
 
 @pytest.mark.parametrize("argv,why", [(("--window", "nsys"), "nsys window"),

@@ -2,7 +2,7 @@
 served with aiohttp, with no NVTX in its code: clef-prof's injection and attribution are
 checked on it (`tests/programs/bertsrv.toml`).
 
-    python -m bertsrv.server --port 8000 [--device cuda|cpu] [--max-batch 16]
+    python -m bertsrv.server --port 8000 [--device cuda|cpu] [--max-batch 16] [--attn eager|sdpa]
 
 A batcher thread runs `Embedder.run(texts)` once per batch: the tokenizer's `__call__`,
 `BatchEncoding.to(device)`, `BertModel.forward`, and one `.cpu()` of the pooled rows. The
@@ -12,7 +12,9 @@ batcher starts, the main thread runs one warm-up batch itself. `POST /start_prof
 the stop answer holds the requests and batches the batcher finished in between. With
 `CLEF_PROF_TORCH_PROFILER_DIR` set (as vLLM's `torch_profiler_dir`, SGLang's
 `SGLANG_TORCH_PROFILER_DIR`), they run a PyTorch profiler over every thread instead and write its
-Kineto trace there at stop.
+Kineto trace there at stop (with Python stacks when `CLEF_PROF_TORCH_WITH_STACK=1`). `--attn`
+picks transformers' attention implementation (`eager` or `sdpa`): the two arms of a real
+function-level change inside `BertModel.forward`.
 """
 from __future__ import annotations
 
@@ -45,14 +47,15 @@ def vocab_file(folder: str) -> str:
 class Embedder:
     """Tokenize, copy to the device, run the encoder, pool the [CLS] row."""
 
-    def __init__(self, device: str, max_len: int = 256):
+    def __init__(self, device: str, max_len: int = 256, attn: str | None = None):
         self.device = device
         self.max_len = max_len
         self._dir = tempfile.mkdtemp(prefix="bertsrv-")
         self.tokenizer = BertTokenizerFast(vocab_file=vocab_file(self._dir))
         torch.manual_seed(0)
         cfg = BertConfig(vocab_size=self.tokenizer.vocab_size, hidden_size=256, num_hidden_layers=4,
-                         num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512)
+                         num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
+                         **({"attn_implementation": attn} if attn else {}))
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
         self.model = BertModel(cfg).to(device=device, dtype=dtype).eval()
 
@@ -118,8 +121,8 @@ class Batcher(threading.Thread):
         if kind == "start":
             if trace_dir:
                 acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_gpu else [])
-                self.prof = torch.profiler.profile(activities=acts, experimental_config=torch.profiler._ExperimentalConfig(
-                    profile_all_threads=True))
+                self.prof = torch.profiler.profile(activities=acts, with_stack=os.environ.get("CLEF_PROF_TORCH_WITH_STACK") == "1",
+                                                   experimental_config=torch.profiler._ExperimentalConfig(profile_all_threads=True))
                 self.prof.start()
             elif on_gpu:
                 torch.cuda.profiler.start()
@@ -180,8 +183,9 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--attn", choices=["eager", "sdpa"], default=None, help="attention implementation (default: transformers')")
     args = ap.parse_args()
-    embedder = Embedder(args.device)
+    embedder = Embedder(args.device, attn=args.attn)
     vectors = embedder.run(["warm up the encoder on the main thread"] * 4)
     for i, v in enumerate(vectors):
         respond(v, i)
