@@ -11,10 +11,12 @@
 #   stack    bertsrv recorded with the torch profiler with and without Python stacks
 #            (--torch-stack), their profiler_cost side by side.
 #   ab       bertsrv `--attn eager` vs `--attn sdpa` (transformers' two attention paths), AB rounds
-#            of `clef-prof ab` under nsys with clef-prof's sampler (record's defaults), then compare.
+#            of `clef-prof ab` with the torch profiler and Python stacks (AB_PROFILER=nsys: under
+#            nsys with clef-prof's sampler, record's defaults), then compare.
 #
 # Usage: scripts/gpu-samples.sh OUT [PART...]   (parts: nsyspy bertpy stack ab; default all)
-# Env: WARMUP (s, default 5), DURATION (s, default 2), AB (rounds, default 3), PYTHON, NSYS.
+# Env: WARMUP (s, default 5), DURATION (s, default 2), AB (rounds, default 3), AB_PROFILER (torch),
+#      BERTPY_ARGS (more record options for bertpy, e.g. --nsys-arg=--backtrace=none), PYTHON, NSYS.
 # Writes OUT/samples.txt and tarballs OUT/PART.tar.xz (captures, manifests, analyze's JSON).
 set -uo pipefail
 
@@ -23,7 +25,7 @@ OUT=${1:?usage: $0 OUT [PART...]}
 shift
 PARTS=${*:-nsyspy bertpy stack ab}
 PY=${PYTHON:-python3}
-WARMUP=${WARMUP:-5} DURATION=${DURATION:-2} AB=${AB:-3}
+WARMUP=${WARMUP:-5} DURATION=${DURATION:-2} AB=${AB:-3} AB_PROFILER=${AB_PROFILER:-torch} BERTPY_ARGS=${BERTPY_ARGS:-}
 NSYS=${NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | sort -V | tail -n1)}
 LIBS=$ROOT/.device/libs
 mkdir -p "$OUT"
@@ -78,16 +80,17 @@ for part in $PARTS; do
       (cd "$WORK/nsyspy" && tar cJf "$OUT/nsyspy.tar.xz" .) ;;
     bertpy)
       PYTHONPATH=$BERT_PATH timeout 240 "$PY" -m clef_prof record --nsys "$NSYS" --importer-libs "$LIBS" --python-sampling 0 \
-          --nsys-python-sampling 200 "${SPEC[@]}" --warmup "$WARMUP" --duration "$DURATION" --url "http://127.0.0.1:$PORT" \
+          --nsys-python-sampling 200 $BERTPY_ARGS "${SPEC[@]}" --warmup "$WARMUP" --duration "$DURATION" --url "http://127.0.0.1:$PORT" \
           --out "$WORK/bertpy" -- $(bert $PORT)
       echo "(record exit $?)"; PORT=$((PORT + 1))
+      "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print("stop call answered after", [round((e["ack_ns"] - e["sent_ns"]) / 1e9, 1) for e in m["window"]["events"]], "s; record took", round((m["finished_ns"] - m["started_ns"]) / 1e9), "s")' "$WORK/bertpy/manifest.json"
       binary_data "$WORK/bertpy/capture.sqlite"
       analyze "$WORK/bertpy" bertpy "${SPEC[@]}"
       cp "$WORK"/bertpy.analyze.* "$WORK/bertpy/"
       (cd "$WORK/bertpy" && tar cJf "$OUT/bertpy.tar.xz" manifest.json capture.sqlite capture.stderr.log bertpy.analyze.* 2>/dev/null) ;;
     stack)
       for mode in stack nostack; do
-        PYTHONPATH=$BERT_PATH timeout 150 "$PY" -m clef_prof record --profiler torch $([ $mode = stack ] && echo --torch-stack) \
+        PYTHONPATH=$BERT_PATH timeout 100 "$PY" -m clef_prof record --profiler torch $([ $mode = stack ] && echo --torch-stack) \
             "${SPEC[@]}" --warmup "$WARMUP" --duration "$DURATION" --url "http://127.0.0.1:$PORT" --out "$WORK/$mode" -- $(bert $PORT)
         echo "(record $mode exit $?)"; PORT=$((PORT + 1))
         "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(sys.argv[2], "profiler_cost", m["client"].get("profiler_cost"), "trace", m["trace"])' \
@@ -97,8 +100,8 @@ for part in $PARTS; do
       cp "$WORK"/stack.analyze.* "$WORK/stack/"
       (cd "$WORK/stack" && tar cJf "$OUT/stack.tar.xz" manifest.json capture.torch stack.analyze.* 2>/dev/null) ;;
     ab)
-      PYTHONPATH=$BERT_PATH timeout 560 "$PY" -m clef_prof ab --arm "eager=$(bert $PORT eager)" --arm "sdpa=$(bert $PORT sdpa)" \
-          --rounds "$AB" --nsys "$NSYS" --importer-libs "$LIBS" "${SPEC[@]}" --warmup "$WARMUP" --duration "$DURATION" \
+      PYTHONPATH=$BERT_PATH timeout ${AB_LIMIT:-330} "$PY" -m clef_prof ab --arm "eager=$(bert $PORT eager)" --arm "sdpa=$(bert $PORT sdpa)" \
+          --rounds "$AB" $([ "$AB_PROFILER" = torch ] && echo --profiler torch --torch-stack || echo --nsys "$NSYS" --importer-libs "$LIBS") "${SPEC[@]}" --warmup "$WARMUP" --duration "$DURATION" \
           --url "http://127.0.0.1:$PORT" --out "$WORK/ab"
       echo "(ab exit $?)"
       timeout 300 "$PY" -m clef_prof compare "$WORK/ab" "${SPEC[@]}" -f json > "$WORK/ab/compare.json" 2> "$WORK/ab/compare.err"
@@ -106,7 +109,7 @@ for part in $PARTS; do
       timeout 300 "$PY" -m clef_prof compare "$WORK/ab" "${SPEC[@]}" 2>&1 | head -120
       for d in "$WORK"/ab/*/; do [ -f "$d/capture.sqlite" ] && analyze "$d" "ab-$(basename "$d")" "${SPEC[@]}" | head -30; done
       # every manifest and analyze/compare JSON; the captures of round 1 only (the size limit)
-      (cd "$WORK/ab" && tar cJf "$OUT/ab.tar.xz" ab.json compare.* */manifest.json 1-*/capture.sqlite 2>/dev/null)
+      (cd "$WORK/ab" && tar cJf "$OUT/ab.tar.xz" ab.json compare.* */manifest.json 1-*/capture.sqlite 1-*/capture.torch 2>/dev/null)
       cp "$WORK"/ab-*.analyze.json "$WORK/ab/" 2>/dev/null; (cd "$WORK" && tar cJf "$OUT/ab-analyze.tar.xz" ab-*.analyze.*) ;;
   esac
   echo "(part $part: $(( $(date +%s) - t0 )) s)"

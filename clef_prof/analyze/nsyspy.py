@@ -1,15 +1,18 @@
 """nsys' own Python samples (`nsys profile --python-sampling=true`, 2023.4 and later), read from
 a JSON export of the report (docs/sampling.md, "nsys' own samples").
 
-The SQLite export holds one NVTX mark per sample (eventType 34, domain "Python Backtrace", no
-text) on nsys' `NSys PySampling` thread, and no table with its frames. `nsys export --type json`
-of the same report carries them: each mark's `Payload.BinaryData[0].Data` (base64) is
+The SQLite export holds one NVTX mark per sample (eventType 34, no text) and no table with its
+frames (2025.3's NVTX_EVENTS.binaryData column stays NULL for them). `nsys export --type json` of
+the same report carries them: each mark's `Payload.BinaryData[0].Data` (base64) is a 16-byte
+header, then count x (uint64 function string id, uint64 file string id, uint64 line), innermost
+first, the ids indexing the export's string table (its first line, `{"data": [...]}`). Two
+layouts, told apart by the domain's name (seen on real recordings, docs/sampling.md):
 
-    uint32 flags, uint32 1, uint32 frame count, 4 bytes padding,
-    then count x (uint64 function string id, uint64 file string id, uint64 line), innermost first,
-
-the ids indexing the export's string table (its first line, `{"data": [...]}`), and the mark's
-`Category` is a per-Python-thread ordinal (1, 2, ...) that names no OS thread.
+- 2023.4, domain "Python Backtrace": header uint32 flags, uint32 1, uint32 count, 4 bytes
+  padding; the marks lie on nsys' `NSys PySampling` thread and each mark's `Category` is a
+  per-Python-thread ordinal (1, 2, ...) that names no OS thread.
+- 2025.3, domain "Python Periodic Sampling": header uint32 flags, uint32 0, uint32 kind, uint32
+  count; each mark lies on the sampled OS thread itself (its globalTid), with no `Category`.
 
 Where the JSON comes from, for a capture `X.sqlite`: `X.json` beside it when that is an nsys JSON
 export (a user's `nsys export --type json`), else a cache of the decoded samples beside it
@@ -37,13 +40,15 @@ from ..errors import ClefError, shown
 from .export import Export
 from .nvtx import MARK_TYPES, domains
 
-DOMAIN = "Python Backtrace"
+DOMAIN = "Python Backtrace"                 # 2023.4: frame count at header word 2, thread by ordinal
+DOMAIN_2025 = "Python Periodic Sampling"    # 2025.3: frame count at header word 3, the mark's own thread
+COUNT_WORD = {DOMAIN: 2, DOMAIN_2025: 3}
 DOMAIN_CREATE = 75
 SOURCE = "nsys python sampling"
 CACHE_SUFFIX = ".nsys-python.npz"
 HEADER = 16                 # bytes before the frames
 FRAME = 24                  # bytes per frame
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 # statuses of a payload
 OK, TRUNCATED, OVERRUN = 0, 1, 2
 _STATUS = {TRUNCATED: "shorter than its 16-byte header", OVERRUN: "with a frame count that overruns it"}
@@ -60,7 +65,7 @@ class Decoded:
     and file string ids and line, innermost first); `strings`: the text of every id a frame names."""
 
     t: np.ndarray               # int64
-    category: np.ndarray        # int64
+    category: np.ndarray        # int64: 2023.4's Python-thread ordinal; 2025.3: the sampled thread's globalTid
     flags: np.ndarray           # int64
     status: np.ndarray          # int64: OK, TRUNCATED, OVERRUN
     first: np.ndarray           # int64: the sample's first row in frames
@@ -69,6 +74,7 @@ class Decoded:
     string_ids: np.ndarray      # int64, sorted
     string_text: list[str]
     sampler_gtid: int
+    os_threads: bool = False    # category is the OS thread (2025.3), not an ordinal
 
     def text(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in string_text, known) of string ids."""
@@ -81,7 +87,7 @@ class Decoded:
 def marks(cap: Export) -> tuple[np.ndarray, int] | None:
     """(sorted times of the sampler's marks, its thread's globalTid) of a capture that holds nsys'
     Python samples; None without them."""
-    keys = [(d, p) for d, p, name in domains(cap) if name == DOMAIN]
+    keys = [(d, p) for d, p, name in domains(cap) if name in COUNT_WORD]
     if not keys:
         return None
     cond = " OR ".join(f"(domainId = {int(d)} AND (globalTid >> 24) = {int(p)})" for d, p in keys if d is not None
@@ -126,7 +132,7 @@ def read_json(path: str) -> Decoded:
     the domain-create events (Type 75) and the marks (Type 34) with a binary payload; every other
     line is skipped unparsed. Payloads are decoded together (decode)."""
     table: list | None = None
-    domain_keys: set[tuple[int, int]] = set()
+    domain_keys: dict[tuple[int, int], str] = {}
     t, cat, gtid, dom, payloads = [], [], [], [], []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -147,8 +153,8 @@ def read_json(path: str) -> Decoded:
                     payloads.append(data)
                 elif _TYPE75.match(line):
                     ev = json.loads(line).get("NvtxEvent") or {}
-                    if ev.get("Text") == DOMAIN:
-                        domain_keys.add((int(ev["GlobalTid"]) >> 24, int(ev.get("DomainId", 0))))
+                    if ev.get("Text") in COUNT_WORD:
+                        domain_keys[(int(ev["GlobalTid"]) >> 24, int(ev.get("DomainId", 0)))] = ev["Text"]
     except OSError as exc:
         raise NsysPythonError(f"{shown(path)}: cannot read the JSON export ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
@@ -156,15 +162,23 @@ def read_json(path: str) -> Decoded:
     if table is None:
         raise NsysPythonError(f"{shown(path)}: no string table (a first line {{\"data\": [...]}}): not an nsys JSON export")
     g = np.array(gtid, dtype=np.int64)
-    keep = np.array([(x >> 24, d) in domain_keys for x, d in zip(gtid, dom)], dtype=bool) if gtid else np.zeros(0, bool)
-    idx = np.flatnonzero(keep)
-    return decode(np.array(t, dtype=np.int64)[idx], np.array(cat, dtype=np.int64)[idx],
-                  [payloads[i] for i in idx.tolist()], table, int(g[idx[0]]) if len(idx) else 0)
+    name = [domain_keys.get((x >> 24, d)) for x, d in zip(gtid, dom)]       # once per sample: a dict lookup
+    idx = np.flatnonzero(np.array([n is not None for n in name], dtype=bool)) if gtid else np.zeros(0, np.int64)
+    layouts = {name[i] for i in idx.tolist()}
+    if len(layouts) > 1:
+        raise NsysPythonError(f"{shown(path)}: Python samples in both nsys layouts ({', '.join(sorted(layouts))}): "
+                              "not one report's export")
+    new = layouts == {DOMAIN_2025}
+    category = g[idx] if new else np.array(cat, dtype=np.int64)[idx]
+    return decode(np.array(t, dtype=np.int64)[idx], category, [payloads[i] for i in idx.tolist()], table,
+                  int(g[idx[0]]) if len(idx) else 0, COUNT_WORD[DOMAIN_2025 if new else DOMAIN], new)
 
 
-def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list, sampler_gtid: int) -> Decoded:
-    """Decode base64 payloads (the layout in the module docstring) with NumPy over their
-    concatenation: each payload padded to 8 bytes, headers read at once, frames gathered by index."""
+def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list, sampler_gtid: int,
+           count_word: int = COUNT_WORD[DOMAIN], os_threads: bool = False) -> Decoded:
+    """Decode base64 payloads (the layouts in the module docstring: the frame count at header word
+    `count_word`) with NumPy over their concatenation: each payload padded to 8 bytes, headers read
+    at once, frames gathered by index."""
     raw = []
     for p in payloads:              # once per sample: base64 has no vectorised decoder in the standard library
         try:
@@ -184,7 +198,7 @@ def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list
     flags = np.zeros(n, np.int64)
     depth = np.zeros(n, np.int64)
     flags[hdr] = u32[start[hdr] // 4]
-    depth[hdr] = u32[start[hdr] // 4 + 2]
+    depth[hdr] = u32[start[hdr] // 4 + count_word]
     over = hdr & (HEADER + FRAME * depth > length)
     status[over] = OVERRUN
     depth[status != OK] = 0
@@ -199,7 +213,7 @@ def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list
     ids = ids[(ids >= 0) & (ids < len(table))]
     text = [html.unescape(str(table[i])) for i in ids.tolist()]     # once per distinct string
     return Decoded(t=t, category=category, flags=flags, status=status, first=first, depth=depth, frames=frames,
-                   string_ids=ids.astype(np.int64), string_text=text, sampler_gtid=sampler_gtid)
+                   string_ids=ids.astype(np.int64), string_text=text, sampler_gtid=sampler_gtid, os_threads=os_threads)
 
 
 # ---------------------------------------------------------------- where the samples come from
@@ -226,7 +240,8 @@ def _save(d: Decoded, paths: list[str]) -> str | None:
                 with os.fdopen(fd, "wb") as fh:
                     np.savez(fh, version=np.int64(CACHE_VERSION), t=d.t, category=d.category, flags=d.flags,
                              status=d.status, first=d.first, depth=d.depth, frames=d.frames, string_ids=d.string_ids,
-                             string_text=np.array(d.string_text, dtype=str), sampler_gtid=np.int64(d.sampler_gtid))
+                             string_text=np.array(d.string_text, dtype=str), sampler_gtid=np.int64(d.sampler_gtid),
+                             os_threads=np.bool_(d.os_threads))
                 os.replace(tmp, out)
             finally:
                 if os.path.exists(tmp):
@@ -244,7 +259,8 @@ def _load(path: str) -> Decoded | None:
                 return None
             return Decoded(t=z["t"], category=z["category"], flags=z["flags"], status=z["status"], first=z["first"],
                            depth=z["depth"], frames=z["frames"].reshape(-1, 3), string_ids=z["string_ids"],
-                           string_text=[str(s) for s in z["string_text"]], sampler_gtid=int(z["sampler_gtid"]))
+                           string_text=[str(s) for s in z["string_text"]], sampler_gtid=int(z["sampler_gtid"]),
+                           os_threads=bool(z["os_threads"]))
     except (OSError, ValueError, KeyError, EOFError):
         return None
 

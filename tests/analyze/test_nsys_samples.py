@@ -244,3 +244,99 @@ def test_report_is_exported_to_json_once_and_cached(tmp_path, monkeypatch, capfd
     b = analyze(db).result.samples
     assert "JSON export" not in capfd.readouterr().err
     assert b is not None and b.to_json() == a.to_json()
+
+
+# ---------------------------------------------------------------- nsys 2025.3 (the GPU machine's)
+# The same programs under nsys 2025.3 (`PREFIX=gpu25 NSYS=... scripts/make-nsys-python-captures.py`
+# on the GPU machine): its marks lie in the domain "Python Periodic Sampling", each on the sampled OS
+# thread itself, and the payload's frame count moved to header word 3.
+TRUTH25 = json.loads((DATA / "gpu25-nsyspy.truth.json").read_text())
+
+
+def _unpack25(tag: str, tmp: Path) -> Path:
+    name = f"gpu25-nsyspy-{tag}"
+    for ext in ("sqlite", "json"):
+        (tmp / f"{name}.{ext}").write_bytes(lzma.decompress((DATA / f"{name}.{ext}.xz").read_bytes()))
+    return tmp / f"{name}.sqlite"
+
+
+def _by_hand25(json_path: Path) -> list[tuple[int, int, list[tuple[str, str, int]]]]:
+    """(time, OS thread id, [(function, file, line)] innermost first) of each 2025.3 sample:
+    header uint32 flags, uint32 0, uint32 kind, uint32 count; the thread from the mark's GlobalTid."""
+    with open(json_path) as fh:
+        table = json.loads(fh.readline())["data"]
+        out = []
+        for line in fh:
+            ev = json.loads(line)
+            e = ev.get("NvtxEvent") or {}
+            if ev.get("Type") != 34:
+                continue
+            raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
+            _flags, zero, _kind, n = struct.unpack_from("<IIII", raw, 0)
+            assert zero == 0 and len(raw) == 16 + 24 * n and "Category" not in e
+            frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
+            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF,
+                        [(table[f].replace("&lt;", "<").replace("&gt;", ">"), table[fl], ln) for f, fl, ln in frames]))
+    return out
+
+
+def test_2025_frames_match_a_decoding_by_hand(tmp_path):
+    db = _unpack25("split", tmp_path)
+    hand = _by_hand25(db.with_suffix(".json"))
+    d = nsyspy.read_json(str(db.with_suffix(".json")))
+    assert d.os_threads and len(hand) == len(d.t) > 200
+    text = dict(zip(d.string_ids.tolist(), d.string_text))
+    for i, (t, tid, frames) in enumerate(hand):
+        assert int(d.t[i]) == t and int(d.category[i]) & 0xFFFFFF == tid and int(d.status[i]) == nsyspy.OK
+        rows = d.frames[d.first[i]: d.first[i] + d.depth[i]].tolist()
+        assert [(text[f], text[fl], ln) for f, fl, ln in rows] == [(f, html_unescape(fl), ln) for f, fl, ln in frames]
+    # the marks the SQLite export holds are the JSON's, one for one (SQL, not nsyspy.marks)
+    times = [r[0] for r in sql(db, "SELECT e.start FROM NVTX_EVENTS e WHERE e.eventType = 34 ORDER BY e.start")]
+    assert times == sorted(t for t, _tid, _f in hand)
+
+
+def html_unescape(s: str) -> str:
+    return s.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def test_2025_three_to_one_split_within_its_interval(tmp_path):
+    db = _unpack25("split", tmp_path)
+    facts = TRUTH25["gpu25-nsyspy-split"]
+    an = analyze(str(db))
+    s = an.result.samples
+    assert s is not None and s.source == "nsys python sampling" and s.asked_hz == 200
+    head = s.stages["head"]
+    three = next(f for f in head.top_self if f.function == "three")
+    one = next(f for f in head.top_self if f.function == "one")
+    truth = facts["ns"]["three"] / facts["ns"]["head"]
+    assert 0.70 < truth < 0.80
+    assert three.self_share_low <= truth <= three.self_share_high
+    assert one.self_share_low <= 1 - truth <= one.self_share_high
+    hand = _by_hand25(db.with_suffix(".json"))
+    main_tid = int(an.stages.instances["gtid"][0]) & 0xFFFFFF
+    assert three.self_samples == _in_ranges(db, main_tid, "head", [t for t, tid, fr in hand if fr and fr[0][0] == "three"
+                                                                   and tid == main_tid])
+    assert head.samples == _in_ranges(db, main_tid, "head", [t for t, tid, _f in hand if tid == main_tid])
+    assert sum(st.samples for st in s.stages.values()) == s.samples == len(hand)
+
+
+@pytest.mark.parametrize("tag", ["threads", "idle"])
+def test_2025_samples_lie_on_their_own_threads(tmp_path, tag):
+    """2025.3 names each sample's OS thread: no ties to guess, nothing placed by time, and an idle
+    thread's waits stay out of the stage of the thread beside it (2023.4's ordinals could not)."""
+    db = _unpack25(tag, tmp_path)
+    facts = TRUTH25[f"gpu25-nsyspy-{tag}"]["threads"]
+    an = analyze(str(db))
+    s = an.result.samples
+    hand = _by_hand25(db.with_suffix(".json"))
+    assert s.placed_by_time == 0 and s.unplaced == 0 and an.sample_counts.thread_ties == {}
+    assert not [w for w in an.result.warnings if "could not be tied" in w]
+    for stage, thread in (("head", "MainThread"), ("encode", "w-light")):
+        tid = facts[thread]["tid"]
+        assert s.stages[stage].samples == _in_ranges(db, tid, stage, [t for t, x, _f in hand if x == tid]) > 20
+    assert {t for t, x, fr in hand if x == facts["MainThread"]["tid"] and fr and fr[0][0] == "heavy"}
+    top = {f.function for f in s.stages["encode"].top_self}
+    assert "light" in top and "heavy" not in top and "wait" not in top
+    if tag == "idle":
+        waits = [t for t, x, _f in hand if x == facts["w-idle"]["tid"]]
+        assert len(waits) > 20 and _in_ranges(db, facts["w-idle"]["tid"], "encode", waits) == 0
