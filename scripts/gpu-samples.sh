@@ -107,7 +107,7 @@ for part in $PARTS; do
       timeout 300 "$PY" -m clef_prof compare "$WORK/ab" "${SPEC[@]}" -f json > "$WORK/ab/compare.json" 2> "$WORK/ab/compare.err"
       echo "(compare exit $?)"; tail -3 "$WORK/ab/compare.err"
       timeout 300 "$PY" -m clef_prof compare "$WORK/ab" "${SPEC[@]}" 2>&1 | head -120
-      for d in "$WORK"/ab/*/; do [ -f "$d/capture.sqlite" ] && analyze "$d" "ab-$(basename "$d")" "${SPEC[@]}" | head -30; done
+      for d in "$WORK"/ab/1-*/; do analyze "$d" "ab-$(basename "$d")" "${SPEC[@]}" | head -40; done
       # every manifest and analyze/compare JSON; the captures of round 1 only (the size limit)
       (cd "$WORK/ab" && tar cJf "$OUT/ab.tar.xz" ab.json compare.* */manifest.json 1-*/capture.sqlite 1-*/capture.torch 2>/dev/null)
       cp "$WORK"/ab-*.analyze.json "$WORK/ab/" 2>/dev/null; (cd "$WORK" && tar cJf "$OUT/ab-analyze.tar.xz" ab-*.analyze.*) ;;
