@@ -108,8 +108,23 @@ for part in $PARTS; do
       echo "(compare exit $?)"; tail -3 "$WORK/ab/compare.err"
       timeout 300 "$PY" -m clef_prof compare "$WORK/ab" "${SPEC[@]}" 2>&1 | head -120
       for d in "$WORK"/ab/1-*/; do analyze "$d" "ab-$(basename "$d")" "${SPEC[@]}" | head -40; done
-      # every manifest and analyze/compare JSON; the captures of round 1 only (the size limit)
-      (cd "$WORK/ab" && tar cJf "$OUT/ab.tar.xz" ab.json compare.* */manifest.json 1-*/capture.sqlite 1-*/capture.torch 2>/dev/null)
+      # every manifest and the compare JSON; nsys: the captures of round 1 (the size limit)
+      (cd "$WORK/ab" && tar cJf "$OUT/ab.tar.xz" ab.json compare.* */manifest.json 1-*/capture.sqlite 2>/dev/null)
+      # torch: a real with_stack trace cut to TRIM_MS from its first range (every event that overlaps the cut)
+      [ "$AB_PROFILER" = torch ] && "$PY" - "$WORK"/ab/1-eager/capture.torch "$OUT/kineto-bert-stack.pt.trace.json.xz" "${TRIM_MS:-150}" <<'PY'
+import glob, gzip, json, lzma, sys
+src = sorted(glob.glob(sys.argv[1] + "/*.json*"))[0]
+with (gzip.open if src.endswith(".gz") else open)(src, "rt") as fh:
+    tr = json.load(fh)
+ev = tr["traceEvents"]
+t0 = min(e["ts"] for e in ev if e.get("cat") == "user_annotation")
+t1 = t0 + float(sys.argv[3]) * 1000
+keep = [e for e in ev if e.get("ph") == "M" or ("ts" in e and e["ts"] <= t1 and e["ts"] + e.get("dur", 0) >= t0)]
+tr["traceEvents"] = keep
+with lzma.open(sys.argv[2], "wt", preset=9) as out:
+    json.dump(tr, out)
+print("cut", src, len(ev), "->", len(keep), "events")
+PY
       cp "$WORK"/ab-*.analyze.json "$WORK/ab/" 2>/dev/null; (cd "$WORK" && tar cJf "$OUT/ab-analyze.tar.xz" ab-*.analyze.*) ;;
   esac
   echo "(part $part: $(( $(date +%s) - t0 )) s)"

@@ -56,6 +56,9 @@ MAX_EVENT = 64 << 20                    # one event larger than this is damage, 
 SNIFF = 4096
 RANGE_CATS = frozenset({"user_annotation"})
 PY_CAT = "python_function"
+# `<built-in method encode_batch of tokenizers.Tokenizer object at 0x7f7b5419d300>`: the address
+# differs in every process, so compare would see two functions; the name keeps the type
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>$")
 # user annotations that are marks, not ranges (clef_prof.annotate.api.ENQUEUED's message)
 MARK_PREFIXES = ("enqueued rid=",)
 NVTX_PUSH_POP, NVTX_MARK = 59, 34
@@ -353,6 +356,7 @@ def read_file(path: str) -> _File:
 
     ranges, calls, gpu = f.ranges, f.calls, f.gpu
     names: dict[str, str] = {}
+    bare: dict[str, str] = {}       # python_function names without a bound object's address
     for ev in read_events(path, on_meta):
         f.events += 1
         if not isinstance(ev, dict):
@@ -389,6 +393,8 @@ def read_file(path: str) -> _File:
             elif kind == 4:
                 py = _int(args.get("Python id"))
                 if pid is not None and tid is not None and py is not None:
+                    if " at 0x" in name:        # a built-in's bound object address: one name across processes
+                        name = bare.get(name) or bare.setdefault(name, names.setdefault(*[_ADDRESS.sub(">", name)] * 2))
                     f.pyfuncs.append((ts, end, pid, tid, name, py, _int(args.get("Python parent id"))))
             else:
                 table = GPU_CATS[cat]

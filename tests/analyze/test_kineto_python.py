@@ -44,7 +44,8 @@ def _trace() -> dict:
                    "ts": t + 100, "dur": 700.0, "args": {}})
         root = fn("srv.py(10): serve", t, 900.0, None)
         three = fn("srv.py(20): three", t + 120, 400.0, root)
-        fn("<built-in method sum of PyCapsule object at 0x7f00>", t + 200, 100.0, three)
+        # the bound object's address differs per batch (per object, per process in a real trace)
+        fn(f"<built-in method sum of PyCapsule object at 0x7f{b:02x}5419d300>", t + 200, 100.0, three)
         fn("srv.py(30): one", t + 550, 100.0, root)
     return {"schemaVersion": 1, "baseTimeNanoseconds": 1700000000000000000, "traceEvents": ev}
 
@@ -64,7 +65,9 @@ def test_python_functions_per_stage_from_kineto_durations(result):
     # by hand: per batch three's self 300 µs, the built-in 100, one 100: 500 µs of head in functions
     assert head.samples == BATCHES * 500_000
     assert by["three"].self_samples == BATCHES * 300_000 and by["three"].file == "srv.py"
-    assert by["<built-in method sum of PyCapsule object at 0x7f00>"].self_samples == BATCHES * 100_000
+    # one function whatever the address (else compare would see a new function in every process)
+    assert by["<built-in method sum of PyCapsule object>"].self_samples == BATCHES * 100_000
+    assert not [f for f in head.top_self if "0x" in f.function]
     assert by["one"].self_samples == BATCHES * 100_000
     assert by["three"].self_share == pytest.approx(0.6)
     # durations are measured, not drawn: the interval is the point
