@@ -224,10 +224,11 @@ def _interval(a: dict) -> tuple[list | None, list | None, str]:
     return None, None, ""
 
 
-def _ci_text(a: dict, kind: str) -> str:
+def _ci_text(a: dict, kind: str, exact: bool) -> str:
+    """The interval of a change; "exact" only for deterministic counts, "—" where a design gives none."""
     ci, ci_pct, label = _interval(a)
     if ci is None:
-        return "exact" if a.get("change") is not None else "—"
+        return "exact" if exact and a.get("change") is not None else "—"
     lo, hi = ci
     txt = f"{label}[{_fmt_change(lo, kind)}, {_fmt_change(hi, kind)}]"
     if ci_pct is not None:
@@ -236,11 +237,12 @@ def _ci_text(a: dict, kind: str) -> str:
     return txt
 
 
-def _ci_short(a: dict, kind: str) -> str:
-    """The interval in % of the baseline where it has one, else in the metric's unit."""
+def _ci_short(a: dict, kind: str, exact: bool) -> str:
+    """The interval in % of the baseline where it has one, else in the metric's unit; "exact" for
+    deterministic counts, "—" for a figure whose design gives no interval (too few captures)."""
     ci, ci_pct, label = _interval(a)
     if ci is None:
-        return "exact"
+        return "exact" if exact else "—"
     if ci_pct is not None:
         lo, hi = ci_pct
         return f"{label}{_fmt_change(lo, kind, True)} to {_fmt_change(hi, kind, True)}"
@@ -322,7 +324,7 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
             verdict = _verdict(a, m)
             if verdict in ("beyond noise", "exact change"):
                 ch = f"**{ch}**"
-            out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k)} | {p50} | {p99} | "
+            out.append(f"| {md(m['metric'], code=True)} | {vals} | {ch} | {_ci_text(a, k, ex)} | {p50} | {p99} | "
                        f"{md(_verdict_text(a, m))} |")
         out.append("")
         frows = _function_rows(comp, arm)
@@ -335,7 +337,7 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
                 if a["beyond_noise"]:
                     ch = f"**{ch}**"
                 out.append(f"| {md(stage)} | {md(_function_label(e), code=True)} | {_fmt_value(b['self_ms_per_request'], 'host_ms')} → "
-                           f"{_fmt_value(a['self_ms_per_request'], 'host_ms')} ms | {ch} | {_ci_text(a, 'host_ms')} | "
+                           f"{_fmt_value(a['self_ms_per_request'], 'host_ms')} ms | {ch} | {_ci_text(a, 'host_ms', False)} | "
                            f"{md(_verdict_text(a, {'deterministic': False}))} |")
             out += ["", f"<sub>{md(FUNCTIONS_NOTE)}</sub>", ""]
     if hidden:
@@ -418,7 +420,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                 row = [m["metric"] if wide else _label(m["metric"])] + ([] if pq else [_UNITS[k]])
                 row += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex)]
                 row += [_fmt_change(a["change"], k)] if wide else []
-                row += [_fmt_change(a["change_pct"], k, True), _ci_short(a, k), _verdict_text(a, m)]
+                row += [_fmt_change(a["change_pct"], k, True), _ci_short(a, k, ex), _verdict_text(a, m)]
                 if per_batch:
                     row += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
                 cells.append(row)
@@ -430,7 +432,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                     Column("change %"), Column(f"{conf} CI of the change"), Column("verdict", "left")]
             cells = [[stage, _function_label(e), _fmt_value(b["self_ms_per_request"], "host_ms"),
                       _fmt_value(a["self_ms_per_request"], "host_ms"), _fmt_change(a["change_pct"], "host_ms", True),
-                      _ci_short(a, "host_ms"), _verdict_text(a, {"deterministic": False})]
+                      _ci_short(a, "host_ms", False), _verdict_text(a, {"deterministic": False})]
                      for stage, e, b, a in frows]
             say([""])
             say(table(cols, cells, width, labels=2,

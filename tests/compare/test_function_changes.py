@@ -137,6 +137,23 @@ def test_every_renderer_carries_the_function_rows(paths, tmp_path, capsys):
     assert lines and any("beyond noise" in line for line in text.splitlines() if "three (sampled" in line)
 
 
+def test_two_captures_an_arm_give_no_interval_and_never_read_exact(paths, tmp_path):
+    """With 2 captures an arm a function's change has no interval: the text and Markdown say so
+    ("—", "too few captures to judge"), never "exact" (which is for deterministic counts only)."""
+    args = ["compare", "--stages", "head"] + [x for arm, p in paths.items() for x in ("--arm", f"{arm}={','.join(p[:2])}")]
+    assert main(args + ["-o", str(tmp_path / "c.txt")]) == 0
+    text = (tmp_path / "c.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(text) if "Python functions per stage" in line)
+    rows = [line for line in text[at:] if line.startswith("head")]      # figures, then verdicts (a second block at 80 columns)
+    assert rows and not [line for line in rows if "exact" in line]
+    figures = [line for line in rows if "too few" not in line]
+    assert figures and all(line.rstrip().endswith("—") for line in figures)
+    assert len([line for line in rows if "too few captures to judge" in line]) == len(figures)
+    assert main(args + ["-f", "markdown", "-o", str(tmp_path / "c.md")]) == 0
+    rows = [line for line in (tmp_path / "c.md").read_text().splitlines() if line.startswith("| head | `")]
+    assert rows and all("| — |" in line and "exact" not in line for line in rows)
+
+
 def test_a_capture_without_samples_gives_no_function_change_and_says_so(paths):
     arms = collect([], [f"{arm}={','.join(p)}" for arm, p in paths.items()])
     data = comparison.load_all(arms, CFG, jobs=1)
