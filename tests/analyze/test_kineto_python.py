@@ -93,3 +93,63 @@ def test_dominant_stage_finding_names_the_functions_by_time(result):
     f = next(f for f in result.result.findings if f.id == "dominant-stage")
     assert "by Python function self time (2.000 ms in the stage): three (srv.py) 60%" in f.summary
     assert "interval" not in f.summary.split("by Python")[1]
+
+
+# ---------------------------------------------------------------- a real with_stack trace
+# tests/programs/bertsrv (transformers' BertModel behind aiohttp) recorded on the H200 with
+# `clef-prof record --profiler torch --torch-stack` (scripts/gpu-samples.sh, part ab, arm eager),
+# cut to its first three batches: every event that starts before the fourth batch range and ends
+# after the first range starts (events that overlap the cut kept whole).
+BERT = "kineto-bert-stack.pt.trace.json.xz"
+BERT_STAGES = ("parse", "transfer", "head", "encode")
+
+
+def _bert_oracle(trace: dict) -> dict[str, dict[tuple[str, str], float]]:
+    """{stage or "(batch)"/"(outside)": {(function, file): self µs}} by hand, one event at a time: self =
+    duration less its children's (by Python parent id); the stage is the innermost stage range of
+    its thread that holds the whole event, else a batch range that does, else "(outside)"."""
+    import re
+    ev = trace["traceEvents"]
+    py = [e for e in ev if e.get("cat") == "python_function"]
+    child = {}
+    for e in py:
+        p = e["args"].get("Python parent id")
+        if p is not None:
+            child[p] = child.get(p, 0.0) + e["dur"]
+    ranges = [e for e in ev if e.get("cat") == "user_annotation"]
+    out: dict[str, dict[tuple[str, str], float]] = {}
+    for e in py:
+        a, b = e["ts"], e["ts"] + e["dur"]
+        holding = [r for r in ranges if r["tid"] == e["tid"] and r["pid"] == e["pid"] and r["ts"] <= a and b <= r["ts"] + r["dur"]]
+        stages = [r for r in holding if r["name"] in BERT_STAGES]
+        slot = (max(stages, key=lambda r: r["ts"])["name"] if stages else
+                "(batch)" if any(r["name"].startswith("pooler") for r in holding) else "(outside)")
+        m = re.match(r"(.*\.py)\(\d+\): (.*)", e["name"])     # `file.py(LINE): function`, else a built-in's name
+        name = (m.group(2), m.group(1)) if m else (re.sub(r" at 0x[0-9a-f]+>$", ">", e["name"]), "")
+        out.setdefault(slot, {})
+        out[slot][name] = out[slot].get(name, 0.0) + max(e["dur"] - child.get(e["args"]["Python id"], 0.0), 0.0)
+    return out
+
+
+def test_real_bert_trace_functions_per_stage_against_a_reading_by_hand(tmp_path):
+    import lzma
+    from pathlib import Path
+    raw = lzma.decompress((Path(__file__).resolve().parents[1] / "data" / BERT).read_bytes())
+    trace = json.loads(raw)
+    path = tmp_path / "bert.pt.trace.json"
+    path.write_bytes(raw)
+    an = analyze(resolve(str(path))[0], StageConfig(stages=BERT_STAGES))
+    s = an.result.samples
+    assert s is not None and s.source == KINETO_SOURCE and s.unit == "ns"
+    oracle = _bert_oracle(trace)
+    for stage in BERT_STAGES:
+        got = s.stages[stage]
+        want = oracle.get(stage, {})
+        assert got.samples == pytest.approx(1000 * sum(want.values()), rel=1e-6, abs=1000)
+        for f in got.top_self:                   # every function shown, against the hand sum (µs -> ns)
+            assert f.self_samples == pytest.approx(1000 * want[(f.function, f.file)], rel=1e-5, abs=100), (stage, f.function)
+    # what the user reads: the head's time is in BertModel's forward and the torch built-ins it calls,
+    # one name per built-in whatever object it was bound to
+    head = {f.function for f in s.stages["head"].top_self}
+    assert "<built-in function linear>" in head and "forward" in head
+    assert not [f for st in s.stages.values() for f in st.top_self if " at 0x" in f.function]
