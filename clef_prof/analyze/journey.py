@@ -44,6 +44,7 @@ Everything here is a pure function over NumPy arrays; `read` (the SQL) is at the
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -86,15 +87,16 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
     ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
     again here with up to RID_CHARS characters, so long id lists are whole (a longer one is cut:
     `_whole_ids`). `replicas`: the batches of replica ranks (start, end, gtid, lead), read alike."""
-    from .nvtx import read_marks, read_ranges
+    from .nvtx import MARK_TYPES, read_ids, read_ranges
     from .ranks import rid_keys
 
     if len(read_ranges(cap, domain, [], [REQUEST], probe=True)) == 0:
         return None
-    r = read_ranges(cap, domain, [], [REQUEST])
-    requests = Table(start=r.start, end=r.end, gtid=r.gtid, rid=rid_keys(r.name))[np.lexsort((r.gtid, r.start))]
-    m = read_marks(cap, domain, [ENQUEUED])
-    marks = Table(time=m.start, gtid=m.gtid, rid=rid_keys(m.name))
+    r, raw = read_ids(cap, domain, REQUEST)
+    requests = Table(start=r["start"], end=r["end"], gtid=r["gtid"], rid=_ids_of(r["id"], raw, rid_keys))
+    requests = requests[np.lexsort((requests["gtid"], requests["start"]))]
+    m, raw = read_ids(cap, domain, ENQUEUED, MARK_TYPES)
+    marks = Table(time=m["start"], gtid=m["gtid"], rid=_ids_of(m["id"], raw, rid_keys))
     rids = np.full(len(batches), "", dtype=object)
     reps = None
     if len(batches):
@@ -106,6 +108,14 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
                          rids=_align(replicas, full.start, full.end, full.gtid, keys))
     b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
     return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern, reps)
+
+
+def _ids_of(ids: np.ndarray, raw: np.ndarray, keys) -> np.ndarray:
+    """The ids read_ids cut out in SQL, and `keys` (ranks.rid_keys) of the other rows' messages."""
+    other = np.flatnonzero(raw != "")
+    if len(other):
+        ids[other] = keys(raw[other])
+    return ids
 
 
 def _whole_ids(names: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -249,8 +259,13 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     lone = claims(reps["rids"][reps["twin"] < 0])[1] if reps is not None else np.zeros(0, dtype=object)
     c_req, renamed = request_ids(c_rid, inp.engine_id_pattern)
     m_req, _ = request_ids(mk["rid"], inp.engine_id_pattern)
-    uniq, codes = factorize(np.concatenate([q["rid"], m_req, c_req]).astype(object))
-    q_code, m_code, c_code = codes[:n], codes[n:n + len(mk)], codes[n + len(mk):]
+    # ids as codes of the request ranges' distinct ids; a mark's or a row's id that no request
+    # range has is -1 (it meets none)
+    index = dict(zip(dict.fromkeys(q["rid"]), itertools.count()))
+    q_code = np.fromiter(map(index.__getitem__, q["rid"]), np.int64, n)
+    m_code = np.fromiter(map(index.get, m_req, itertools.repeat(_NONE)), np.int64, len(m_req))
+    c_code = np.fromiter(map(index.get, c_req, itertools.repeat(_NONE)), np.int64, len(c_req))
+    del index
 
     # each row (claim) to the request of its id whose range holds its batch's start: the latest of
     # the id to start at or before it, not cut, ending at or after it
@@ -325,14 +340,22 @@ def _rank_union(batches: Table, replicas: Table | None) -> tuple[Table, Table | 
 
 def segments(r0, r1, e, has_e, b0, b1, has_b, c0, c1, has_c) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The segments (ns) of journeys with the given points (-1 and has_* False where absent), and
-    which journeys had a point out of order (moved up to the point before it)."""
+    which journeys had a point out of order (moved up to the point before it). Points are put in
+    order one column at a time (the running maximum of the points so far, capped at R1): a few
+    arrays of one column each at a time, not a table of all seven."""
     lo = np.iinfo(np.int64).min
-    pts = np.stack([r0, np.where(has_e, e, lo), np.where(has_b, b0, lo), np.where(has_b, b1, lo),
-                    np.where(has_c, c0, lo), np.where(has_c, c1, lo), r1], axis=1)
-    fixed = np.minimum(np.maximum.accumulate(pts, axis=1), r1[:, None])
-    present = np.stack([np.ones_like(has_e), has_e, has_b, has_b, has_c, has_c, np.ones_like(has_e)], axis=1)
-    ooo = ((fixed != pts) & present).any(axis=1)
-    R0, E, B0, B1, C0, C1, R1 = fixed.T
+    R0 = np.minimum(r0, r1)
+    ooo = R0 != r0
+    run = r0.astype(np.int64, copy=True)
+    fixed = []
+    for p, has in ((e, has_e), (b0, has_b), (b1, has_b), (c0, has_c), (c1, has_c)):
+        np.maximum(run, np.where(has, p, lo), out=run)
+        f = np.minimum(run, r1)
+        ooo |= has & (f != p)
+        fixed.append(f)
+    del run
+    E, B0, B1, C0, C1 = fixed
+    R1 = r1
     seg = {
         "receive": np.where(has_e, E - R0, 0),
         "queue": np.where(has_e & has_b, B0 - E, 0),
@@ -342,7 +365,7 @@ def segments(r0, r1, e, has_e, b0, b1, has_b, c0, c1, has_c) -> tuple[dict[str, 
         "send": np.where(has_c, R1 - C1, np.where(has_b, R1 - B1, 0)),
     }
     seg["unattributed"] = (R1 - R0) - sum(seg.values())
-    return {k: v.astype(np.int64) for k, v in seg.items()}, ooo
+    return {k: v.astype(np.int64, copy=False) for k, v in seg.items()}, ooo
 
 
 def complete(t: Table) -> np.ndarray:

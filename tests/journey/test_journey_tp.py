@@ -92,3 +92,25 @@ def test_a_second_rank_batch_without_twin(capture, tmp_path):
     alone = a.journeys["batch"] == 10
     assert alone.sum() == size and (a.journeys["other_ranks_ns"][alone] == 0).all()
     assert (a.journeys["batch_end"][alone] == a.stages.batches["end"][10]).all()
+
+
+def test_ids_after_which_a_message_goes_on(capture, tmp_path):
+    """Request and enqueue messages whose id is followed by more (a blank, `;`, `)`, a Unicode space)
+    or held as a registered string (textId) meet their batches as the plain ones do: analyze cuts the
+    id out in SQL only where nothing follows it, and reads the others with the id pattern."""
+    src = capture(NAME)
+    sid = sql(src, "SELECT max(id) + 1 FROM StringIds")[0][0]
+    db = edited_copy(src, tmp_path / "edited.sqlite",
+                     "UPDATE NVTX_EVENTS SET text = text || ' extra=1' WHERE text = 'request rid=[rid-1]'",
+                     "UPDATE NVTX_EVENTS SET text = text || ';x' WHERE text = 'request rid=[rid-2]'",
+                     ("UPDATE NVTX_EVENTS SET text = text || ? WHERE text = 'request rid=[rid-3]'", ("\u2003z",)),
+                     "UPDATE NVTX_EVENTS SET text = text || ')' WHERE text = 'enqueued rid=[rid-4]'",
+                     f"INSERT INTO StringIds (id, value) VALUES ({sid}, 'request rid=[rid-5]')",
+                     f"UPDATE NVTX_EVENTS SET text = NULL, textId = {sid} WHERE text = 'request rid=[rid-5]'")
+    edited, plain = analyze(str(db)), analyze(str(src))
+    check(edited, compute(db, ranks=True))
+    assert edited.result.journey.complete == 300 and edited.result.journey.unclaimed_batch_ids == 0
+    a, b = edited.journeys, plain.journeys
+    assert {"[rid-1]", "[rid-2]", "[rid-3]", "[rid-5]"} <= set(a["rid"].tolist())
+    for col in a.columns:
+        assert np.array_equal(a[col], b[col]), col
