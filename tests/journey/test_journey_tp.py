@@ -7,9 +7,15 @@ unclaimed. Every segment of every request is held against tests/journey_oracle.p
 ranks) and against the program's own count (the truth file)."""
 from __future__ import annotations
 
+import csv
+import io
+
 import numpy as np
 
+import clef_prof
+from clef_prof.analyze.journey import batch_stage_ns
 from clef_prof.analyze.result import analyze
+from clef_prof.explore import text
 from conftest import edited_copy, sql
 from journey_oracle import check, compute
 
@@ -57,12 +63,16 @@ def test_every_journey_on_two_ranks(capture, truth):
     assert (t["batch_start"] == starts).all() and (t["batch_end"] == ends).all()
     assert (t["batch_ns"] == ends - starts).all()
     # the batch segment's parts close it: the first rank's stages, (no stage), (other ranks)
-    from clef_prof.analyze.journey import batch_stage_ns
     parts = batch_stage_ns(t, {s: a.batch_table[f"{s}_ns"] for s in a.config.stages}, ranks=True)
     assert (sum(parts.values()) == t["batch_ns"]).all()
     assert (parts["(other ranks)"] >= 0).all() and (parts["(other ranks)"] > 0).mean() > 0.5
     assert (parts["(no stage)"] >= 0).all()
     assert "(other ranks)" in j.batch_stages
+    # the data model's and the CSV's rows carry it
+    df = clef_prof.open(str(db)).requests
+    assert len(df) == n and (df["other_ranks_ns"].to_numpy() == t["other_ranks_ns"]).all()
+    rows = list(csv.DictReader(io.StringIO(text.render_journeys_csv(t))))
+    assert [int(r["other_ranks_ns"]) for r in rows] == t["other_ranks_ns"].tolist()
     # the segments close end-to-end exactly
     segs = sum(t[f"{s}_ns"] for s in ("receive", "queue", "batch", "after_batch", "encode", "send", "unattributed"))
     assert (segs == t["e2e_ns"]).all() and (t["unattributed_ns"] == 0).all()
