@@ -4,20 +4,25 @@ hands each step to 2 rank processes that both run it (same `rid=` list, same sta
 both answers before it wakes the handlers. Each request is counted once; its batch runs from the
 earliest start of its batch on either rank to the latest end; the second rank's batch ids are not
 unclaimed. Every segment of every request is held against tests/journey_oracle.py (its own SQL, with
-ranks) and against the program's own count (the truth file)."""
+ranks) and against the program's own count (the truth file); the program is also recorded afresh."""
 from __future__ import annotations
 
 import csv
 import io
+import json
+import os
+import sys
 
 import numpy as np
+import pytest
 
 import clef_prof
 from clef_prof.analyze.journey import batch_stage_ns
 from clef_prof.analyze.result import analyze
 from clef_prof.explore import text
-from conftest import edited_copy, sql
+from conftest import ROOT, edited_copy, sql
 from journey_oracle import check, compute
+from recording import profile
 
 NAME = "cpu23-tp-journey"
 
@@ -124,3 +129,16 @@ def test_ids_after_which_a_message_goes_on(capture, tmp_path):
     assert {"[rid-1]", "[rid-2]", "[rid-3]", "[rid-5]"} <= set(a["rid"].tolist())
     for col in a.columns:
         assert np.array_equal(a[col], b[col]), col
+
+
+@pytest.mark.nsys("2023.4")
+def test_recorded_now(tmp_path):
+    """The program recorded here and now (90 requests): the same rules hold on a fresh capture."""
+    own = tmp_path / "own.json"
+    db = profile([sys.executable, ROOT / "tests" / "programs" / "journey_tp.py", "90", own], tmp_path / "cap",
+                 "2023.4", {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path, trace="nvtx")
+    a = analyze(str(db))
+    check(a, compute(db, ranks=True))
+    j, steps = a.result.journey, json.loads(own.read_text())["steps"]
+    assert j.request_ranges == j.complete == 90 and j.replica_batch_ids == j.batch_ids == 90
+    assert j.unclaimed_batch_ids == 0 and len(a.stages.batches) == len(steps)
