@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +24,7 @@ from clef_prof.explore import text
 from conftest import ROOT, edited_copy, sql
 from journey_oracle import check, compute
 from recording import profile
+from trace_rules import violations
 
 NAME = "cpu23-tp-journey"
 
@@ -142,3 +144,16 @@ def test_recorded_now(tmp_path):
     j, steps = a.result.journey, json.loads(own.read_text())["steps"]
     assert j.request_ranges == j.complete == 90 and j.replica_batch_ids == j.batch_ids == 90
     assert j.unclaimed_batch_ids == 0 and len(a.stages.batches) == len(steps)
+
+
+def test_chrome_trace_of_the_ranks(capture, tmp_path):
+    """The Chrome trace of the TP capture holds the format's rules: each request's flow starts on its
+    batch segment (from the earliest rank's start) and ends on its first rank's batch range."""
+    out = tmp_path / "trace.json"
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "export", "--chrome-trace", str(out), str(capture(NAME))],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert violations(doc) == []
+    assert doc["otherData"]["requests"] == 300
+    assert sum(e["ph"] == "s" for e in doc["traceEvents"]) == sum(e["ph"] == "f" for e in doc["traceEvents"]) == 300
