@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time and peak memory of `analyze` with and without the request journeys, on a tiled capture.
 
-    python benchmarks/bench_journey.py                       # tests/data/gpu25-journey x45: ~100k requests, ~1.1 GB
+    python benchmarks/bench_journey.py                       # tests/data/gpu25-journey x45: ~100k requests, 0.47 GB
+    python benchmarks/bench_journey.py --size 1G             # tiled to 1 GiB: ~210k requests
     python benchmarks/bench_journey.py --tiles 5             # a smaller one
     python benchmarks/bench_journey.py --export BIG.sqlite   # an export made before
 
@@ -41,6 +42,31 @@ print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_S
 """
 
 
+def distinct_ids(src: str, export: str) -> int:
+    """Give every tile its own request ids: the copies of `scale_export` repeat the source's ids, so
+    a capture tiled K times has the distinct messages of one tile only, and work done once per
+    distinct message (the ids' parse) would be K times too cheap. Each id in a request range, an
+    enqueue mark or a batch's `rid=` list gets `t<k>`, k the tile it lies in (start // the source's
+    span). Returns the rows changed."""
+    import sqlite3
+
+    con = sqlite3.connect(src)
+    span = con.execute("SELECT max(duration) FROM ANALYSIS_DETAILS").fetchone()[0]
+    con.close()
+    con = sqlite3.connect(export)
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    with con:
+        k = f"'t' || (start / {int(span)})"
+        n = con.execute(f"UPDATE NVTX_EVENTS SET text = text || {k} "
+                        "WHERE text LIKE 'request rid=%' OR text LIKE 'enqueued rid=%'").rowcount
+        n += con.execute(f"UPDATE NVTX_EVENTS SET text = replace(text, ',', {k} || ',') || {k} "
+                         "WHERE text LIKE '% rid=%' AND text NOT LIKE 'request rid=%' "
+                         "AND text NOT LIKE 'enqueued rid=%'").rowcount
+    con.close()
+    return n
+
+
 def run(export: str, mode: str) -> dict:
     p = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), export, mode], capture_output=True, text=True,
                        check=True)
@@ -49,9 +75,13 @@ def run(export: str, mode: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiles", type=int, default=45)
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--tiles", type=int, default=45)
+    size.add_argument("--size", help="tile to this size instead (scale_export.py --size: 1G, 500M)")
     ap.add_argument("--export", help="an export to use instead of tiling tests/data/gpu25-journey")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--same-ids", action="store_true",
+                    help="keep the source's request ids in every tile (by default each tile gets its own: distinct_ids)")
     a = ap.parse_args()
     tmp = None
     export = a.export
@@ -61,8 +91,11 @@ def main() -> None:
         with lzma.open(ROOT / "tests" / "data" / "gpu25-journey.sqlite.xz") as f, open(src, "wb") as g:
             shutil.copyfileobj(f, g)
         export = os.path.join(tmp, "tiled.sqlite")
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_export.py"), src, export, "--tiles",
-                        str(a.tiles)], check=True, capture_output=True)
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_export.py"), src, export,
+                        *(["--size", a.size] if a.size else ["--tiles", str(a.tiles)])], check=True, capture_output=True)
+        if not a.same_ids:
+            print(f"distinct ids per tile: {distinct_ids(src, export):,} messages changed")
+        os.unlink(src)
     try:
         print(f"export: {export} ({os.path.getsize(export) / 1e9:.2f} GB)")
         out = {}

@@ -18,6 +18,7 @@ class Oracle:
     claims: list = field(default_factory=list)        # (batch start, rid) of every id a batch names
     unclaimed: set = field(default_factory=set)       # ids no request range took
     taken: set = field(default_factory=set)           # (batch start, rid as named) of the claims requests took
+    replica_claims: int = 0                           # ids named by other ranks' batches twinned with the first's
 
 
 def _text(con) -> str:
@@ -26,10 +27,17 @@ def _text(con) -> str:
     return "COALESCE(s.value, e.text)" if "textId" in has else "e.text"
 
 
-def compute(path, domain: str = "clef", batch: str = "pooler", engine_id_pattern: str | None = None) -> Oracle:
+def compute(path, domain: str = "clef", batch: str = "pooler", engine_id_pattern: str | None = None,
+            ranks: bool = False) -> Oracle:
     """With `engine_id_pattern`, an id named by a batch or a mark that matches it in full stands for
     its group's request id; a request's batch is the latest-starting one in its range that names
-    it, and every claim in its range is taken (its rows)."""
+    it, and every claim in its range is taken (its rows).
+
+    With `ranks`, every process holding batches is a tensor-parallel rank running the same batches:
+    the batches of the lowest pid (the first rank) are the ones requests take and whose ids count;
+    the request's batch on each other rank is that rank's batch with the same id list nearest in
+    start, and its batch runs from the earliest of their starts to the latest of their ends. A batch
+    of another rank with no such twin among the first rank's has its ids counted, and unclaimed."""
 
     def req_id(x: str) -> str:
         m = re.fullmatch(engine_id_pattern, x) if engine_id_pattern else None
@@ -67,11 +75,30 @@ def compute(path, domain: str = "clef", batch: str = "pooler", engine_id_pattern
     for start, end, gtid, text in batches:
         m = re.search(r"rid=([^\s;)]+)", text)
         ids = [i for i in (m.group(1).split(",") if m else []) if i and i != "..."]
-        blist.append((start, end, gtid, ids))
+        blist.append((start, end, gtid, tuple(ids)))
+    others: list = []                   # the batches of the ranks after the first
+    if ranks and blist:
+        first = min(g >> 24 for _, _, g, _ in blist)
+        others = [b for b in blist if b[2] >> 24 != first]
+        blist = [b for b in blist if b[2] >> 24 == first]
+
+    def nearest(procs_batches, ids, t0):
+        same = [b for b in procs_batches if b[3] == ids]
+        return min(same, key=lambda b: abs(b[0] - t0)) if same else None
+
+    twinned = set()
+    for b in blist:
+        for pk in {x[2] >> 24 for x in others}:
+            tw = nearest([x for x in others if x[2] >> 24 == pk], b[3], b[0]) if b[3] else None
+            if tw is not None:
+                twinned.add(tw)
+    lone = [b for b in others if b not in twinned]
+    for start, _, _, ids in blist + lone:
         o.claims += [(start, i) for i in ids]
+    o.replica_claims = sum(len(b[3]) for b in twinned)
     # encode ranges outside every batch range of their thread
     encodes = [(s, e, g) for s, e, g, _ in encodes_all
-               if e is not None and not any(bg == g and bs <= s and e <= be for bs, be, bg, _ in blist)]
+               if e is not None and not any(bg == g and bs <= s and e <= be for bs, be, bg, _ in blist + others)]
     marks_of: dict[str, list[int]] = {}
     for t, _, _, tx in marks:
         marks_of.setdefault(req_id(rid_of(tx)), []).append(t)
@@ -85,8 +112,16 @@ def compute(path, domain: str = "clef", batch: str = "pooler", engine_id_pattern
         if r1 is None or (session_end is not None and r1 >= session_end):
             o.cut.append(rid)
             continue
-        cands = [(b, named) for b, named in batches_of.get(rid, []) if r0 <= b[0] <= r1]
-        b = max((b for b, _ in cands), key=lambda b: b[0]) if cands else None
+        span = {}                       # a first-rank batch -> (start, end) over its twins on every rank
+        for b_, _ in batches_of.get(rid, []):
+            tws = [nearest([x for x in others if x[2] >> 24 == pk], b_[3], b_[0])
+                   for pk in {x[2] >> 24 for x in others}]
+            tws = [x for x in tws if x is not None and x in twinned]
+            span[b_] = (min([b_[0]] + [x[0] for x in tws]), max([b_[1]] + [x[1] for x in tws]))
+        cands = [(b, named) for b, named in batches_of.get(rid, []) if r0 <= span[b][0] <= r1]
+        b = max((b for b, _ in cands), key=lambda b: span[b][0]) if cands else None
+        if b is not None:
+            b = (*span[b], b[2], b[3])
         ms = [t for t in marks_of.get(rid, []) if r0 <= t <= r1]
         e = min(ms) if ms else None
         floor = b[1] if b else (e if e is not None else r0)
@@ -145,3 +180,4 @@ def check(analysis, oracle: Oracle) -> None:
     assert j.cut_by_window == len(oracle.cut)
     assert j.batch_ids == len(oracle.claims)
     assert j.unclaimed_batch_ids == len(set(oracle.claims) - oracle.taken)
+    assert j.replica_batch_ids == oracle.replica_claims

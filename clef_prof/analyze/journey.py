@@ -27,6 +27,14 @@ first mark of its id in [R0, R1]; its encode, the last
 after B1 (or E, or R0). For a coroutine handler that does not `await` between its encode and its
 return, that is its own encode even with other requests interleaved on the loop's thread.
 
+Tensor-parallel ranks run every batch in each rank's process, with the same ids; analyze keeps the
+first rank's batches (clef_prof.analyze.ranks) and the others' are its replicas. A replica batch is
+the twin of the first rank's batch with the same id list nearest in start; a request's batch then
+runs from the earliest start of its batch on any rank to the latest end (the union of the twins'
+spans): the batch is underway once one rank has started it, and the front end that gathers every
+rank's answer waits for the last. The replicas' ids are counted once, with the first rank's (a
+replica batch with no twin has its ids counted unclaimed).
+
 A server that renames ids on their way to the engine (vLLM: the API server's `<id>` becomes
 `embd-<id>-<n>-<8 hex>`, one per prompt) is joined by a pattern (a spec's
 `[request].engine_id_pattern`): a row's or a mark's id that matches it in full stands for its one
@@ -36,6 +44,7 @@ Everything here is a pure function over NumPy arrays; `read` (the SQL) is at the
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -69,29 +78,44 @@ class Inputs:
     encodes: Table
     session_end: int | None = None
     engine_id_pattern: str | None = None
+    replicas: Table | None = None       # replica ranks' batches: start, end, gtid, lead (first rank's pid key), rids
 
 
 def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Table,
-         engine_id_pattern: str | None = None) -> Inputs | None:
+         engine_id_pattern: str | None = None, replicas: Table | None = None) -> Inputs | None:
     """The request ranges, enqueue marks and full batch rid lists of `domain` (None without request
     ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
     again here with up to RID_CHARS characters, so long id lists are whole (a longer one is cut:
-    `_whole_ids`)."""
-    from .nvtx import read_marks, read_ranges
+    `_whole_ids`). `replicas`: the batches of replica ranks (start, end, gtid, lead), read alike."""
+    from .nvtx import MARK_TYPES, read_ids, read_ranges
     from .ranks import rid_keys
 
     if len(read_ranges(cap, domain, [], [REQUEST], probe=True)) == 0:
         return None
-    r = read_ranges(cap, domain, [], [REQUEST])
-    requests = Table(start=r.start, end=r.end, gtid=r.gtid, rid=rid_keys(r.name))[np.lexsort((r.gtid, r.start))]
-    m = read_marks(cap, domain, [ENQUEUED])
-    marks = Table(time=m.start, gtid=m.gtid, rid=rid_keys(m.name))
+    r, raw = read_ids(cap, domain, REQUEST)
+    requests = Table(start=r["start"], end=r["end"], gtid=r["gtid"], rid=_ids_of(r["id"], raw, rid_keys))
+    requests = requests[np.lexsort((requests["gtid"], requests["start"]))]
+    m, raw = read_ids(cap, domain, ENQUEUED, MARK_TYPES)
+    marks = Table(time=m["start"], gtid=m["gtid"], rid=_ids_of(m["id"], raw, rid_keys))
     rids = np.full(len(batches), "", dtype=object)
+    reps = None
     if len(batches):
         full = read_ranges(cap, domain, [], [batch_name], chars=RID_CHARS + 1)
-        rids = _align(batches, full.start, full.end, full.gtid, _whole_ids(full.name, rid_keys(full.name)))
+        keys = _whole_ids(full.name, rid_keys(full.name))
+        rids = _align(batches, full.start, full.end, full.gtid, keys)
+        if replicas is not None and len(replicas):
+            reps = Table(start=replicas["start"], end=replicas["end"], gtid=replicas["gtid"], lead=replicas["lead"],
+                         rids=_align(replicas, full.start, full.end, full.gtid, keys))
     b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
-    return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern)
+    return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern, reps)
+
+
+def _ids_of(ids: np.ndarray, raw: np.ndarray, keys) -> np.ndarray:
+    """The ids read_ids cut out in SQL, and `keys` (ranks.rid_keys) of the other rows' messages."""
+    other = np.flatnonzero(raw != "")
+    if len(other):
+        ids[other] = keys(raw[other])
+    return ids
 
 
 def _whole_ids(names: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -186,17 +210,44 @@ def _last_at_or_before(key_code, key_t, code, t) -> np.ndarray:
     return np.where(ok, jj, _NONE)
 
 
+def twins(batches: Table, replicas: Table) -> np.ndarray:
+    """For each replica batch, the index of its twin among `batches` (the first rank's): the batch
+    of its first rank (`lead` = the batch's gtid >> 24) with the same id list whose start is nearest;
+    -1 when none (or the replica names no ids)."""
+    if len(replicas) == 0 or len(batches) == 0:
+        return np.full(len(replicas), _NONE, np.int64)
+    n = len(batches)
+    pk = np.concatenate([batches["gtid"].astype(np.int64) >> 24, replicas["lead"].astype(np.int64)])
+    texts = np.concatenate([batches["rids"], replicas["rids"]]).astype(object)
+    _, tcode = factorize(texts)
+    _, code = np.unique(np.stack([pk, tcode], axis=1), axis=0, return_inverse=True)
+    code = code.ravel().astype(np.int64)
+    bs, rs = batches["start"].astype(np.int64), replicas["start"].astype(np.int64)
+    order = np.lexsort((bs, code[:n]))
+    kc, kt = code[:n][order], bs[order]
+    before = _last_at_or_before(kc, kt, code[n:], rs)
+    after = _first_at_or_after(kc, kt, code[n:], rs)
+    gap_b = np.where(before >= 0, rs - kt[np.maximum(before, 0)], np.iinfo(np.int64).max)
+    gap_a = np.where(after >= 0, kt[np.maximum(after, 0)] - rs, np.iinfo(np.int64).max)
+    pick = np.where(gap_a < gap_b, after, before)
+    out = np.where(pick >= 0, order[np.maximum(pick, 0)], _NONE)
+    return np.where(replicas["rids"] != "", out, _NONE).astype(np.int64)
+
+
 def journeys(inp: Inputs) -> tuple[Table, dict]:
     """One row per request range, and what did not meet (`meta`).
 
     Columns: rid, gtid, start, end, cut (the range is open at the capture's end), enqueue, batch
     (index into the batches, -1: none), batch_size, batch_rows (the rows of batches it took: its
     prompts, or steps), batch_start, batch_end, encode_start, encode_end (-1 where absent),
-    out_of_order, e2e_ns and one `<segment>_ns` per SEGMENTS (0 for a cut request). meta: claims
-    (ids named by batches), unclaimed (claim indices no request took), claim_rid (as the batches
-    name them), rid_cut_batches (batches whose id list was cut), renamed (claims the engine id
-    pattern matched)."""
-    q, mk, b, enc = inp.requests, inp.marks, inp.batches, inp.encodes
+    out_of_order, e2e_ns, other_ranks_ns (the batch segment outside its first rank's span: 0 without
+    replica ranks) and one `<segment>_ns` per SEGMENTS (0 for a cut request). meta: claims (ids named
+    by batches), unclaimed (claim indices no request took), claim_rid (as the batches name them),
+    rid_cut_batches (batches whose id list was cut), renamed (claims the engine id pattern matched),
+    replica_claims (ids named by replica ranks' batches with a twin, counted with it), ranks (whether
+    the batches have replica ranks)."""
+    q, mk, enc = inp.requests, inp.marks, inp.encodes
+    b, reps = _rank_union(inp.batches, inp.replicas)
     n = len(q)
     r0, r1 = q["start"].astype(np.int64), q["end"].astype(np.int64)
     cut = r1 < r0
@@ -205,10 +256,16 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     r1c = np.where(cut, r0, r1)
 
     c_batch, c_rid, rid_cut = claims(b["rids"])
+    lone = claims(reps["rids"][reps["twin"] < 0])[1] if reps is not None else np.zeros(0, dtype=object)
     c_req, renamed = request_ids(c_rid, inp.engine_id_pattern)
     m_req, _ = request_ids(mk["rid"], inp.engine_id_pattern)
-    uniq, codes = factorize(np.concatenate([q["rid"], m_req, c_req]).astype(object))
-    q_code, m_code, c_code = codes[:n], codes[n:n + len(mk)], codes[n + len(mk):]
+    # ids as codes of the request ranges' distinct ids; a mark's or a row's id that no request
+    # range has is -1 (it meets none)
+    index = dict(zip(dict.fromkeys(q["rid"]), itertools.count()))
+    q_code = np.fromiter(map(index.__getitem__, q["rid"]), np.int64, n)
+    m_code = np.fromiter(map(index.get, m_req, itertools.repeat(_NONE)), np.int64, len(m_req))
+    c_code = np.fromiter(map(index.get, c_req, itertools.repeat(_NONE)), np.int64, len(c_req))
+    del index
 
     # each row (claim) to the request of its id whose range holds its batch's start: the latest of
     # the id to start at or before it, not cut, ending at or after it
@@ -253,25 +310,52 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     for s in seg.values():
         s[cut] = 0
     size = np.where(has_b, b["size"][np.maximum(bidx, 0)] if len(b) else 0, 0).astype(np.int64)
+    own = b["own_end"] - b["own_start"]
+    other = np.where(has_b & ~cut, seg["batch"] - (own[np.maximum(bidx, 0)] if len(b) else 0), 0)
     t = Table(rid=q["rid"], gtid=q["gtid"], start=r0, end=r1, cut=cut, enqueue=e, batch=bidx.astype(np.int64),
               batch_size=size, batch_rows=rows, batch_start=b0, batch_end=b1, encode_start=c0, encode_end=c1,
-              out_of_order=ooo & ~cut, e2e_ns=np.where(cut, 0, r1c - r0),
+              out_of_order=ooo & ~cut, e2e_ns=np.where(cut, 0, r1c - r0), other_ranks_ns=np.maximum(other, 0),
               **{f"{s}_ns": v for s, v in seg.items()})
-    meta = {"claims": len(c_batch), "unclaimed": np.flatnonzero(~used), "claim_rid": c_rid,
-            "rid_cut_batches": int(rid_cut.sum()), "renamed": renamed}
+    meta = {"claims": len(c_batch) + len(lone),
+            "unclaimed": np.r_[np.flatnonzero(~used), len(c_batch) + np.arange(len(lone))].astype(np.int64),
+            "claim_rid": np.concatenate([c_rid, lone]).astype(object), "rid_cut_batches": int(rid_cut.sum()),
+            "renamed": renamed, "ranks": reps is not None,
+            "replica_claims": len(claims(reps["rids"][reps["twin"] >= 0])[1]) if reps is not None else 0}
     return t, meta
+
+
+def _rank_union(batches: Table, replicas: Table | None) -> tuple[Table, Table | None]:
+    """`batches` with own_start/own_end (their own span) and start/end widened to the union with
+    their replica twins' spans; the replicas with their `twin` (None without replicas)."""
+    b = batches.assign(own_start=batches["start"].astype(np.int64), own_end=batches["end"].astype(np.int64))
+    if replicas is None or len(replicas) == 0:
+        return b, None
+    tw = twins(batches, replicas)
+    ok = tw >= 0
+    start, end = b["own_start"].copy(), b["own_end"].copy()
+    np.minimum.at(start, tw[ok], replicas["start"].astype(np.int64)[ok])
+    np.maximum.at(end, tw[ok], replicas["end"].astype(np.int64)[ok])
+    return b.assign(start=start, end=end), replicas.assign(twin=tw)
 
 
 def segments(r0, r1, e, has_e, b0, b1, has_b, c0, c1, has_c) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The segments (ns) of journeys with the given points (-1 and has_* False where absent), and
-    which journeys had a point out of order (moved up to the point before it)."""
+    which journeys had a point out of order (moved up to the point before it). Points are put in
+    order one column at a time (the running maximum of the points so far, capped at R1): a few
+    arrays of one column each at a time, not a table of all seven."""
     lo = np.iinfo(np.int64).min
-    pts = np.stack([r0, np.where(has_e, e, lo), np.where(has_b, b0, lo), np.where(has_b, b1, lo),
-                    np.where(has_c, c0, lo), np.where(has_c, c1, lo), r1], axis=1)
-    fixed = np.minimum(np.maximum.accumulate(pts, axis=1), r1[:, None])
-    present = np.stack([np.ones_like(has_e), has_e, has_b, has_b, has_c, has_c, np.ones_like(has_e)], axis=1)
-    ooo = ((fixed != pts) & present).any(axis=1)
-    R0, E, B0, B1, C0, C1, R1 = fixed.T
+    R0 = np.minimum(r0, r1)
+    ooo = R0 != r0
+    run = r0.astype(np.int64, copy=True)
+    fixed = []
+    for p, has in ((e, has_e), (b0, has_b), (b1, has_b), (c0, has_c), (c1, has_c)):
+        np.maximum(run, np.where(has, p, lo), out=run)
+        f = np.minimum(run, r1)
+        ooo |= has & (f != p)
+        fixed.append(f)
+    del run
+    E, B0, B1, C0, C1 = fixed
+    R1 = r1
     seg = {
         "receive": np.where(has_e, E - R0, 0),
         "queue": np.where(has_e & has_b, B0 - E, 0),
@@ -281,7 +365,7 @@ def segments(r0, r1, e, has_e, b0, b1, has_b, c0, c1, has_c) -> tuple[dict[str, 
         "send": np.where(has_c, R1 - C1, np.where(has_b, R1 - B1, 0)),
     }
     seg["unattributed"] = (R1 - R0) - sum(seg.values())
-    return {k: v.astype(np.int64) for k, v in seg.items()}, ooo
+    return {k: v.astype(np.int64, copy=False) for k, v in seg.items()}, ooo
 
 
 def complete(t: Table) -> np.ndarray:
@@ -307,16 +391,21 @@ def tail(e2e_ns: np.ndarray, pct: float = TAIL_PCT) -> np.ndarray:
     return e2e_ns >= percentile(e2e_ns, pct)
 
 
-def batch_stage_ns(t: Table, stage_ns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each request's batch segment split by its batch's stages (the stages' host ns in that batch)
-    plus `(no stage)`, the rest of the span: one column per name, 0 for requests without a batch."""
+def batch_stage_ns(t: Table, stage_ns: dict[str, np.ndarray], ranks: bool = False) -> dict[str, np.ndarray]:
+    """Each request's batch segment split by its batch's stages (the stages' host ns in that batch,
+    on its first rank), `(no stage)`, the rest of the first rank's span, and with replica ranks
+    `(other ranks)`, the part of the union of the ranks' spans outside the first rank's: one column
+    per name, 0 for requests without a batch."""
     b = t["batch"]
     ok = b >= 0
     out = {}
     for name, per_batch in stage_ns.items():
         v = np.asarray(per_batch, dtype=np.int64)
         out[name] = np.where(ok, v[np.maximum(b, 0)] if len(v) else 0, 0)
-    out["(no stage)"] = t["batch_ns"] - (sum(out.values()) if out else 0)
+    other = t["other_ranks_ns"] if ranks else 0
+    out["(no stage)"] = t["batch_ns"] - other - (sum(out.values()) if out else 0)
+    if ranks:
+        out["(other ranks)"] = other
     return out
 
 
@@ -350,7 +439,8 @@ def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: flo
         unclaimed_batch_ids=int(len(unclaimed)), batches_with_cut_ids=int(meta["rid_cut_batches"]),
         tail_requests=int(tl.sum()), renamed_batch_ids=int(meta.get("renamed", 0)), e2e_ms_mean=e["mean_ms"], e2e_ms_p50=e["p50_ms"], e2e_ms_p99=e["p99_ms"],
         segments={s: seg(t[f"{s}_ns"]) for s in SEGMENTS},
-        batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns).items()},
+        batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns, meta.get("ranks", False)).items()},
+        replica_batch_ids=int(meta.get("replica_claims", 0)),
         listed={"cut_by_window": _ids(t["rid"][cut]), "without_batch": _ids(t["rid"][nob]),
                 "unclaimed_batch_ids": _ids(meta["claim_rid"][unclaimed])})
 

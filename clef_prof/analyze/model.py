@@ -327,6 +327,7 @@ class Journey:
     listed: dict[str, list[str]]        # "cut_by_window", "without_batch", "unclaimed_batch_ids": ids
     client: ClientCheck | None = None
     renamed_batch_ids: int = 0          # batch ids the engine id pattern turned into request ids
+    replica_batch_ids: int = 0          # ids named by replica ranks' batches, counted once with the first rank's
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

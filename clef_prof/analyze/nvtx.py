@@ -1,6 +1,7 @@
 """Read NVTX ranges of one domain from an export, with names resolved and filtering in SQL."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +112,34 @@ def read_ranges(cap: Export, domain: str, exact: list[str], prefixes: list[str],
 def read_marks(cap: Export, domain: str, prefixes: list[str]) -> Ranges:
     """Marks of `domain` whose message starts with `prefix + ' '` (start is the mark's time)."""
     return read_ranges(cap, domain, [], prefixes, types=MARK_TYPES)
+
+
+# what ends an id in a message (redact.RID: whitespace as Python's \s, ';' and ')')
+_ID_STOP = re.compile("[" + re.escape("".join(c for c in map(chr, range(1, 0x110000)) if c.isspace()) + ";)") + "]")
+
+
+def read_ids(cap: Export, domain: str, prefix: str, types: tuple[int, ...] = RANGE_TYPES) -> tuple[dict, np.ndarray]:
+    """Ranges (or marks, with `types`) of `domain` named `prefix ...`, with the request id of each
+    cut out in SQL where the message is `prefix rid=ID` and ID holds nothing that ends an id (what
+    clef_prof.request and enqueued write): one id string per row, no message string and no regex
+    per row. Returns the columns start, end (-1 when open), gtid, id ("" where not cut out) and
+    the messages of the other rows (`raw`, "" on the rows cut out) for redact.RID."""
+    name, njoin = _name_expr(cap, "e")
+    cte, dcond = _domain_filter(cap, domain)
+    head = f"{prefix} rid="
+    sql = (f"{cte}SELECT start, en, gtid, ok, CASE WHEN ok THEN substr(nm, {len(head) + 1}) ELSE nm END FROM ("
+           f"SELECT e.start AS start, COALESCE(e.\"end\", -1) AS en, e.globalTid AS gtid, {name} AS nm, "
+           f"{name} GLOB {_lit(_glob_escape(head) + '?*')} AS ok "
+           f"FROM NVTX_EVENTS e {njoin} WHERE e.eventType IN ({', '.join(str(int(t)) for t in types)}) AND {dcond}) "
+           f"WHERE nm GLOB {_lit(_glob_escape(prefix) + ' *')}")
+    r = cap.read(sql, ["start", "end", "gtid", "ok", "text"], {"text": "str"})
+    ok, text = r["ok"] != 0, r["text"]
+    if _ID_STOP.search("\x00".join(text[ok])):          # some id has more after it: those rows by the regex
+        ok &= np.fromiter(map(_ID_STOP.search, text), dtype=object, count=len(text)) == None  # noqa: E711
+    ids = np.where(ok, text, "").astype(object)
+    raw = np.where(ok, "", text).astype(object)
+    raw[~ok & (r["ok"] != 0)] = head + text[~ok & (r["ok"] != 0)]
+    return {"start": r["start"], "end": r["end"], "gtid": r["gtid"], "id": ids}, raw
 
 
 @dataclass

@@ -276,7 +276,7 @@ def _journeys(cap: Export, stages: Stages, table: Table):
     encodes = Table(start=enc["start"], end=enc["end"], gtid=enc["gtid"]) if len(enc) else Table(
         start=np.zeros(0, np.int64), end=np.zeros(0, np.int64), gtid=np.zeros(0, np.int64))
     inp = jn.read(cap, stages.config.domain, stages.config.batch, stages.batches, encodes,
-                  stages.config.engine_id_pattern)
+                  stages.config.engine_id_pattern, stages.replicas)
     if inp is None:
         return None, None
     rows, meta = jn.journeys(inp)

@@ -311,6 +311,7 @@ class Capture:
         | receive_ns, queue_ns, batch_ns, after_batch_ns, encode_ns, send_ns, unattributed_ns | ns | its segments (they sum to e2e_ns) |
         | enqueue_ns, batch_start_ns, batch_end_ns, encode_start_ns, encode_end_ns | ns | its points; -1 where absent |
         | out_of_order | bool | a point lay before the one it follows (moved up to it) |
+        | other_ranks_ns | ns | of batch_ns, the part outside its first rank's batch (tensor-parallel ranks; else 0) |
         | batch_start_ns, batch_end_ns, host_ms_per_request, h2d_copies, h2d_bytes, kernel_launches | | as above, of its batch (NaN: none) |
         """
         if self.analysis.journeys is not None:
@@ -344,7 +345,7 @@ class Capture:
                            **{f"{s}_ns": t[f"{s}_ns"] for s in SEGMENTS},
                            "enqueue_ns": t["enqueue"], "batch_start_ns": t["batch_start"], "batch_end_ns": t["batch_end"],
                            "encode_start_ns": t["encode_start"], "encode_end_ns": t["encode_end"],
-                           "out_of_order": t["out_of_order"]})
+                           "out_of_order": t["out_of_order"], "other_ranks_ns": t["other_ranks_ns"]})
         b = self.batches
         has = bi >= 0
         j = np.maximum(bi, 0)

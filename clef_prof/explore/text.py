@@ -386,7 +386,7 @@ def render_csv(result: Result) -> str:
 
 JOURNEY_CSV = ["rid", "pid", "tid", "cut", "batch", "batch_size", "start_ns", "end_ns", "e2e_ns", "receive_ns",
                "queue_ns", "batch_ns", "after_batch_ns", "encode_ns", "send_ns", "unattributed_ns", "enqueue_ns",
-               "batch_start_ns", "batch_end_ns", "encode_start_ns", "encode_end_ns", "out_of_order"]
+               "batch_start_ns", "batch_end_ns", "encode_start_ns", "encode_end_ns", "out_of_order", "other_ranks_ns"]
 
 
 def render_journeys_csv(rows) -> str:
