@@ -21,15 +21,20 @@ def add_load_options(p: argparse.ArgumentParser, url: bool = True) -> None:
     g.add_argument("--request-body", metavar="FILE", help="a JSON file sent as the body of every request, instead of "
                    "generated Clef-style bodies")
     g.add_argument("--request-timeout", type=float, default=30.0, help="seconds before a request counts as an error")
+    g.add_argument("--request-id-field", metavar="NAME", default=None,
+                   help="also put each request's id (its X-Request-Id) into this field of the JSON body, for servers "
+                        "that take their request id from the body (record --preset sglang: rid)")
 
 
-def settings_from(args, url: str | None = None) -> LoadSettings:
+def settings_from(args, url: str | None = None, id_field: str | None = None) -> LoadSettings:
+    """The load of the command line; `id_field`: the preset's body id field, when none is given."""
     if args.concurrency < 1:
         raise ClefError("--concurrency must be at least 1")
     if not 0 < args.request_timeout < math.inf:       # aiohttp takes 0, negative and NaN for no timeout
         raise ClefError("--request-timeout must be a positive number of seconds")
     return LoadSettings(url=url or args.url, path=args.request_path, concurrency=args.concurrency, words=args.words,
-                        questions=args.questions, timeout_s=args.request_timeout, body_file=args.request_body)
+                        questions=args.questions, timeout_s=args.request_timeout, body_file=args.request_body,
+                        id_field=args.request_id_field or id_field)
 
 
 def add_parser(sub) -> None:

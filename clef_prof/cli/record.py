@@ -128,7 +128,7 @@ def config_from(args, server: list[str], out: str | None = None) -> RecordConfig
         stop_body=args.stop_body if args.stop_body != "" else None, call_endpoints=not args.no_endpoints,
         nvtx_capture=args.nvtx_capture, capture_range_end=args.capture_range_end, trace=trace,
         warmup_s=max(0.0, args.warmup), warmup_requests=max(0, args.warmup_requests), duration_s=args.duration,
-        load=None if args.client_cmd else settings_from(args, url), client_cmd=args.client_cmd, spec=args.spec,
+        load=None if args.client_cmd else settings_from(args, url, PRESETS[args.preset].id_field), client_cmd=args.client_cmd, spec=args.spec,
         env=env, stop_timeout=args.stop_timeout, retries=args.retries, finalize_timeout=args.finalize_timeout, export=not args.no_export,
         importer_libs=args.importer_libs, argv=list(sys.argv), quiet=args.quiet, keep_env=args.keep_env,
         profiler=getattr(args, "profiler", "nsys"), py_sampling_hz=args.python_sampling,

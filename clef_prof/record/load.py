@@ -47,6 +47,7 @@ class LoadSettings:
     timeout_s: float = 30.0
     seed: int = 0
     body_file: str | None = None           # a fixed JSON body for every request instead of generated ones
+    id_field: str | None = None            # a body field that carries each request's id too (SGLang's "rid")
 
     def describe(self) -> dict:
         return asdict(self)
@@ -64,6 +65,22 @@ def make_bodies(words: int, questions: int, n: int = 64, seed: int = 0) -> list[
               for j in range(max(0, questions))}
         out.append(json.dumps({"state": state, "questions": qs}, separators=(",", ":")).encode())
     return out
+
+
+def id_stamp(body: bytes, field: str) -> tuple[bytes, bytes]:
+    """(head, tail) of a JSON object body such that head + JSON string + tail is the body with
+    `field` set to that string (first, replacing one the body has): each request's id goes into
+    its body with no JSON parse per request. A body that is not a JSON object is one line."""
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        raise ClefError(f"--request-id-field {field}: the request body is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ClefError(f"--request-id-field {field}: the request body is not a JSON object")
+    obj.pop(field, None)
+    rest = json.dumps(obj, separators=(",", ":")).encode()
+    head = b"{" + json.dumps(field).encode() + b":"
+    return head, (b"," + rest[1:]) if len(obj) else b"}"
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -195,6 +212,7 @@ class Load:
             self.bodies = [body]
         else:
             self.bodies = make_bodies(settings.words, settings.questions, seed=settings.seed)
+        self.stamp = [id_stamp(b, settings.id_field) for b in self.bodies] if settings.id_field else None
         self.done: list[Completion] = []
         self.cancelled = 0
         self.unfinished: list[int] = []          # send times (wall ns) of the requests cancelled at stop
@@ -295,12 +313,15 @@ class Load:
     async def _client(self, session, i: int) -> None:
         k = i
         while not self._stop.is_set():
+            rid = f"{self.id_tag}-{k}"
             body = self.bodies[k % len(self.bodies)]
+            if self.stamp is not None:
+                head, tail = self.stamp[k % len(self.bodies)]
+                body = head + json.dumps(rid).encode() + tail
             k += self.s.concurrency
             sent = self._sending[i] = time.time_ns()
             t0 = time.perf_counter_ns()
-            status, data, err = await post(session, self.url, body, self.s.timeout_s, keep=KEEP_TEXT,
-                                           request_id=f"{self.id_tag}-{k - self.s.concurrency}")
+            status, data, err = await post(session, self.url, body, self.s.timeout_s, keep=KEEP_TEXT, request_id=rid)
             if err is None and not 200 <= status < 300:
                 text = data[:120].decode("utf-8", "replace").strip()
                 err = f"HTTP {status}: {text}" if text else f"HTTP {status}"

@@ -29,6 +29,7 @@ class Preset:
     env: tuple[tuple[str, str], ...] = ()
     cuda_graph_trace: str = "graph"
     endpoints_sure: bool = False       # the endpoints exist (the preset mounts them): no probe
+    id_field: str | None = None        # the body field the server takes its request id from (load: --request-id-field)
 
 
 PRESETS = {
@@ -40,8 +41,10 @@ PRESETS = {
                    endpoints_sure=True),
     # SGLang (checked in 0.5.23): port 30000, /server_info; the CUDA_PROFILER activity calls
     # cudaProfilerStart on the base GPU
+    # its request id is the body's "rid" (kept from the HTTP body to the scheduler's batch; an
+    # X-Request-Id header is not read): the load sends each request's id there too
     "sglang": Preset("sglang", start_body='{"activities": ["CUDA_PROFILER"]}', version="/server_info",
-                     url="http://127.0.0.1:30000"),
+                     url="http://127.0.0.1:30000", id_field="rid"),
     "none": Preset("none", start=None, stop=None),
 }
 VLLM_PROFILER_FLAG = "--profiler-config"

@@ -14,14 +14,15 @@ that is not), /redirect (302 to /ok), /no-content (204), /continue (100 Continue
 /endless-head (headers that never end), /endless-body (a body that never ends: a byte every
 50 ms), /flood (a chunked body that never ends, as fast as it is read), /big (64 MiB of JSON,
 the most the load generator keeps), /gzip (/ok's answer gzipped). GET /stats: {"connections": N,
-"answered": {path: N}, "request_ids": [the X-Request-Id header of each POST /ids, in order]}.
+"answered": {path: N}, "request_ids": [the X-Request-Id header of each POST /ids, in order],
+"bodies": [the JSON body of each POST /ids, in order]}.
 """
 import asyncio
 import gzip
 import json
 import sys
 
-STATS = {"connections": 0, "answered": {}, "request_ids": []}
+STATS = {"connections": 0, "answered": {}, "request_ids": [], "bodies": []}
 
 
 def answer(path: str, body: bytes) -> tuple[bytes, bool]:
@@ -75,6 +76,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             if path == "/ids":
                 STATS["request_ids"].append(next((h.partition(":")[2].strip() for h in head[1:]
                                                   if h.lower().startswith("x-request-id:")), None))
+                STATS["bodies"].append(json.loads(body))
                 path = "/ok"
             if method == "GET" and path == "/stats":
                 doc = json.dumps(STATS).encode()

@@ -92,6 +92,38 @@ def test_every_request_carries_its_own_request_id(canned):
     assert all((n - 4) in set(nums) for n in nums if n >= 4)
 
 
+def test_the_id_goes_into_the_body_field_asked(canned, tmp_path):
+    """--request-id-field rid (record --preset sglang's default): each body carries its request's
+    X-Request-Id in that field, replacing one the body had, the rest of the body unchanged."""
+    body = tmp_path / "b.json"
+    body.write_text(json.dumps({"input": "a text", "rid": "fixed", "n": [1, 2]}))
+    before = len(stats(canned)["bodies"])
+    run_load(canned, 0.4, path="/ids", concurrency=3, body_file=str(body), id_field="rid")
+    got = stats(canned)
+    sent, ids = got["bodies"][before:], got["request_ids"][before:]
+    assert len(sent) == len(ids) > 10
+    assert [b["rid"] for b in sent] == ids and len(set(ids)) == len(ids)
+    assert all({k: v for k, v in b.items() if k != "rid"} == {"input": "a text", "n": [1, 2]} for b in sent)
+
+
+@pytest.mark.parametrize("body,why", [(b"[1, 2]", "not a JSON object"), (b"{oops", "not JSON")])
+def test_an_id_field_needs_a_json_object_body(body, why):
+    with pytest.raises(ClefError, match=why):
+        loadgen.id_stamp(body, "rid")
+    head, tail = loadgen.id_stamp(b"{}", "rid")
+    assert json.loads(head + b'"x-1"' + tail) == {"rid": "x-1"}
+
+
+def test_sglang_preset_sends_the_rid_in_the_body(tmp_path):
+    from clef_prof.cli.app import build_parser
+    from clef_prof.cli.record import config_from
+    for preset, field in (("sglang", "rid"), ("vllm", None), ("generic", None)):
+        args = build_parser().parse_args(["record", "--out", str(tmp_path), "--preset", preset, "--", "srv"])
+        assert config_from(args, ["srv"]).load.id_field == field
+    args = build_parser().parse_args(["record", "--out", str(tmp_path), "--request-id-field", "request_id", "--", "srv"])
+    assert config_from(args, ["srv"]).load.id_field == "request_id"
+
+
 @pytest.mark.parametrize("path", ["/ok", "/chunked", "/http10", "/close"])
 def test_post_reads_every_framing_whole(canned, path):
     assert post(canned + path) == (200, json.dumps({"path": path, "got": 8}).encode(), None)
