@@ -356,13 +356,37 @@ def _resolve_attr(module, qualname: str):
     return owner, name, raw
 
 
-def _ranged(binding, spec, func, flavour: str):
-    """The function that runs a call of `func` inside the binding's range."""
+def _forwarded_to(owner, attr: str, func):
+    """For a method that only forwards (`def m(self, *args, **kwargs): ... super().m(*args,
+    **kwargs)`, vLLM's ServingScores.__call__), the first method of that name up its class's MRO
+    that names its parameters: the signature its arguments are read by. `func` itself otherwise."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return func
+    if not isinstance(owner, type) or not any(p.kind == p.VAR_POSITIONAL for p in params):
+        return func
+    for base in owner.__mro__[1:]:
+        f = base.__dict__.get(attr)
+        if inspect.isfunction(f):
+            try:
+                if not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(f).parameters.values()):
+                    return f
+            except (TypeError, ValueError):
+                continue
+    return func
+
+
+def _ranged(binding, spec, func, flavour: str, signature=None):
+    """The function that runs a call of `func` inside the binding's range; its arguments are
+    read by `signature`'s parameters (default: func's own)."""
     from . import api as ann
-    callee = func            # its signature places the batch target's arguments
+    callee = signature or func      # its signature places the target's arguments
     if not inspect.isfunction(func) and flavour == "async":
+        inner = func
+
         async def func(*args, **kwargs):
-            return await callee(*args, **kwargs)
+            return await inner(*args, **kwargs)
     if binding.role in ("request", "enqueue"):
         path = binding.header_arg if binding.id_header else binding.id_arg
         fallback = _ArgGetter(callee, binding.id_arg) if binding.id_header and binding.id_arg else None
@@ -396,7 +420,7 @@ def prepare(binding, spec, module) -> Prepared | None:
                              f"around it would only cover creating the generator (annotate its body "
                              f"with clef_prof.stage instead)")
         if inspect.isfunction(func):
-            wrapper = _ranged(binding, spec, func, flavour)
+            wrapper = _ranged(binding, spec, func, flavour, _forwarded_to(owner, attr, func))
         else:
             cls = _BindingPassthrough if hasattr(type(func), "__get__") else _Passthrough
             wrapper = cls(func, lambda f: _ranged(binding, spec, f, flavour))

@@ -86,6 +86,13 @@ def inherited(root: Path, module: str, cls_name: str, name: str) -> ast.Function
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
+    return from_bases(root, module, cls_name, name)
+
+
+def from_bases(root: Path, module: str, cls_name: str, name: str) -> ast.FunctionDef:
+    """The method `name` of the first base of the class that has it (what `super().name` calls)."""
+    mod = tree(root, module)
+    cls = class_def(mod, cls_name)
     local = {n.name for n in mod.body if isinstance(n, ast.ClassDef)}
     for base in (ast.unparse(b) for b in cls.bases):
         where = module if base in local else None
@@ -124,7 +131,7 @@ def vllm(request) -> tuple[str, Path]:
 
 def test_every_vllm_target_of_the_spec_exists(vllm):
     version, root = vllm
-    assert _assert_targets_exist(SPEC, root, "vllm.", version) == 2 + 5 + 3 + 1   # batches, encoders, handlers, enqueue
+    assert _assert_targets_exist(SPEC, root, "vllm.", version) == 2 + 5 + 4 + 1   # batches, encoders, handlers, enqueue
 
 
 def test_batch_size_and_id_attributes(vllm):
@@ -251,6 +258,9 @@ def _assert_targets_exist(spec_path: Path, root: Path, prefix: str, version: str
             continue
         cls_name, meth_name = b.target.qualname.split(".")
         fn = inherited(root, b.target.module, cls_name, meth_name)
+        if fn.args.vararg is not None:      # `m(self, *args, **kwargs)` forwarding to super().m: read by the base's
+            assert f"super().{meth_name}(*args, **kwargs)" in ast.unparse(fn), (version, b.where)
+            fn = from_bases(root, b.target.module, cls_name, meth_name)
         for arg in (b.size_arg, b.request_ids_arg, b.id_arg, b.header_arg if b.id_header else None):
             if arg:
                 assert arg.split(".")[0] in params(fn), (version, b.where, arg, params(fn))
@@ -262,7 +272,7 @@ def test_every_target_of_the_generic_vllm_pooling_spec_exists():
     """annotations/vllm-pooling.toml against 0.33.0, and its one documented change for 0.22.1."""
     spec = ROOT / "annotations" / "vllm-pooling.toml"
     root = unpacked("vllm", "0.33.0")
-    assert _assert_targets_exist(spec, root, "vllm.", "0.33.0") == 2 + 1 + 1 + 2 + 5 + 3 + 1
+    assert _assert_targets_exist(spec, root, "vllm.", "0.33.0") == 2 + 1 + 1 + 2 + 5 + 4 + 1
     old = unpacked("vllm", "0.22.1")
     base = tree(old, "vllm.entrypoints.pooling.base.serving")
     method(class_def(base, "PoolingServingBase"), "_preprocessing")
@@ -356,7 +366,7 @@ def test_vllm_request_ids_map_back_by_the_spec_pattern(vllm):
     # the engine core's request (the worker's input_batch.req_ids) keeps the suffixed id
     assert "request_id=request.request_id" in ast.unparse(_function(root, "vllm.v1.request",
                                                                       "from_engine_core_request"))
-    checked = 0
+    checked = lates = 0
     for t in r.targets:
         cls = class_def(tree(root, t.module), t.qualname.split(".")[0])
         [prefix] = [ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign)
@@ -369,13 +379,18 @@ def test_vllm_request_ids_map_back_by_the_spec_pattern(vllm):
             ctx = types.SimpleNamespace(request_id=api)
             prompts = [render(prompt_fmt, ctx=ctx, i=i) for i in (0, 1, 12)]
             prompts += [render(chunk_fmt, request_id=api, prompt_idx=p, chunk_idx=c) for p, c in ((0, 0), (3, 11))]
+            # /score's late-interaction keys where they carry the request id (0.22.1: `-query-i`, `-doc-i`)
+            late = [f for f in fstrings(cls, "ctx.request_id") if re.search(r"-(query|doc)-", ast.unparse(f))]
+            prompts += [render(f, ctx=ctx, i=i) for f in late for i in (0, 7)]
+            lates += len(late) * 2
             for pid in prompts:
                 engine = render(suffix_fmt, request=types.SimpleNamespace(external_req_id=pid), random_uuid=random_uuid)
                 assert re.fullmatch(r"-[0-9a-f]{8}", engine[len(pid):]), engine
                 for seen in (pid, engine):     # at add_request (the enqueue mark), in the batch
                     assert pat.fullmatch(seen).group(1) == base, (version, seen)
                     checked += 1
-    assert checked == 3 * len(BASES) * 5 * 2
+    assert checked == (len(r.targets) * len(BASES) * 5 + lates) * 2 and len(r.targets) == 4
+    assert (lates > 0) == (version == "0.22.1")      # 0.33's late-interaction keys hold no request id
     # every handler is awaited as `handler(request, raw_request)`: the type's __call__ is looked up
     router = module_file(root, "vllm.entrypoints.pooling.embed.api_router").read_text(encoding="utf-8")
     assert "await handler(request, raw_request)" in router

@@ -2,8 +2,9 @@
 are (tests/programs/engine_ids.toml; annotations/clef-vllm.toml): the handler's id is the
 X-Request-Id header, else the body's `request_id`; its API id is `embd-<id>`; prompt n joins the
 engine as `embd-<id>-<n>` (`AsyncLLM.add_request`), and the engine appends `-<8 hex>`, the id in
-the worker's `input_batch.req_ids`. A `score-...` handler's ids are not the pattern's: they never
-meet, and are counted. Handlers are coroutines on one event loop; the engine is a thread that
+the worker's `input_batch.req_ids`. The `score` handler is vLLM's ServingScores: a
+`__call__(self, *args, **kwargs)` that forwards to the base's, whose prompts join as
+`score-<id>-query-<n>` (0.22.1's late-interaction keys). Handlers are coroutines on one event loop; the engine is a thread that
 runs steps of at most 4 rows, so a 2-prompt request may span two steps.
 Usage: python -m engine_ids_app.server [REQUESTS]"""
 import asyncio
@@ -93,6 +94,9 @@ class ServingEmbedding(PoolingBaseServing):
 
 class ServingScores(PoolingBaseServing):
     request_id_prefix = "score"
+
+    async def __call__(self, *args, **kwargs):
+        return await super().__call__(*args, **kwargs)
 
     def prompt_id(self, request_id, i):
         return f"{request_id}-query-{i}"
