@@ -103,3 +103,30 @@ def test_the_same_cuda_work_per_batch_under_both(pair):
     assert per["torch"][:2] == (3, 2) and per["torch"][-1] == 1 and per["torch"][2] == int(per["torch"][2])
     assert TRUTH["torch"]["server_counts"]["requests"] / TRUTH["torch"]["server_counts"]["batches"] > \
         TRUTH["nsys"]["server_counts"]["requests"] / TRUTH["nsys"]["server_counts"]["batches"]
+
+
+def test_the_finding_names_the_stages_python_functions_with_their_interval(pair):
+    """The nsys side carries clef-prof's sampler (100 Hz): the finding that blames parse names the
+    function its samples fall in, with its interval, and the counts are the export's: samples in
+    parse ranges on their own thread, and their innermost frames, decoded here from StringIds."""
+    from conftest import SAMPLES_IN_HEAD
+    path, r = pair["nsys"]
+    s = r.samples
+    assert s is not None and s.source == "clef-prof sampler"
+    assert s.stages["parse"].samples == sql(path, SAMPLES_IN_HEAD.replace("'head'", "'parse'"))[0][0] > 30
+    # innermost frame of each sample in parse, by hand: `t PID TID` marks, their stack id payload
+    strings = dict(sql(path, "SELECT id, value FROM StringIds WHERE value LIKE 'clef-prof %'"))
+    frames = {k.split(" ", 2)[2].split("\t")[0]: v.split("\t")[1:3] for k, v in
+              ((v, v) for v in strings.values() if v.startswith("clef-prof frame "))}
+    stacks = {v.split("\t")[0].split(" ", 2)[2]: v.split("\t")[1].split() for v in strings.values()
+              if v.startswith("clef-prof stack ")}
+    rows = sql(path, SAMPLES_IN_HEAD.replace("count(*)", "m.int64Value, t.value").replace("'head'", "'parse'"))
+    leaf = {}
+    for sid, who in rows:
+        pid = who.split()[1]
+        fn, file = frames[f"{pid}:{stacks[f'{pid}:{sid}'][0]}"]
+        leaf[(fn, file)] = leaf.get((fn, file), 0) + 1
+    top = s.stages["parse"].top_self[0]
+    assert top.self_samples == max(leaf.values()) == leaf[(top.function, top.file)]
+    f = next(f for f in r.findings if f.id in ("host-bound", "dominant-stage"))
+    assert f"{top.function} ({top.file.rsplit('/', 1)[-1]}) {round(100 * top.self_share)}% [" in f.summary
