@@ -28,17 +28,24 @@ DATA = ROOT / "tests" / "data"
 TRUTH = json.loads((DATA / "cpu23-nsyspy.truth.json").read_text())
 
 
-def _unpack(tag: str, tmp: Path) -> Path:
-    """X.sqlite and X.json (nsys' JSON export, cut) of a shipped capture, side by side in tmp."""
-    name = f"cpu23-nsyspy-{tag}"
+def _unpack(tag: str, tmp: Path, nsys: str = "cpu23") -> Path:
+    """X.sqlite and X.json (nsys' JSON export, cut) of a shipped capture, side by side in tmp
+    (`nsys`: cpu23, recorded with 2023.4; gpu25, with 2025.3)."""
+    name = f"{nsys}-nsyspy-{tag}"
     for ext in ("sqlite", "json"):
         (tmp / f"{name}.{ext}").write_bytes(lzma.decompress((DATA / f"{name}.{ext}.xz").read_bytes()))
     return tmp / f"{name}.sqlite"
 
 
 def _by_hand(json_path: Path) -> list[tuple[int, int, list[tuple[str, str, int]]]]:
-    """(time, category, [(function, file, line)] innermost first) of each Python Backtrace mark,
-    decoded with struct.unpack: the layout nsys 2023.4 writes (nsyspy's docstring)."""
+    """(time, thread, [(function, file, line)] innermost first) of each Python sample mark, decoded
+    with struct.unpack in the layout of the nsys that wrote it (nsyspy's docstring): 2023.4's
+    header is uint32 flags, uint32 1, uint32 count, padding, and its thread the mark's Category (an
+    ordinal); 2025.3's uint32 flags, uint32 0, uint32 kind, uint32 count, and its thread the OS
+    thread id in the mark's GlobalTid."""
+    def text(i: int) -> str:
+        return table[i].replace("&lt;", "<").replace("&gt;", ">")
+
     with open(json_path) as fh:
         table = json.loads(fh.readline())["data"]
         out = []
@@ -48,12 +55,12 @@ def _by_hand(json_path: Path) -> list[tuple[int, int, list[tuple[str, str, int]]
             if ev.get("Type") != 34 or "BinaryData" not in (e.get("Payload") or {}):
                 continue
             raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
-            flags, one, n, _pad = struct.unpack_from("<IIII", raw, 0)
-            assert one == 1 and len(raw) == 16 + 24 * n
+            _flags, word1, w2, w3 = struct.unpack_from("<IIII", raw, 0)
+            n = w2 if word1 == 1 else w3
+            assert word1 in (0, 1) and len(raw) == 16 + 24 * n and ("Category" in e) == (word1 == 1)
             frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
-            out.append((int(e["Timestamp"]), int(e["Category"]),
-                        [(table[f].replace("&lt;", "<").replace("&gt;", ">"), table[fl].replace("&lt;", "<")
-                          .replace("&gt;", ">"), ln) for f, fl, ln in frames]))
+            who = int(e["Category"]) if word1 == 1 else int(e["GlobalTid"]) & 0xFFFFFF
+            out.append((int(e["Timestamp"]), who, [(text(f), text(fl), ln) for f, fl, ln in frames]))
     return out
 
 
@@ -78,9 +85,10 @@ def test_frames_match_a_decoding_by_hand(tmp_path):
         assert [(text[f], text[fl], ln) for f, fl, ln in rows] == frames
 
 
-def test_three_to_one_split_within_its_interval(tmp_path):
-    db = _unpack("split", tmp_path)
-    facts = TRUTH["cpu23-nsyspy-split"]
+@pytest.mark.parametrize("nsys", ["cpu23", "gpu25"])
+def test_three_to_one_split_within_its_interval(tmp_path, nsys):
+    db = _unpack("split", tmp_path, nsys)
+    facts = (TRUTH if nsys == "cpu23" else TRUTH25)[f"{nsys}-nsyspy-split"]
     an = analyze(str(db))
     s = an.result.samples
     assert s is not None and s.source == "nsys python sampling" and s.asked_hz == 200
@@ -92,11 +100,12 @@ def test_three_to_one_split_within_its_interval(tmp_path):
     assert three.self_share_low <= truth <= three.self_share_high
     assert one.self_share_low <= 1 - truth <= one.self_share_high
     # the counts against the by-hand decoding placed by SQL in the head ranges of the main thread
+    # (2023.4 names the program's one Python thread by an ordinal; 2025.3 by its OS id)
     hand = _by_hand(db.with_suffix(".json"))
-    main_tid = int(an.stages.instances["gtid"][0]) & 0xFFFFFF      # the program's one thread
-    leaf_three = [t for t, _c, fr in hand if fr and fr[0][0] == "three"]
-    assert three.self_samples == _in_ranges(db, int(main_tid), "head", leaf_three)
-    assert head.samples == _in_ranges(db, int(main_tid), "head", [t for t, _c, _f in hand])
+    main_tid = int(an.stages.instances["gtid"][0]) & 0xFFFFFF
+    mine = [(t, fr) for t, who, fr in hand if nsys == "cpu23" or who == main_tid]
+    assert three.self_samples == _in_ranges(db, main_tid, "head", [t for t, fr in mine if fr and fr[0][0] == "three"])
+    assert head.samples == _in_ranges(db, main_tid, "head", [t for t, _f in mine])
     assert sum(st.samples for st in s.stages.values()) == s.samples == len(hand)
 
 
@@ -253,36 +262,9 @@ def test_report_is_exported_to_json_once_and_cached(tmp_path, monkeypatch, capfd
 TRUTH25 = json.loads((DATA / "gpu25-nsyspy.truth.json").read_text())
 
 
-def _unpack25(tag: str, tmp: Path) -> Path:
-    name = f"gpu25-nsyspy-{tag}"
-    for ext in ("sqlite", "json"):
-        (tmp / f"{name}.{ext}").write_bytes(lzma.decompress((DATA / f"{name}.{ext}.xz").read_bytes()))
-    return tmp / f"{name}.sqlite"
-
-
-def _by_hand25(json_path: Path) -> list[tuple[int, int, list[tuple[str, str, int]]]]:
-    """(time, OS thread id, [(function, file, line)] innermost first) of each 2025.3 sample:
-    header uint32 flags, uint32 0, uint32 kind, uint32 count; the thread from the mark's GlobalTid."""
-    with open(json_path) as fh:
-        table = json.loads(fh.readline())["data"]
-        out = []
-        for line in fh:
-            ev = json.loads(line)
-            e = ev.get("NvtxEvent") or {}
-            if ev.get("Type") != 34:
-                continue
-            raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
-            _flags, zero, _kind, n = struct.unpack_from("<IIII", raw, 0)
-            assert zero == 0 and len(raw) == 16 + 24 * n and "Category" not in e
-            frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
-            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF,
-                        [(table[f].replace("&lt;", "<").replace("&gt;", ">"), table[fl], ln) for f, fl, ln in frames]))
-    return out
-
-
 def test_2025_frames_match_a_decoding_by_hand(tmp_path):
-    db = _unpack25("split", tmp_path)
-    hand = _by_hand25(db.with_suffix(".json"))
+    db = _unpack("split", tmp_path, "gpu25")
+    hand = _by_hand(db.with_suffix(".json"))
     d = nsyspy.read_json(str(db.with_suffix(".json")))
     assert d.os_threads and len(hand) == len(d.t) > 200
     text = dict(zip(d.string_ids.tolist(), d.string_text))
@@ -299,36 +281,15 @@ def html_unescape(s: str) -> str:
     return s.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
-def test_2025_three_to_one_split_within_its_interval(tmp_path):
-    db = _unpack25("split", tmp_path)
-    facts = TRUTH25["gpu25-nsyspy-split"]
-    an = analyze(str(db))
-    s = an.result.samples
-    assert s is not None and s.source == "nsys python sampling" and s.asked_hz == 200
-    head = s.stages["head"]
-    three = next(f for f in head.top_self if f.function == "three")
-    one = next(f for f in head.top_self if f.function == "one")
-    truth = facts["ns"]["three"] / facts["ns"]["head"]
-    assert 0.70 < truth < 0.80
-    assert three.self_share_low <= truth <= three.self_share_high
-    assert one.self_share_low <= 1 - truth <= one.self_share_high
-    hand = _by_hand25(db.with_suffix(".json"))
-    main_tid = int(an.stages.instances["gtid"][0]) & 0xFFFFFF
-    assert three.self_samples == _in_ranges(db, main_tid, "head", [t for t, tid, fr in hand if fr and fr[0][0] == "three"
-                                                                   and tid == main_tid])
-    assert head.samples == _in_ranges(db, main_tid, "head", [t for t, tid, _f in hand if tid == main_tid])
-    assert sum(st.samples for st in s.stages.values()) == s.samples == len(hand)
-
-
 @pytest.mark.parametrize("tag", ["threads", "idle"])
 def test_2025_samples_lie_on_their_own_threads(tmp_path, tag):
     """2025.3 names each sample's OS thread: no ties to guess, nothing placed by time, and an idle
     thread's waits stay out of the stage of the thread beside it (2023.4's ordinals could not)."""
-    db = _unpack25(tag, tmp_path)
+    db = _unpack(tag, tmp_path, "gpu25")
     facts = TRUTH25[f"gpu25-nsyspy-{tag}"]["threads"]
     an = analyze(str(db))
     s = an.result.samples
-    hand = _by_hand25(db.with_suffix(".json"))
+    hand = _by_hand(db.with_suffix(".json"))
     assert s.placed_by_time == 0 and s.unplaced == 0 and an.sample_counts.thread_ties == {}
     assert not [w for w in an.result.warnings if "could not be tied" in w]
     for stage, thread in (("head", "MainThread"), ("encode", "w-light")):
