@@ -64,7 +64,7 @@ MODULE_TESTS = {
                                     _A + "test_streaming.py", *_CORE),
     "clef_prof/analyze/filecache.py": (_A + "test_reader.py", _A + "test_streaming.py"),
     "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
-                                      _A + "test_finding_evidence.py"),
+                                      _A + "test_finding_evidence.py", _A + "test_kineto_python.py"),
     "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
     "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
                                        _A + "test_intervals_edges.py"),

@@ -153,3 +153,22 @@ def test_real_bert_trace_functions_per_stage_against_a_reading_by_hand(tmp_path)
     head = {f.function for f in s.stages["head"].top_self}
     assert "<built-in function linear>" in head and "forward" in head
     assert not [f for st in s.stages.values() for f in st.top_self if " at 0x" in f.function]
+
+
+def test_real_bert_trace_finding_names_the_stages_top_three_functions(tmp_path):
+    """The finding that blames a stage names its top three functions by self time, in order, as
+    the per-stage table ranks them (the hand reading above holds the table)."""
+    import lzma
+    from pathlib import Path
+    path = tmp_path / "bert.pt.trace.json"
+    path.write_bytes(lzma.decompress((Path(__file__).resolve().parents[1] / "data" / BERT).read_bytes()))
+    r = analyze(resolve(str(path))[0], StageConfig(stages=BERT_STAGES)).result
+    f = next(f for f in r.findings if f.id in ("dominant-stage", "host-bound") and f.evidence.get("top_functions"))
+    stage = f.evidence.get("dominant_stage") or f.stage
+    table = r.samples.stages[stage].top_self
+    assert len(table) > 3
+    assert [(t["function"], t["file"]) for t in f.evidence["top_functions"]] == [(x.function, x.file) for x in table[:3]]
+    said = f.summary.split("by Python function self time", 1)[1]
+    labels = [f"{x.function} ({x.file.rsplit('/', 1)[-1]})" if x.file else x.function for x in table[:4]]
+    at = [said.find(label + " ") for label in labels]
+    assert 0 <= at[0] < at[1] < at[2] and at[3] < 0, (labels, said)
