@@ -114,8 +114,9 @@ def read_marks(cap: Export, domain: str, prefixes: list[str]) -> Ranges:
     return read_ranges(cap, domain, [], prefixes, types=MARK_TYPES)
 
 
-# what ends an id in a message (redact.RID: whitespace as Python's \s, ';' and ')')
-_ID_STOP = re.compile("[" + re.escape("".join(c for c in map(chr, range(1, 0x110000)) if c.isspace()) + ";)") + "]")
+# what ends an id in a message (redact.RID): whitespace (a str pattern's \s is str.isspace(): the
+# same characters, without listing them at import, 60 ms), ';' and ')'
+_ID_STOP = re.compile(r"[\s;)]")
 
 
 def read_ids(cap: Export, domain: str, prefix: str, types: tuple[int, ...] = RANGE_TYPES) -> tuple[dict, np.ndarray]:

@@ -194,3 +194,11 @@ def test_a_missing_payload_column_and_domains_without_id(capture, tmp_path, orig
     with Export.open(f) as cap:
         c = nvtx.census(cap)
     assert (c.ranges, c.user_domains, c.marks) == (90, ["clef"], 0)
+
+
+def test_what_ends_an_id_is_whitespace_semicolon_and_parenthesis():
+    """read_ids' regex stops an id where redact.RID's `[^\\s;)]+` does: at every character
+    str.isspace() calls whitespace (NEL, NBSP, ideographic space, ...), ';' and ')', and nowhere else."""
+    stops = {chr(i) for i in range(0x110000) if nvtx._ID_STOP.match(chr(i))}
+    assert stops == {chr(i) for i in range(0x110000) if chr(i).isspace()} | {";", ")"}
+    assert {"\x85", "\xa0", "\u3000", "\u2028", "\x1c"} < stops and not stops & {"\x00", ",", "(", "="}

@@ -16,6 +16,7 @@ import pytest
 
 from clef_prof.compare import engine as comparison
 from clef_prof.compare.arm import CompareError, collect
+from clef_prof.compare import resample
 from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_sums
 from clef_prof.cli.app import main
 from clef_prof.analyze.inputs import InputError
@@ -417,6 +418,24 @@ def test_bootstrap_keeps_every_capture():
     assert (s[:, 0] == 40).all()
     assert s[:, 1].min() >= 10 and s[:, 1].std() > 0
     assert s[:, 1].mean() == pytest.approx(10 + 435, rel=0.01)        # 10 * 1 + sum(0..29)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1])
+def test_bootstrap_sums_are_the_sums_of_the_drawn_batches(scale):
+    """Each replicate's sums against the batches it drew, summed by hand from the same stream:
+    exact for whole numbers (counted as float64 through BLAS), to rounding for fractions
+    (counted as integers); the replicates span several count blocks (_COUNT_ROWS)."""
+    rng = np.random.default_rng(7)
+    x = np.column_stack([np.ones(37), rng.integers(0, 10**9, 37).astype(np.float64) * scale])
+    n_boot = 3 * resample._COUNT_ROWS + 5
+    s = resampled_sums(np.random.default_rng(3), [x], n_boot)
+    idx = np.random.default_rng(3).integers(0, 37, size=(n_boot, 37))
+    by_hand = np.array([[sum(float(x[i, c]) for i in row) for c in range(2)] for row in idx])
+    assert (s[:, 0] == 37).all()
+    if scale == 1.0:
+        assert (s == by_hand).all()
+    else:
+        assert s == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_arm_streams_and_interval():
