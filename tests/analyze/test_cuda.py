@@ -15,6 +15,8 @@ from clef_prof.analyze import cuda as cu
 from clef_prof.analyze.cuda import CallIndex, KindLookup, api_kind, sync_kind
 from clef_prof.analyze.export import Export
 from clef_prof.analyze.result import analyze
+from clef_prof.errors import CaptureError
+from conftest import edited_copy, sql
 
 I64 = np.iinfo(np.int64)
 
@@ -224,14 +226,16 @@ def test_two_captures_as_two_processes(capture):
 
 # --- KindLookup, api_kind, sync_kind ------------------------------------------------------------------
 
-@pytest.mark.parametrize("keys", ["dense", "sparse beyond 2**24", "negative", "one", "none"])
+@pytest.mark.parametrize("keys", ["dense", "dense from id 0", "sparse beyond 2**24", "negative", "one", "none"])
 def test_kind_lookup_equals_dict(keys):
+    """Ids in 0 .. 2**24 (StringIds ids start at 0) get the dense table, others the sorted one."""
     rng = np.random.default_rng(3)
-    ids = {"dense": rng.choice(5000, 300, replace=False), "sparse beyond 2**24": rng.integers(0, 1 << 40, 300),
-           "negative": rng.integers(-1000, 1000, 300), "one": [17], "none": []}[keys]
+    ids = {"dense": rng.choice(5000, 300, replace=False), "dense from id 0": [0, 1, 4, 9, (1 << 24) - 1],
+           "sparse beyond 2**24": rng.integers(0, 1 << 40, 300), "negative": rng.integers(-1000, 1000, 300),
+           "one": [17], "none": []}[keys]
     kinds = {int(i): int(rng.integers(1, 6)) for i in ids}
     lut = KindLookup(kinds)
-    assert (lut.dense is not None) == (keys in ("dense", "one"))
+    assert (lut.dense is not None) == keys.startswith(("dense", "one"))
     held = np.array(list(kinds), dtype=np.int64)
     q = np.concatenate([held, held + 1, held - 1, rng.integers(-10, 6000, 500), [0, -1, 1 << 24, 1 << 41, I64.min,
                                                                                   I64.max]]).astype(np.int64)
@@ -254,6 +258,9 @@ NAMES = [
     ("cudaLaunchKernel_v7000", cu.LAUNCH, 0), ("cudaLaunchKernel_ptsz", cu.LAUNCH, 0),
     ("cudaLaunchKernelExC_v11060", cu.LAUNCH, 0), ("cudaLaunchCooperativeKernel_v9000_ptsz", cu.LAUNCH, 0),
     ("cuLaunchKernel", cu.LAUNCH, 0), ("cuLaunchKernelEx", cu.LAUNCH, 0), ("cuLaunchGridAsync", cu.LAUNCH, 0),
+    ("cudaLaunchCooperativeKernelMultiDevice_v9000", cu.LAUNCH, 0), ("cuLaunchCooperativeKernel", cu.LAUNCH, 0),
+    ("cuLaunchCooperativeKernel_ptsz", cu.LAUNCH, 0), ("cuLaunchCooperativeKernelMultiDevice", cu.LAUNCH, 0),
+    ("cuLaunchGrid", cu.LAUNCH, 0), ("cuLaunchKernel_ptsz", cu.LAUNCH, 0), ("cuLaunchKernelEx_ptsz", cu.LAUNCH, 0),
     ("cudaGraphLaunch_v10000", cu.GRAPH, 0), ("cuGraphLaunch_ptsz", cu.GRAPH, 0),
     ("cudaMemcpyAsync_v3020", cu.COPY, 0), ("cudaMemcpyAsync_ptsz", cu.COPY, 0),
     ("cudaMemcpy2DAsync_v3020", cu.COPY, 0), ("cuMemcpyHtoDAsync_v2", cu.COPY, 0),
@@ -262,6 +269,7 @@ NAMES = [
     ("cudaMemsetAsync_v3020", cu.SET, 0), ("cuMemsetD32_v2", cu.SET, 0),
     ("cudaStreamSynchronize_v3020", cu.SYNC, cu.STREAM_SYNC), ("cudaStreamSynchronize_ptsz", cu.SYNC, cu.STREAM_SYNC),
     ("cudaEventSynchronize_v3020", cu.SYNC, cu.STREAM_SYNC), ("cuStreamSynchronize", cu.SYNC, cu.STREAM_SYNC),
+    ("cuStreamSynchronize_ptsz", cu.SYNC, cu.STREAM_SYNC), ("cuEventSynchronize", cu.SYNC, cu.STREAM_SYNC),
     ("cudaDeviceSynchronize_v3020", cu.SYNC, cu.DEVICE_SYNC), ("cudaThreadSynchronize_v3020", cu.SYNC, cu.DEVICE_SYNC),
     ("cuCtxSynchronize", cu.SYNC, cu.DEVICE_SYNC),
     ("cudaMalloc_v3020", 0, 0), ("cudaStreamWaitEvent_v3020", 0, 0), ("cudaLaunchHostFunc_v10000", 0, 0),
@@ -318,3 +326,77 @@ def test_sync_counts_when_a_blocking_copy_is_interned_before_the_launches(captur
     assert totals.memcpy_calls == count(lambda v: api_kind(v) == cu.COPY)
     assert totals.kernel_launches == count(lambda v: api_kind(v) == cu.LAUNCH) > 0
     assert totals.sync_calls == count(lambda v: api_kind(v) == cu.SYNC)
+
+
+# --- check_schema and cuda_traced on damaged copies of real captures ------------------------------------
+
+GPU_TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({})".format(
+    ", ".join(f"'{t}'" for t in (cu.MEMCPY, cu.KERNEL, cu.MEMSET, cu.GRAPH_TRACE)))
+# (capture, table, column): every column the figures are made of, in a capture that has the table
+REQUIRED = [("gpu25-concurrent", cu.RUNTIME, c) for c in ("start", "end", "globalTid", "correlationId", "nameId")]
+REQUIRED += [("gpu25-concurrent", cu.MEMCPY, c) for c in ("start", "end", "correlationId", "bytes", "copyKind")]
+REQUIRED += [("gpu25-concurrent", cu.KERNEL, c) for c in ("start", "end", "correlationId")]
+REQUIRED += [("gpu25-q1c16-pr", cu.GRAPH_TRACE, c) for c in ("start", "end", "correlationId")]
+
+
+@pytest.mark.parametrize("name,table,col", REQUIRED, ids=[f"{t[20:]}.{c}" for _, t, c in REQUIRED])
+def test_a_renamed_required_column_is_refused(capture, tmp_path, name, table, col):
+    path = edited_copy(capture(name), tmp_path / "renamed.sqlite",
+                       f'ALTER TABLE {table} RENAME COLUMN "{col}" TO "{col}_renamed"')
+    with pytest.raises(CaptureError, match=f"{table} has no column {col}"):
+        analyze(str(path))
+
+
+def test_no_string_table_is_refused(capture, tmp_path):
+    path = edited_copy(capture("gpu25-concurrent"), tmp_path / "nostrings.sqlite", "DROP TABLE StringIds")
+    with pytest.raises(CaptureError, match="no StringIds table: CUDA API names cannot be resolved"):
+        analyze(str(path))
+
+
+@pytest.mark.parametrize("name", ["gpu25-concurrent", "gpu25-q1c16-pr"])
+def test_gpu_activity_without_its_api_calls_is_refused(capture, tmp_path, name):
+    """The runtime table dropped: the GPU tables left (as sqlite_master lists them) are named, in
+    a refusal rather than figures of zero launches."""
+    path = edited_copy(capture(name), tmp_path / "noapi.sqlite", f"DROP TABLE {cu.RUNTIME}")
+    gpu = {r[0] for r in sql(path, GPU_TABLES_SQL)}
+    assert cu.KERNEL in gpu and cu.MEMCPY in gpu
+    with pytest.raises(CaptureError, match=f"but no {cu.RUNTIME} table") as err:
+        analyze(str(path))
+    listed = str(err.value).split("GPU activity (", 1)[1].split(")", 1)[0].split(", ")
+    assert sorted(listed) == sorted(gpu)
+
+
+def test_no_cuda_tables_reads_as_not_traced(capture, tmp_path):
+    """Every CUDA table dropped from a capture recorded with CUDA trace on: no CUDA figures and the
+    'made no CUDA calls' warning, not a refusal and not zeros."""
+    src = capture("gpu25-concurrent")
+    assert sql(src, "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE'") == [("true",)]
+    tables = [r[0] for r in sql(src, "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'CUPTI%'")]
+    path = edited_copy(src, tmp_path / "nocuda.sqlite", *(f"DROP TABLE {t}" for t in tables))
+    with Export.open(path) as cap:
+        assert not cu.cuda_traced(cap) and cu.graph_trace_mode(cap) is None and cu.last_api_end(cap) is None
+    r = analyze(str(path)).result
+    assert any("CUDA was traced but the program made no CUDA calls" in w for w in r.warnings)
+    assert r.totals.kernel_launches is None
+
+
+# the CUDA APIs by what they wait for (the CUDA reference), as SQL over StringIds' names
+_IS = "s.value LIKE '{}%'"
+DEVICE_SYNC_SQL = " OR ".join(_IS.format(n) for n in ("cudaDeviceSynchronize", "cudaThreadSynchronize",
+                                                          "cuCtxSynchronize"))
+STREAM_SYNC_SQL = " OR ".join(_IS.format(n) for n in ("cudaStreamSynchronize", "cudaEventSynchronize",
+                                                          "cuStreamSynchronize", "cuEventSynchronize"))
+BLOCKING_COPY_SQL = "(s.value LIKE 'cudaMemcpy%' OR s.value LIKE 'cuMemcpy%') AND s.value NOT LIKE '%Async%'"
+COUNT_SQL = f"SELECT count(*) FROM {cu.RUNTIME} r JOIN StringIds s ON s.id = r.nameId WHERE {{}}"
+
+
+@pytest.mark.parametrize("name", ["gpu25-q1c16-pr", "gpu25-sync-slice", "gpu-q1c16-main"])
+def test_device_and_stream_syncs_counted_apart(capture, name):
+    """gpu25-q1c16-pr holds one cudaDeviceSynchronize among 277 cudaStreamSynchronize: the device
+    syncs are the device-wide ones only, the sync calls both kinds."""
+    path = capture(name)
+    device, stream, blocking = (sql(path, COUNT_SQL.format(w))[0][0]
+                                for w in (DEVICE_SYNC_SQL, STREAM_SYNC_SQL, BLOCKING_COPY_SQL))
+    assert stream > 0
+    totals = analyze(str(path)).result.totals
+    assert (totals.device_syncs, totals.sync_calls, totals.sync_memcpy_calls) == (device, device + stream, blocking)
