@@ -68,10 +68,10 @@ def sync_kind(name: str) -> int:
 
 
 def cuda_traced(cap: Export) -> bool:
-    """True when the capture traced CUDA (the RUNTIME table, or the capture settings, say so)."""
-    if cap.has(RUNTIME):
-        return True
-    return bool(cap.capture_flag("COLLECT_CUDA_TRACE")) and cap.has(KERNEL)
+    """True when the capture holds CUDA rows: API calls, or GPU activity (which `check_schema`
+    refuses without its calls). nsys writes a table only when it has rows, so a capture traced
+    without a CUDA call has none; the capture settings (absent before nsys 2023) are not needed."""
+    return cap.has(RUNTIME) or any(cap.has(t) for t in GPU_REQUIRED)
 
 
 GPU_REQUIRED = {MEMCPY: ("start", "end", "correlationId", "bytes", "copyKind"),

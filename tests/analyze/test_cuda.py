@@ -400,3 +400,103 @@ def test_device_and_stream_syncs_counted_apart(capture, name):
     assert stream > 0
     totals = analyze(str(path)).result.totals
     assert (totals.device_syncs, totals.sync_calls, totals.sync_memcpy_calls) == (device, device + stream, blocking)
+
+
+# --- memsets: no real capture has them; gpu25-concurrent's H2D copies turned into memsets --------------
+
+MEMSET_DDL = (f"CREATE TABLE {cu.MEMSET} (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+              "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+              "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER)")
+TO_MEMSETS = (
+    MEMSET_DDL,
+    f"INSERT INTO {cu.MEMSET} SELECT start, end, deviceId, contextId, greenContextId, streamId, correlationId, "
+    f"globalPid, 0, bytes, graphNodeId, dstKind FROM {cu.MEMCPY} WHERE copyKind = 1",
+    f"DELETE FROM {cu.MEMCPY} WHERE copyKind = 1",
+    "INSERT INTO StringIds (id, value) VALUES ((SELECT max(id) + 1 FROM StringIds), 'cudaMemsetAsync_v3020')",
+    f"UPDATE {cu.RUNTIME} SET nameId = (SELECT id FROM StringIds WHERE value = 'cudaMemsetAsync_v3020') "
+    f"WHERE correlationId IN (SELECT correlationId FROM {cu.MEMSET})")
+
+
+def test_memsets_count_as_calls_and_gpu_busy_time(capture, tmp_path):
+    """Each H2D copy of gpu25-concurrent turned into a memset of the same GPU interval (its row moved
+    to a MEMSET table, its API call renamed cudaMemsetAsync): the calls are memset calls now, the
+    copies are gone, and the GPU busy figures are those of the original, as the intervals are."""
+    src = capture("gpu25-concurrent")
+    path = edited_copy(src, tmp_path / "memsets.sqlite", *TO_MEMSETS)
+    moved = sql(path, f"SELECT count(*) FROM {cu.MEMSET}")[0][0]
+    calls = sql(path, COUNT_SQL.format("s.value = 'cudaMemsetAsync_v3020'"))[0][0]
+    assert moved == calls == sql(src, f"SELECT count(*) FROM {cu.MEMCPY} WHERE copyKind = 1")[0][0] > 0
+    before, after = analyze(str(src)).result, analyze(str(path)).result
+    assert after.totals.memset_calls == moved and after.totals.h2d_copies == 0
+    assert after.totals.memcpy_calls == before.totals.memcpy_calls - moved
+    assert after.totals.d2h_copies == before.totals.d2h_copies > 0
+    assert after.overlap == before.overlap and after.overlap.gpu_busy_ms_per_request > 0
+
+
+@pytest.mark.parametrize("col", ["start", "end", "correlationId"])
+def test_a_memset_table_without_a_required_column_is_refused(capture, tmp_path, col):
+    path = edited_copy(capture("gpu25-concurrent"), tmp_path / "memsets.sqlite", *TO_MEMSETS,
+                       f'ALTER TABLE {cu.MEMSET} RENAME COLUMN "{col}" TO "{col}_renamed"')
+    with pytest.raises(CaptureError, match=f"{cu.MEMSET} has no column {col}"):
+        analyze(str(path))
+
+
+# --- graph trace mode: recorded in the capture settings, else read off the tables ----------------------
+
+MODE_ROW = "FROM META_DATA_CAPTURE WHERE name LIKE '%CUDA_GRAPH_TRACE_OPTIONS:MODE'"
+GRAPH_MODES = [   # (capture, edits, mode): the settings say 'Graph' in both recordings
+    ("gpu25-q1c16-pr", [], "graph"),
+    ("gpu-q1c16-main", [], "graph"),                                       # no GRAPH_TRACE table: the setting says so
+    ("gpu25-q1c16-pr", [f"UPDATE META_DATA_CAPTURE SET value = 'Node' WHERE rowid IN (SELECT rowid {MODE_ROW})"],
+     "node"),
+    ("gpu25-q1c16-pr", [f"DELETE {MODE_ROW}"], "graph"),                   # graph launches traced whole
+    ("gpu-q1c16-main", [f"DELETE {MODE_ROW}"], "unknown"),                 # no graph row, no graph node
+    ("gpu-q1c16-main", [f"DELETE {MODE_ROW}", f"UPDATE {cu.KERNEL} SET graphNodeId = 7 WHERE rowid % 10 = 0"],
+     "node"),                                                              # kernels that ran as graph nodes
+    ("gpu-q1c16-main", [f"DELETE {MODE_ROW}", f"ALTER TABLE {cu.KERNEL} DROP COLUMN graphNodeId"], "unknown"),
+]
+
+
+@pytest.mark.parametrize("name,edits,mode", GRAPH_MODES, ids=[f"{n}-{m}-{len(e)}" for n, e, m in GRAPH_MODES])
+def test_graph_trace_mode(capture, tmp_path, name, edits, mode):
+    src = capture(name)
+    assert sql(src, f"SELECT value {MODE_ROW}") == [("Graph",)]
+    path = edited_copy(src, tmp_path / "mode.sqlite", *edits) if edits else src
+    with Export.open(path) as cap:
+        assert cu.graph_trace_mode(cap) == mode
+        assert cu.last_api_end(cap) == sql(path, f'SELECT max("end") FROM {cu.RUNTIME}')[0][0] > 0
+
+
+# --- cuda_traced: CUDA rows, whatever the capture settings say ----------------------------------------------
+
+FLAG = "FROM META_DATA_CAPTURE WHERE name LIKE '%COLLECT_CUDA_TRACE'"
+NO_FLAG = f"DELETE {FLAG}"                           # as nsys 2022.4 writes: no such setting
+FLAG_OFF = f"UPDATE META_DATA_CAPTURE SET value = 'false' WHERE rowid IN (SELECT rowid {FLAG})"
+
+
+@pytest.mark.parametrize("flag", [NO_FLAG, FLAG_OFF], ids=["no setting", "setting off"])
+def test_cuda_rows_are_read_whatever_the_settings_say(capture, tmp_path, flag):
+    """gpu25-concurrent without the COLLECT_CUDA_TRACE setting, or with it off: the same CUDA
+    figures as recorded; without the kernel table, the copies and calls still (as SQL counts them);
+    without the GPU tables, the calls."""
+    src = capture("gpu25-concurrent")
+    want = analyze(str(src)).result.totals
+    assert want.kernel_launches > 0
+    assert analyze(str(edited_copy(src, tmp_path / "a.sqlite", flag))).result.totals == want
+    got = analyze(str(edited_copy(src, tmp_path / "b.sqlite", flag, f"DROP TABLE {cu.KERNEL}"))).result.totals
+    h2d = sql(src, f"SELECT count(*), sum(bytes) FROM {cu.MEMCPY} WHERE copyKind = 1")[0]
+    assert (got.h2d_copies, got.h2d_bytes) == h2d and got.gpu_kernels == 0
+    launches = "s.value LIKE 'cudaLaunchKernel%' OR s.value LIKE 'cuLaunchKernel%'"   # 54 runtime, 192 driver
+    assert got.kernel_launches == sql(src, COUNT_SQL.format(launches))[0][0]
+    got = analyze(str(edited_copy(src, tmp_path / "c.sqlite", flag, f"DROP TABLE {cu.KERNEL}",
+                                  f"DROP TABLE {cu.MEMCPY}"))).result.totals      # API calls only
+    assert (got.kernel_launches, got.h2d_copies, got.device_syncs) == (want.kernel_launches, 0, want.device_syncs)
+
+
+@pytest.mark.parametrize("flag", [NO_FLAG, FLAG_OFF], ids=["no setting", "setting off"])
+def test_gpu_rows_without_api_calls_are_refused_whatever_the_settings_say(capture, tmp_path, flag):
+    """Kernels and copies without the runtime table, in a capture that does not say CUDA was traced:
+    refused (they were ignored, with a warning that the capture had no CUDA rows)."""
+    path = edited_copy(capture("gpu25-concurrent"), tmp_path / "noapi.sqlite", flag, f"DROP TABLE {cu.RUNTIME}")
+    with pytest.raises(CaptureError, match=f"GPU activity .* but no {cu.RUNTIME} table"):
+        analyze(str(path))
