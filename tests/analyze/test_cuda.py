@@ -128,6 +128,14 @@ def test_call_index_first_call_wins_and_processes_apart():
     assert index.lookup(np.array([7, 9, 7, 9, 7]), np.array([2, 2, 1, 1, 3])).tolist() == [2, 4, 0, 1, -1]
 
 
+def test_call_index_chunk_spanning_exactly_2_to_the_32():
+    """A chunk whose ids span 2**32 does not fit uint32 offsets (its last would wrap to 0)."""
+    corr = np.array([5, 6, 5 + (1 << 32)])
+    index = _build(corr, np.full(3, 3), [0, 3])
+    assert index.lookup(corr).tolist() == [0, 1, 2]
+    assert index.lookup(np.array([4, 5 + (1 << 32) - 1, 6 + (1 << 32)])).tolist() == [-1, -1, -1]
+
+
 def test_call_index_chunks_far_apart_keep_their_ids():
     """Chunks whose own spans fit uint32 but not together: the whole index holds int64 ids
     (freeze raised OverflowError under NumPy 2 once)."""
@@ -241,6 +249,8 @@ def test_kind_lookup_equals_dict(keys):
                                                                                   I64.max]]).astype(np.int64)
     got = lut(q)
     assert got.dtype == np.int8 and got.tolist() == [kinds.get(i, 0) for i in q.tolist()]
+    for i in q[:20].tolist():                   # one id at a time
+        assert lut(np.array([i])).tolist() == [kinds.get(i, 0)]
     assert lut(np.zeros(0, np.int64)).shape == (0,)
 
 
@@ -500,3 +510,62 @@ def test_gpu_rows_without_api_calls_are_refused_whatever_the_settings_say(captur
     path = edited_copy(capture("gpu25-concurrent"), tmp_path / "noapi.sqlite", flag, f"DROP TABLE {cu.RUNTIME}")
     with pytest.raises(CaptureError, match=f"GPU activity .* but no {cu.RUNTIME} table"):
         analyze(str(path))
+
+
+# --- NULLs where nsys may leave them: memory kinds unknown, one copy per row ---------------------------------
+
+NULL_KINDS = (f"UPDATE {cu.MEMCPY} SET srcKind = NULL WHERE rowid % 2 = 0",
+              f"UPDATE {cu.MEMCPY} SET dstKind = NULL WHERE rowid % 3 = 0",
+              f"UPDATE {cu.MEMCPY} SET copyCount = NULL WHERE rowid % 5 = 0")
+
+
+def test_null_memory_kinds_read_as_unknown_and_null_counts_as_one_copy(capture, tmp_path):
+    """gpu25-concurrent with srcKind, dstKind and copyCount NULL in some memcpy rows: the memory
+    kind is ENUM_CUDA_MEM_KIND's 'Unknown' (by SQL over the capture's own enum table), neither
+    pageable nor pinned; a row of NULL copyCount is one copy (the SQL of the schema notes)."""
+    path = edited_copy(capture("gpu25-concurrent"), tmp_path / "nulls.sqlite", *NULL_KINDS)
+    unknown = sql(path, "SELECT id FROM ENUM_CUDA_MEM_KIND WHERE name LIKE '%UNKNOWN'")[0][0]
+    analysis = analyze(str(path), rows=True)
+    t = analysis.rows("transfers")
+    want = sql(path, f"SELECT correlationId, COALESCE(srcKind, {unknown}), COALESCE(dstKind, {unknown}), "
+                     f"COALESCE(copyCount, 1), bytes, copyKind FROM {cu.MEMCPY} ORDER BY correlationId")
+    order = np.argsort(t["corr"], kind="stable")
+    got = np.stack([np.asarray(t[c])[order] for c in ("corr", "srcKind", "dstKind", "copies", "bytes", "copyKind")], 1)
+    assert got.tolist() == [list(r) for r in want]
+    totals = analysis.result.totals
+    h2d = sql(path, f"SELECT SUM(COALESCE(copyCount, 1)), SUM(srcKind = 0), SUM(srcKind = 1), "
+                    f"SUM(srcKind IS NULL) FROM {cu.MEMCPY} WHERE copyKind = 1")[0]
+    assert (totals.h2d_copies, totals.h2d_pageable, totals.h2d_pinned) == h2d[:3] and h2d[3] > 0
+
+
+# the calls of interest by name (launches, graph launches, copies, sets, syncs), as SQL
+OF_INTEREST_SQL = " OR ".join(_IS.format(n) for n in (
+    "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel", "cuLaunchGrid",
+    "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) + f" OR {DEVICE_SYNC_SQL} OR {STREAM_SYNC_SQL}"
+
+
+@pytest.mark.parametrize("name", ["gpu25-concurrent", "gpu25-sync-slice"])
+def test_calls_table_holds_the_calls_of_interest_only(capture, name):
+    """The row-level calls: one per launch, copy, set or sync (SQL over the API names), none of the
+    other API calls (cuGetProcAddress, cudaStreamIsCapturing, cuKernelGetName, ...)."""
+    path = capture(name)
+    calls = analyze(str(path), rows=True).rows("calls")
+    want = sql(path, f"SELECT r.correlationId FROM {cu.RUNTIME} r JOIN StringIds s ON s.id = r.nameId "
+                     f"WHERE {OF_INTEREST_SQL} ORDER BY r.correlationId")
+    others = sql(path, COUNT_SQL.format(f"NOT ({OF_INTEREST_SQL})"))[0][0]
+    assert others > 1000 and sorted(np.asarray(calls["corr"]).tolist()) == [r[0] for r in want]
+
+
+def test_has_pid_says_whether_gpu_rows_name_their_process(capture, tmp_path):
+    """GPU rows pair on (process, correlationId) only where some row of the table names its process:
+    gpu25-concurrent's do (SQL); with the kernels' globalPid NULL or 0, or dropped, they do not; an
+    absent table has none."""
+    src = capture("gpu25-concurrent")
+    assert sql(src, f"SELECT count(*) FROM {cu.KERNEL} WHERE globalPid >> 24 > 0")[0][0] > 0
+    nulled = edited_copy(src, tmp_path / "a.sqlite", f"UPDATE {cu.KERNEL} SET globalPid = NULL WHERE rowid % 2 = 0",
+                         f"UPDATE {cu.KERNEL} SET globalPid = 0 WHERE rowid % 2 = 1")
+    dropped = edited_copy(src, tmp_path / "b.sqlite", f"ALTER TABLE {cu.KERNEL} DROP COLUMN globalPid")
+    for path, kernel in ((src, True), (nulled, False), (dropped, False)):
+        with Export.open(path) as cap:
+            assert (cu.has_pid(cap, cu.KERNEL), cu.has_pid(cap, cu.MEMCPY), cu.has_pid(cap, cu.MEMSET)) == (
+                kernel, True, False)
