@@ -109,6 +109,10 @@ def test_call_index_equals_dict_oracle(case, seed):
         got = index.lookup(qc, np.full(len(qc), p))
         assert got.tolist() == [by_key.get((p, c), -1) for c in qc.tolist()], p
 
+    for c, p in zip(qc[:25].tolist(), qp[:25].tolist()):    # one id at a time
+        assert index.lookup(np.array([c]), np.array([p])).tolist() == [by_key.get((p, c), -1)]
+        assert index.lookup(np.array([c])).tolist() == [by_corr.get(c, -1)]
+
 
 @pytest.mark.parametrize("case", CASES)
 def test_call_index_same_for_any_chunking(case):
@@ -203,6 +207,8 @@ def test_every_kernel_and_copy_pairs_as_a_sql_join(capture):
     corr, pk = _runtime(path)
     n = len(corr)
     index = _build(corr, pk, [0, 1, 777, n // 3, n // 3, n - 5, n])
+    # compact, as the class says: 4-byte ids (their span fits), no per-call process code (one process)
+    assert index.corr.dtype == np.uint32 and index.pkc is None and len(np.unique(pk)) == 1
     for table in (cu.KERNEL, cu.MEMCPY):
         gcorr, gpk, want = _sql_pairs(path, table)
         assert len(want) > 10_000 and (want >= 0).all(), table
@@ -385,6 +391,7 @@ def test_no_cuda_tables_reads_as_not_traced(capture, tmp_path):
     path = edited_copy(src, tmp_path / "nocuda.sqlite", *(f"DROP TABLE {t}" for t in tables))
     with Export.open(path) as cap:
         assert not cu.cuda_traced(cap) and cu.graph_trace_mode(cap) is None and cu.last_api_end(cap) is None
+        assert cu.call_queries(cap, [1, 2]) == [] and all(cu.gpu_queries(cap, t) == [] for t in cu.GPU_TABLES)
     r = analyze(str(path)).result
     assert any("CUDA was traced but the program made no CUDA calls" in w for w in r.warnings)
     assert r.totals.kernel_launches is None
@@ -569,3 +576,5 @@ def test_has_pid_says_whether_gpu_rows_name_their_process(capture, tmp_path):
         with Export.open(path) as cap:
             assert (cu.has_pid(cap, cu.KERNEL), cu.has_pid(cap, cu.MEMCPY), cu.has_pid(cap, cu.MEMSET)) == (
                 kernel, True, False)
+    kernels = analyze(str(nulled), rows=True).rows("kernels")      # a NULL process reads as none (0)
+    assert sorted(np.asarray(kernels["gpid"]).tolist()) == [0] * sql(nulled, f"SELECT count(*) FROM {cu.KERNEL}")[0][0]
