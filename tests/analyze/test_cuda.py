@@ -423,7 +423,8 @@ def test_device_and_stream_syncs_counted_apart(capture, name):
 
 MEMSET_DDL = (f"CREATE TABLE {cu.MEMSET} (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
               "contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
-              "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER)")
+              "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, "
+              "memKind INTEGER)")
 TO_MEMSETS = (
     MEMSET_DDL,
     f"INSERT INTO {cu.MEMSET} SELECT start, end, deviceId, contextId, greenContextId, streamId, correlationId, "
@@ -548,7 +549,8 @@ def test_null_memory_kinds_read_as_unknown_and_null_counts_as_one_copy(capture, 
 # the calls of interest by name (launches, graph launches, copies, sets, syncs), as SQL
 OF_INTEREST_SQL = " OR ".join(_IS.format(n) for n in (
     "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel", "cuLaunchGrid",
-    "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) + f" OR {DEVICE_SYNC_SQL} OR {STREAM_SYNC_SQL}"
+    "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset"))
+OF_INTEREST_SQL += f" OR {DEVICE_SYNC_SQL} OR {STREAM_SYNC_SQL}"
 
 
 @pytest.mark.parametrize("name", ["gpu25-concurrent", "gpu25-sync-slice"])
