@@ -1,0 +1,125 @@
+"""clef_prof.analyze.export at its edges, each against what the SQLite file format, the nsys
+export or the docstring says: names cut to NAME_CHARS characters, the reader thread count, a
+header page count SQLite itself does not trust, the driver version and session length read from
+hand-edited copies of a real capture, and the row reader's NULLs and refusals."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from clef_prof.analyze import export as ex
+from clef_prof.analyze.export import Export
+from clef_prof.errors import CaptureError, ClefError
+from conftest import edited_copy, sql
+
+
+def _db(path, *statements):
+    con = sqlite3.connect(path)
+    with con:
+        for st in statements:
+            con.execute(*st) if isinstance(st, tuple) else con.execute(st)
+    con.close()
+    return path
+
+
+def test_names_are_cut_to_name_chars(tmp_path):
+    """StringIds values longer than NAME_CHARS (300) come back as their first 300 characters;
+    shorter ones whole; a BLOB as UTF-8 with U+FFFD for bytes that are not."""
+    long = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    path = _db(tmp_path / "s.sqlite", "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+               ("INSERT INTO StringIds VALUES (?, ?), (?, ?), (?, ?), (?, ?)",
+                (0, long, 1, long[:300], 2, long[:299], 3, b"ok\xff")))
+    with Export.open(str(path)) as cap:
+        assert cap.strings == {0: long[:300], 1: long[:300], 2: long[:299], 3: "ok\ufffd"}
+
+
+@pytest.mark.parametrize("cpus,want", [(None, 1), (1, 1), (2, 2), (3, 2), (64, 2)])
+def test_reader_threads_default_to_two_or_one_on_one_cpu(monkeypatch, cpus, want):
+    monkeypatch.delenv("CLEF_PROF_READERS", raising=False)
+    monkeypatch.setattr(ex.os, "cpu_count", lambda: cpus)
+    assert ex._readers() == want
+
+
+@pytest.mark.parametrize("raw,want", [("1", 1), (" 5 ", 5), ("0", None), ("-2", None), ("two", None)])
+def test_reader_threads_from_the_environment(monkeypatch, raw, want):
+    monkeypatch.setenv("CLEF_PROF_READERS", raw)
+    if want is None:
+        with pytest.raises(ClefError, match="CLEF_PROF_READERS"):
+            ex._readers()
+    else:
+        assert ex._readers() == want
+
+
+def _patch_header(path, at: int, value: bytes):
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(value)
+
+
+def test_a_page_count_sqlite_does_not_trust_is_not_a_truncation(capture, tmp_path):
+    """The header's page count (bytes 28-31) is valid only when its version-valid-for number
+    (92-95) equals the change counter (24-27) (the SQLite file format, section 1.3.7): a stale
+    count larger than the file is no truncation and the export still reads; the same count made
+    valid is refused as one."""
+    path = tmp_path / "c.sqlite"
+    path.write_bytes(capture("cpu23-sampled").read_bytes())
+    head = path.read_bytes()[:100]
+    pages = int.from_bytes(head[28:32], "big")
+    assert head[24:28] == head[92:96] and pages * int.from_bytes(head[16:18], "big") == path.stat().st_size
+    _patch_header(path, 28, (pages * 4).to_bytes(4, "big"))
+    _patch_header(path, 92, (int.from_bytes(head[24:28], "big") + 1).to_bytes(4, "big"))
+    with Export.open(str(path)) as cap:
+        assert cap.count("NVTX_EVENTS") == sql(capture("cpu23-sampled"), "SELECT count(*) FROM NVTX_EVENTS")[0][0] > 0
+    _patch_header(path, 92, head[24:28])
+    with pytest.raises(CaptureError, match="truncated SQLite file"):
+        Export.open(str(path))
+
+
+ENV = "TARGET_INFO_SYSTEM_ENV"
+
+
+@pytest.mark.parametrize("values,want", [
+    (["13000"], 13000), (["12080", "13000", "12040"], 13000), (["unknown"], None), (["0"], None),
+    (["-1"], None), (["", " 12080 "], 12080), ([], None)])
+def test_cuda_driver_version(capture, tmp_path, values, want):
+    """The CudaDriverVersion rows of TARGET_INFO_SYSTEM_ENV: the largest positive whole number,
+    None when none is one (the recorded gpu25 capture says 13000: CUDA 13.0)."""
+    src = capture("gpu25-concurrent")
+    assert sql(src, f"SELECT value FROM {ENV} WHERE name = 'CudaDriverVersion'") == [("13000",)]
+    row = f"FROM {ENV} WHERE name = 'CudaDriverVersion'"
+    path = edited_copy(src, tmp_path / "drv.sqlite", f"CREATE TEMP TABLE k AS SELECT * {row}", f"DELETE {row}",
+                       *(s for v in values
+                         for s in (("UPDATE k SET value = ?", (v,)), f"INSERT INTO {ENV} SELECT * FROM k")))
+    with Export.open(str(path)) as cap:
+        assert cap.cuda_driver_version == want
+
+
+def test_session_length(capture, tmp_path):
+    """ANALYSIS_DETAILS.duration as recorded; None when the table holds no row."""
+    src = capture("gpu25-concurrent")
+    want = sql(src, "SELECT duration FROM ANALYSIS_DETAILS")[0][0]
+    with Export.open(str(src)) as cap:
+        assert cap.duration_ns == want > 0
+    with Export.open(str(edited_copy(src, tmp_path / "d.sqlite", "DELETE FROM ANALYSIS_DETAILS"))) as cap:
+        assert cap.duration_ns is None
+
+
+@pytest.fixture(params=["sqlite", "adbc"])
+def reader(request, monkeypatch):
+    monkeypatch.setattr(ex, "READER", request.param)
+    return request.param
+
+
+def test_row_reader_nulls_and_refusals(tmp_path, reader):
+    """A query with a text column goes through the row reader: NULL integers read as 0, NULL text
+    as ''; a value that is not an integer is refused naming its column and its type."""
+    path = _db(tmp_path / "r.sqlite", "CREATE TABLE t (a INTEGER, b, s TEXT)",
+               ("INSERT INTO t VALUES (?, ?, ?), (?, ?, ?), (?, ?, ?)", (1, None, "x", None, 7, None, 3, -2, "z")))
+    with Export.open(str(path)) as cap:
+        got = cap.read("SELECT a, b, s FROM t", ["a", "b", "s"], {"s": "str"})
+        assert (got["a"].tolist(), got["b"].tolist(), got["s"].tolist()) == ([1, 0, 3], [0, 7, -2], ["x", "", "z"])
+    _db(path, "UPDATE t SET b = 'oops' WHERE a = 3")
+    with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="t holds str values in integer column 'b'"
+                                                      if reader == "sqlite" else "integer column 'b'"):
+        cap.read("SELECT a, b, s FROM t", ["a", "b", "s"], {"s": "str"})
