@@ -123,3 +123,48 @@ def test_row_reader_nulls_and_refusals(tmp_path, reader):
     with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="t holds str values in integer column 'b'"
                                                       if reader == "sqlite" else "integer column 'b'"):
         cap.read("SELECT a, b, s FROM t", ["a", "b", "s"], {"s": "str"})
+
+
+def test_a_directory_is_refused_as_a_capture(tmp_path):
+    with pytest.raises(CaptureError, match="is a directory, not an nsys SQLite export"):
+        Export.open(str(tmp_path))
+
+
+@pytest.mark.parametrize("size", [16, 50, 99])
+def test_a_header_shorter_than_100_bytes_is_not_sqlite(tmp_path, size):
+    """The SQLite magic string followed by less than the 100-byte header: not a database."""
+    path = tmp_path / "short.sqlite"
+    path.write_bytes((b"SQLite format 3\x00" + bytes(100))[:size])
+    with pytest.raises(CaptureError, match="short.sqlite: not an SQLite database"):
+        Export.open(str(path))
+
+
+def test_truncation_with_64_kib_pages(tmp_path):
+    """A page size of 65536 is written as 1 in the header (the SQLite file format): a file of 64
+    KiB pages cut by one page is refused as truncated, with the size its page count gives."""
+    path = _db(tmp_path / "big.sqlite", "PRAGMA page_size = 65536", "CREATE TABLE t (x BLOB)",
+               ("INSERT INTO t VALUES (?)", (bytes(300_000),)))
+    head = path.read_bytes()[:100]
+    pages = int.from_bytes(head[28:32], "big")
+    assert int.from_bytes(head[16:18], "big") == 1 and pages >= 5 and path.stat().st_size == pages * 65536
+    with Export.open(str(path)) as cap:
+        assert cap.count("t") == 1
+    with open(path, "r+b") as fh:
+        fh.truncate((pages - 1) * 65536)
+    with pytest.raises(CaptureError, match=f"truncated SQLite file \\({(pages - 1) * 65536} of {pages * 65536} bytes"):
+        Export.open(str(path))
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-journal"])
+def test_a_side_file_being_written_is_refused_an_empty_one_is_not(capture, tmp_path, suffix):
+    """A non-empty -wal or -journal beside the export means another process is writing it (one
+    byte is enough); an empty one is what a finished writer may leave."""
+    path = tmp_path / "c.sqlite"
+    path.write_bytes(capture("cpu23-sampled").read_bytes())
+    side = tmp_path / f"c.sqlite{suffix}"
+    side.write_bytes(b"")
+    with Export.open(str(path)) as cap:
+        assert cap.has("NVTX_EVENTS")
+    side.write_bytes(b"\x00")
+    with pytest.raises(CaptureError, match=f"another process is writing it \\(c.sqlite{suffix} beside it\\)"):
+        Export.open(str(path))
