@@ -4,6 +4,7 @@ header page count SQLite itself does not trust, the driver version and session l
 hand-edited copies of a real capture, and the row reader's NULLs and refusals."""
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -168,3 +169,80 @@ def test_a_side_file_being_written_is_refused_an_empty_one_is_not(capture, tmp_p
     side.write_bytes(b"\x00")
     with pytest.raises(CaptureError, match=f"another process is writing it \\(c.sqlite{suffix} beside it\\)"):
         Export.open(str(path))
+
+
+def _windows(cond: list[str]) -> list[tuple[int, int]]:
+    """[(first rowid, end rowid)] of rowid_windows' conditions."""
+    out = []
+    for c in cond:
+        a, b = c.split(" AND ")
+        assert a.startswith("rowid >= ") and b.startswith("rowid < ")
+        out.append((int(a[9:]), int(b[8:])))
+    return out
+
+
+@pytest.mark.parametrize("n,parts,want", [
+    (9, 3, [(101, 104), (104, 107), (107, 110)]),                 # three windows of three rowids
+    (10, 3, [(101, 105), (105, 109), (109, 111)]),                # 4, 4 and the 2 left
+    (1, None, [(101, 102)]),                                      # one row: one window
+    (10, 1, [(101, 111)]),
+])
+def test_rowid_windows_split_a_table_into_parts(tmp_path, n, parts, want):
+    """rowids 101 .. 100+n in `parts` consecutive windows of ceil(n / parts) rowids (by hand)."""
+    path = _db(tmp_path / "w.sqlite", "CREATE TABLE t (x INTEGER)",
+               *((f"INSERT INTO t (rowid, x) VALUES ({100 + i}, {i})") for i in range(1, n + 1)))
+    with Export.open(str(path)) as cap:
+        assert cap.rowid_range("t") == (101, 100 + n)
+        assert _windows(cap.rowid_windows("t", parts=parts)) == want
+
+
+def test_rowid_windows_of_rows_each(tmp_path):
+    """`rows` rowids per window, and at least one window per reader thread."""
+    path = _db(tmp_path / "w.sqlite", "CREATE TABLE t (x INTEGER)",
+               *((f"INSERT INTO t (rowid, x) VALUES ({100 + i}, {i})") for i in range(1, 11)))
+    with Export.open(str(path)) as cap:
+        assert _windows(cap.rowid_windows("t", rows=4)) == [(101, 105), (105, 109), (109, 111)]
+        assert len(cap.rowid_windows("t", rows=100)) == min(ex.READERS, 10)
+
+
+def test_absent_and_empty_tables(tmp_path):
+    """A table the export lacks, or one without rows: no columns (absent), no rowid range, no
+    window, a count of 0."""
+    path = _db(tmp_path / "e.sqlite", "CREATE TABLE empty (x INTEGER)")
+    with Export.open(str(path)) as cap:
+        assert (cap.columns("absent"), cap.columns("empty")) == ([], ["x"])
+        for t in ("absent", "empty"):
+            assert (cap.rowid_range(t), cap.rowid_windows(t), cap.count(t)) == (None, [], 0)
+
+
+def test_reader_chosen_by_size(tmp_path, monkeypatch):
+    """Without CLEF_PROF_READER, an export of ADBC_BYTES or more is read through ADBC, a smaller one
+    through sqlite3; CLEF_PROF_READER=sqlite keeps sqlite3 whatever the size."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = _db(tmp_path / "r.sqlite", "CREATE TABLE t (x INTEGER)", "INSERT INTO t VALUES (5)")
+    size = path.stat().st_size
+    for reader, limit, adbc in (("", size, True), ("", size + 1, False), ("sqlite", 0, False),
+                                ("adbc", size + 1, True)):
+        monkeypatch.setattr(ex, "READER", reader)
+        monkeypatch.setattr(ex, "ADBC_BYTES", limit)
+        with Export.open(str(path)) as cap:
+            assert (cap._adbc is not None, cap.read("SELECT x FROM t", ["x"])["x"].tolist()) == (adbc, [5]), reader
+
+
+def _open_fds(path) -> int:
+    fd = "/proc/self/fd"
+    return sum(1 for f in os.listdir(fd) if os.path.realpath(os.path.join(fd, f)) == os.path.realpath(path))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_close_releases_the_file(capture):
+    """Closing the export closes every connection it opened on the file, the reader threads' too."""
+    path = capture("gpu25-concurrent")
+    before = _open_fds(path)
+    cap = Export.open(str(path))
+    with cap.stream([ex.Query(i, "SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL", ["start"]) for i in range(4)],
+                    workers=2) as s:
+        assert len(list(s)) == 4
+    assert _open_fds(path) > before
+    cap.close()
+    assert _open_fds(path) == before
