@@ -81,7 +81,7 @@ ENV = "TARGET_INFO_SYSTEM_ENV"
 
 
 @pytest.mark.parametrize("values,want", [
-    (["13000"], 13000), (["12080", "13000", "12040"], 13000), (["unknown"], None), (["0"], None),
+    (["13000"], 13000), (["12080", "13000", "12040"], 13000), (["unknown"], None), (["0"], None), (["1"], 1),
     (["-1"], None), (["", " 12080 "], 12080), ([], None)])
 def test_cuda_driver_version(capture, tmp_path, values, want):
     """The CudaDriverVersion rows of TARGET_INFO_SYSTEM_ENV: the largest positive whole number,
@@ -246,3 +246,28 @@ def test_close_releases_the_file(capture):
     assert _open_fds(path) > before
     cap.close()
     assert _open_fds(path) == before
+
+
+def test_capture_settings_per_process_and_flags(tmp_path):
+    """META_DATA_CAPTURE keys lose their `PROCESS_N:` prefix only (values of several processes kept
+    in order); a flag is True when any process says true, False when all say otherwise, None when
+    no process records it."""
+    rows = [("PROCESS_0:COLLECT_CUDA_TRACE", "false"), ("PROCESS_1:COLLECT_CUDA_TRACE", "True"),
+            ("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE", "Graph"), ("DEVICE:ID", "x"), ("PROCESS_X", "y"),
+            ("COLLECT_NVTX_TRACE", "false")]
+    path = _db(tmp_path / "m.sqlite", "CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT)",
+               *(("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)", r) for r in rows))
+    with Export.open(str(path)) as cap:
+        assert cap.capture_meta == {"COLLECT_CUDA_TRACE": ["false", "True"], "CUDA_GRAPH_TRACE_OPTIONS:MODE": ["Graph"],
+                                    "DEVICE:ID": ["x"], "PROCESS_X": ["y"], "COLLECT_NVTX_TRACE": ["false"]}
+        assert (cap.capture_flag("COLLECT_CUDA_TRACE"), cap.capture_flag("COLLECT_NVTX_TRACE"),
+                cap.capture_flag("COLLECT_OSRT_TRACE")) == (True, False, None)
+
+
+@pytest.mark.parametrize("ddl", [None, "CREATE TABLE {t} (other TEXT, value TEXT)"], ids=["absent", "no such column"])
+def test_driver_version_and_duration_without_their_tables(tmp_path, ddl):
+    """No TARGET_INFO_SYSTEM_ENV / ANALYSIS_DETAILS, or one without the column read: None."""
+    stmts = [ddl.format(t=t) for t in ("TARGET_INFO_SYSTEM_ENV", "ANALYSIS_DETAILS")] if ddl else []
+    path = _db(tmp_path / "v.sqlite", "CREATE TABLE x (a INTEGER)", *stmts)
+    with Export.open(str(path)) as cap:
+        assert (cap.cuda_driver_version, cap.duration_ns) == (None, None)
