@@ -213,6 +213,7 @@ def test_absent_and_empty_tables(tmp_path):
         assert (cap.columns("absent"), cap.columns("empty")) == ([], ["x"])
         for t in ("absent", "empty"):
             assert (cap.rowid_range(t), cap.rowid_windows(t), cap.count(t)) == (None, [], 0)
+        assert (cap.strings, cap.export_meta, cap.capture_meta) == ({}, {}, {})     # no StringIds, no metadata
 
 
 def test_reader_chosen_by_size(tmp_path, monkeypatch):
@@ -271,3 +272,28 @@ def test_driver_version_and_duration_without_their_tables(tmp_path, ddl):
     path = _db(tmp_path / "v.sqlite", "CREATE TABLE x (a INTEGER)", *stmts)
     with Export.open(str(path)) as cap:
         assert (cap.cuda_driver_version, cap.duration_ns) == (None, None)
+
+
+def test_text_of_digits_stays_text(tmp_path, reader):
+    """A text column whose values are all digits is read as those strings, not as integers."""
+    path = _db(tmp_path / "d.sqlite", "CREATE TABLE t (a INTEGER, s TEXT)",
+               ("INSERT INTO t VALUES (?, ?), (?, ?)", (1, "12", 2, "007")))
+    with Export.open(str(path)) as cap:
+        got = cap.read("SELECT s, a FROM t", ["s", "a"], {"s": "str"})
+        alone = cap.read("SELECT s FROM t", ["s"], {"s": "str"})
+    assert (got["s"].tolist(), got["a"].tolist(), alone["s"].tolist()) == (["12", "007"], [1, 2], ["12", "007"])
+
+
+def test_adbc_text_after_the_first_record_batch_is_refused(tmp_path, monkeypatch):
+    """ADBC types a column from its first record batch: text in a later batch of an integer column
+    is refused as text in that column, as the sqlite3 reader refuses it."""
+    pytest.importorskip("adbc_driver_sqlite")
+    monkeypatch.setattr(ex, "READER", "adbc")
+    monkeypatch.setattr(ex, "BATCH_ROWS", 4)
+    path = _db(tmp_path / "b.sqlite", "CREATE TABLE t (a INTEGER, b)",
+               *(f"INSERT INTO t VALUES ({i}, {i * 10})" for i in range(10)), "INSERT INTO t VALUES (10, 'x')")
+    with Export.open(str(path)) as cap:
+        assert cap._adbc is not None
+        assert cap.read("SELECT a, b FROM t WHERE a < 10", ["a", "b"])["b"].tolist() == list(range(0, 100, 10))
+        with pytest.raises(CaptureError, match="t holds .* values in integer column 'b'"):
+            cap.read("SELECT a, b FROM t", ["a", "b"])
