@@ -297,3 +297,18 @@ def test_adbc_text_after_the_first_record_batch_is_refused(tmp_path, monkeypatch
         assert cap.read("SELECT a, b FROM t WHERE a < 10", ["a", "b"])["b"].tolist() == list(range(0, 100, 10))
         with pytest.raises(CaptureError, match="t holds .* values in integer column 'b'"):
             cap.read("SELECT a, b FROM t", ["a", "b"])
+
+
+def test_no_rows_through_the_row_reader(tmp_path, reader):
+    path = _db(tmp_path / "n.sqlite", "CREATE TABLE t (a INTEGER, s TEXT)")
+    with Export.open(str(path)) as cap:
+        got = cap.read("SELECT a, s FROM t", ["a", "s"], {"s": "str"})
+    assert (got["a"].tolist(), got["s"].tolist(), got["a"].dtype) == ([], [], "int64")
+
+
+def test_an_sql_error_inside_a_reader_is_one_capture_error(tmp_path, reader):
+    """SQLite failing while it steps the query (here an integer overflow) is a CaptureError that
+    says the capture cannot be read, through either reader, not the driver's own exception."""
+    path = _db(tmp_path / "o.sqlite", "CREATE TABLE t (a INTEGER)", "INSERT INTO t VALUES (1)")
+    with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="o.sqlite: cannot read .*integer overflow"):
+        cap.read("SELECT abs(-9223372036854775808) FROM t", ["a"])
