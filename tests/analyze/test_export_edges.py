@@ -314,12 +314,15 @@ def test_an_sql_error_inside_a_reader_is_one_capture_error(tmp_path, reader):
         cap.read("SELECT abs(-9223372036854775808) FROM t", ["a"])
 
 
-@pytest.mark.parametrize("bad", [5.5, "1e3", "7x", "12 ", "+3"])
-@pytest.mark.parametrize("where", ["last", "only"])
-def test_a_non_integer_last_or_alone_is_refused(tmp_path, reader, bad, where):
+NOT_INTEGERS = [[3, 4, bad] for bad in (5.5, "1e3", "7x", "12 ", "+3")] + [[bad] for bad in (5.5, "1e3", "7x")]
+NOT_INTEGERS += [["1,2", ""]]
+
+
+@pytest.mark.parametrize("values", NOT_INTEGERS, ids=repr)
+def test_a_non_integer_last_or_alone_is_refused(tmp_path, reader, values):
     """A value that is not a plain integer, as the last value of a column or its only one (where a
-    number parser would stop at its first non-digit and still count one value per row), is refused."""
-    values = [3, 4, bad] if where == "last" else [bad]
+    number parser would stop at its first non-digit and still count one value per row), or the text
+    '1,2' beside an empty text (as many numbers as rows, commas in the wrong places), is refused."""
     path = _db(tmp_path / "x.sqlite", "CREATE TABLE t (b)", *(("INSERT INTO t VALUES (?)", (v,)) for v in values))
     with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="integer column 'b'"):
         cap.read("SELECT b FROM t", ["b"])
