@@ -315,7 +315,7 @@ def test_an_sql_error_inside_a_reader_is_one_capture_error(tmp_path, reader):
 
 
 NOT_INTEGERS = [[3, 4, bad] for bad in (5.5, "1e3", "7x", "12 ", "+3")] + [[bad] for bad in (5.5, "1e3", "7x")]
-NOT_INTEGERS += [["1,2", ""]]
+NOT_INTEGERS += [["1,2", ""], [3, 4, "5-"], [3, 4, "1-2"], [3, 4, "-"], [3, 4, "--3"], ["1-2"], [3, 4, ""], [1, "", 2]]
 
 
 @pytest.mark.parametrize("values", NOT_INTEGERS, ids=repr)
@@ -326,3 +326,13 @@ def test_a_non_integer_last_or_alone_is_refused(tmp_path, reader, values):
     path = _db(tmp_path / "x.sqlite", "CREATE TABLE t (b)", *(("INSERT INTO t VALUES (?)", (v,)) for v in values))
     with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="integer column 'b'"):
         cap.read("SELECT b FROM t", ["b"])
+
+
+def test_a_column_of_nulls_reads_as_zeros_and_empty_text(tmp_path, reader):
+    """A column whose every value is NULL (ADBC types it null, not integer or text): zeros, ''."""
+    path = _db(tmp_path / "z.sqlite", "CREATE TABLE t (a INTEGER, s TEXT)", "INSERT INTO t VALUES (NULL, NULL)",
+               "INSERT INTO t VALUES (NULL, NULL)")
+    with Export.open(str(path)) as cap:
+        got = cap.read("SELECT a FROM t", ["a"])
+        text = cap.read("SELECT s, a FROM t", ["s", "a"], {"s": "str"})
+    assert (got["a"].tolist(), text["s"].tolist(), text["a"].tolist()) == ([0, 0], ["", ""], [0, 0])
