@@ -68,10 +68,10 @@ def sync_kind(name: str) -> int:
 
 
 def cuda_traced(cap: Export) -> bool:
-    """True when the capture traced CUDA (the RUNTIME table, or the capture settings, say so)."""
-    if cap.has(RUNTIME):
-        return True
-    return bool(cap.capture_flag("COLLECT_CUDA_TRACE")) and cap.has(KERNEL)
+    """True when the capture holds CUDA rows: API calls, or GPU activity (which `check_schema`
+    refuses without its calls). nsys writes a table only when it has rows, so a capture traced
+    without a CUDA call has none; the capture settings (absent before nsys 2023) are not needed."""
+    return cap.has(RUNTIME) or any(cap.has(t) for t in GPU_REQUIRED)
 
 
 GPU_REQUIRED = {MEMCPY: ("start", "end", "correlationId", "bytes", "copyKind"),
@@ -157,9 +157,7 @@ CALL_COLUMNS = ["start", "end", "gtid", "corr", "nameId"]
 
 def call_queries(cap: Export, wanted: list[int], where: str = "") -> list[Query]:
     """The API calls of interest, in rowid windows (tag: ("calls", window number)); `where`
-    filters further (an SQL condition on RUNTIME's columns)."""
-    if not cap.has(RUNTIME):
-        return []
+    filters further (an SQL condition on RUNTIME's columns); none without the table (it has no rowid window)."""
     return [Query(("calls", i), _calls_sql(wanted, f"{w} AND ({where})" if where else w), CALL_COLUMNS)
             for i, w in enumerate(cap.rowid_windows(RUNTIME))]
 
@@ -191,10 +189,8 @@ def gpu_queries(cap: Export, table: str, parts: int | None = None, device: bool 
                 where: str = "") -> list[Query]:
     """One GPU table in rowid windows (`parts` of them, or windows of the default size), with
     the device column only when asked (tag: (table, window, windows)); `where` filters further
-    (an SQL condition on the table's columns)."""
+    (an SQL condition on the table's columns); none without the table (it has no rowid window)."""
     cols, spec, sql, fill = _gpu_spec(cap, table, GPU_TABLES[table], device=device)
-    if not cols:
-        return []
     windows = cap.rowid_windows(table, parts=parts)
     return [Query((table, i, len(windows)), f"{sql} WHERE {w}{f' AND ({where})' if where else ''}",
                   [n for n, c, _ in spec if c in cols], fill=fill) for i, w in enumerate(windows)]
@@ -292,8 +288,8 @@ class CallIndex:
 
     @staticmethod
     def _search(rows, order, vals, q):
-        if len(vals) == 0 or len(q) == 0:
-            return np.full(len(q), -1, dtype=np.int64)
+        """Call number of each id of `q` (not empty: `lookup` answers an empty query) in one block
+        (not empty: a block holds the calls of its process), -1 when none."""
         # a window's ids lie close together: search the slice of the index between its least and
         # greatest (a few cache lines instead of a path through the whole index per id)
         a = int(np.searchsorted(vals, q.min(), side="left"))

@@ -213,8 +213,7 @@ class Export:
         return table in self.tables
 
     def columns(self, table: str) -> list[str]:
-        if table not in self.tables:
-            return []
+        """The table's column names; [] for an absent table (PRAGMA table_info returns no row)."""
         return [r[1] for r in self.rows(f'PRAGMA table_info("{table}")')]
 
     def rowid_range(self, table: str) -> tuple[int, int] | None:
@@ -511,8 +510,7 @@ def _to_numpy(col, dtype: str | None, name: str = "") -> np.ndarray:
     import pyarrow as pa
 
     if dtype == "str":
-        if pa.types.is_null(col.type):
-            return np.full(len(col), "", dtype=object)
+        # a null-typed column casts to string as Nones, read as ''
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             col = col.cast(pa.string())
         return np.array(["" if v is None else v for v in col.to_pylist()], dtype=object)

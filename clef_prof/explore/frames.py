@@ -24,6 +24,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from ..analyze import cuda as cu
 from ..analyze.filecache import FileCache
 from ..analyze.model import Overlap, PerRequest, Result
 from ..analyze.result import Analysis, analyze
@@ -39,7 +40,9 @@ COPY_DIRECTIONS = {0: "unknown", 1: "H2D", 2: "D2H", 3: "H2A", 4: "A2H", 5: "A2A
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
                 6: "managed static", 7: "unknown"}
 # clef_prof.analyze.cuda call kinds; 0: a GPU row whose API call was not found
-API_KINDS = {0: "unpaired", 1: "kernel launch", 2: "graph launch", 3: "memcpy", 4: "memset", 5: "sync"}
+# analyze.cuda's API call kinds (the numbers are its own, not an nsys enum)
+API_KINDS = {0: "unpaired", cu.LAUNCH: "kernel launch", cu.GRAPH: "graph launch", cu.COPY: "memcpy", cu.SET: "memset",
+             cu.SYNC: "sync"}
 _HOST_SIDE_SRC = {1, 3, 9, 11}     # directions whose source is host memory (H2D, H2A, H2H, UVM H2D)
 
 _CACHE = FileCache(8)

@@ -197,6 +197,24 @@ def test_handmade_trace_reads(tmp_path):
     assert not [w for w in r.warnings if "user_annotation" in w or "CUDA runtime" in w]
 
 
+def test_copy_without_bytes_arg_counts_as_a_copy_of_no_bytes(tmp_path):
+    """A gpu_memcpy event without its bytes arg (the trace does not say how much it copied): still
+    one H2D copy, adding no bytes to the other copies' 4096 B each."""
+    ev = batch_events(n=3)
+    del next(e for e in ev if e["cat"] == "gpu_memcpy")["args"]["bytes"]
+    r = analyze(resolve(str(write(tmp_path / "nobytes.json", trace(ev))))[0]).result
+    assert (r.totals.h2d_copies, r.totals.h2d_bytes, r.totals.h2d_pinned) == (3, 2 * 4096, 3)
+
+
+def test_copy_without_correlation_pairs_with_no_call(tmp_path):
+    """A gpu_memcpy event without its correlation (and no flow to its call): a copy of the capture,
+    of no stage (the runtime call of correlation 1 keeps its own copy only)."""
+    ev = batch_events(n=3)                      # calls and copies of correlations 1, 2, 3
+    del [e for e in ev if e["cat"] == "gpu_memcpy"][-1]["args"]["correlation"]
+    r = analyze(resolve(str(write(tmp_path / "nocorr.json", trace(ev))))[0]).result
+    assert (r.totals.h2d_copies, r.stages["transfer"].cuda.h2d_copies) == (3, 2)
+
+
 def test_truncated_gzip(tmp_path):
     good = write(tmp_path / "g.json.gz", trace(batch_events()), gz=True)
     cut = tmp_path / "cut.pt.trace.json.gz"
