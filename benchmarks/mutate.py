@@ -83,7 +83,7 @@ MODULE_TESTS = {
     "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
     "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
                                     _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
-                                    _A + "test_validate.py", *_CORE),
+                                    _A + "test_validate.py", _A + "test_result_edges.py", *_CORE),
     "clef_prof/analyze/scrub.py": (_A + "test_scrub.py",),
     "clef_prof/analyze/slicing.py": (_A + "test_overlap.py", _A + "test_window.py"),
     "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
