@@ -71,3 +71,60 @@ def test_an_export_without_nvtx_is_told_from_a_foreign_file(base, tmp_path, drop
         f"DROP TABLE {t}" for (t,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'TARGET_INFO_GPU'")))
     with pytest.raises(CaptureError, match="not an Nsight Systems export"):
         analyze(str(foreign))
+
+
+BATCH_OF = """SELECT count(*) FROM NVTX_EVENTS b LEFT JOIN StringIds bn ON bn.id = b.textId
+              WHERE b.eventType = 59 AND coalesce(b.text, bn.value) LIKE 'pooler %'
+                AND b.globalTid = e.globalTid AND b.start <= e.start AND e."end" <= b."end\""""
+
+
+def test_batch_and_outside_batch_figures_on_third_party_code(capture):
+    """bertsrv (gpu25-bert-pair): parse, transfer and head run inside its batches, encode on the
+    event-loop thread outside every batch. Each stage's host ms outside batches, the batch's host
+    ms per request and its CUDA launches (stages and the batch's own, no stage) by SQL."""
+    from clef_prof.analyze.stages import StageConfig
+    path = capture("gpu25-bert-pair")
+    r = analyze(str(path), StageConfig(stages=("parse", "transfer", "head", "encode"))).result
+    for name in ("parse", "transfer", "head", "encode"):
+        loose = sql(path, f"""SELECT coalesce(sum(e."end" - e.start), 0) FROM NVTX_EVENTS e LEFT JOIN StringIds s
+                              ON s.id = e.textId WHERE e.eventType = 59 AND coalesce(e.text, s.value) = ?
+                              AND ({BATCH_OF}) = 0""", name)[0][0]
+        assert r.stages[name].outside_batch_host_ms_per_request == pytest.approx(loose / 1e6 / r.requests, rel=1e-12), name
+    assert r.stages["encode"].outside_batch_host_ms_per_request > 0 == r.stages["head"].outside_batch_host_ms_per_request
+    batch_ns = sql(path, """SELECT sum(e."end" - e.start) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+                            WHERE e.eventType = 59 AND coalesce(e.text, s.value) LIKE 'pooler %'""")[0][0]
+    assert r.pooler.host_ms_per_request == pytest.approx(batch_ns / 1e6 / r.requests, rel=1e-12)
+    assert r.pooler.host_ms_total == pytest.approx(batch_ns / 1e6, rel=1e-12)
+    launches = sql(path, f"""SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME e
+                             ON e.correlationId = k.correlationId WHERE ({BATCH_OF}) > 0""")[0][0]
+    assert r.pooler.cuda.kernel_launches == launches == r.totals.kernel_launches > 0
+
+
+def test_the_batch_counts_only_cuda_work_launched_inside_it(capture, tmp_path):
+    """One kernel launch moved before every batch (an edited copy): the capture's totals keep it,
+    the batch's own CUDA counts do not."""
+    path = capture("gpu25-bert-pair")
+    cid = sql(path, "SELECT r.rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN CUPTI_ACTIVITY_KIND_KERNEL k "
+                    "ON k.correlationId = r.correlationId ORDER BY r.start LIMIT 1")[0][0]
+    moved = edited_copy(path, tmp_path / "moved.sqlite",
+                        ('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 1, "end" = 2 WHERE rowid = ?', (cid,)))
+    r = analyze(str(moved)).result
+    inside = sql(moved, f"""SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME e
+                            ON e.correlationId = k.correlationId WHERE ({BATCH_OF}) > 0""")[0][0]
+    assert r.pooler.cuda.kernel_launches == inside == r.totals.kernel_launches - 1
+
+
+@pytest.mark.parametrize("value,refused", [(0, False), (1 << 40, False), ((1 << 40) + 1, True), (-1, True)])
+def test_copy_sizes_up_to_one_tib_are_read_beyond_it_refused(base, tmp_path, value, refused):
+    """One memcpy record of up to 1 TiB is a copy (its bytes counted); beyond it, or negative, the
+    export is damaged: one line."""
+    from clef_prof.errors import CaptureError
+    path, r = base
+    row = sql(path, "SELECT rowid, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 ORDER BY rowid LIMIT 1")[0]
+    big = edited_copy(path, tmp_path / "big.sqlite", ("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = ? WHERE rowid = ?",
+                                                     (value, row[0])))
+    if refused:
+        with pytest.raises(CaptureError, match=r"bytes outside 0\.\.1099511627776"):
+            analyze(str(big))
+    else:
+        assert analyze(str(big)).result.totals.h2d_bytes == r.totals.h2d_bytes - row[1] + value
