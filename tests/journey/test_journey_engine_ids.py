@@ -69,6 +69,7 @@ def test_engine_renamed_ids_meet_their_requests_under_nsys(tmp_path):
 
     # the score request (a forwarding `__call__(*args, **kwargs)`) got its header id and meets its row
     j = a.result.journey
+    assert not [w for w in a.result.warnings if "matched none" in w]
     assert j.request_ranges == N and j.complete == N and j.cut_by_window == 0
     assert j.without_batch == 0 and j.unclaimed_batch_ids == 0
     assert j.without_enqueue == 0 and j.renamed_batch_ids == j.batch_ids == prompts + 1
@@ -88,3 +89,20 @@ def test_engine_renamed_ids_meet_their_requests_under_nsys(tmp_path):
     # a pattern that matches no batch id says so
     w = analyze(str(db), replace(cfg, engine_id_pattern="^nothing-(.+)$")).result.warnings
     assert [x for x in w if f"matched none of the {prompts + 1} batch ids" in x]
+
+
+@pytest.mark.nsys("2023.4")
+def test_a_pattern_that_matches_no_batch_id_is_said(tmp_path):
+    """The same recording read with a pattern that fits none of its batch ids: one warning, and
+    requests meet only the batch ids equal to theirs (none here)."""
+    import dataclasses
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEF_PROF_")}
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{PROGRAMS}"
+    argv = [sys.executable, "-m", "clef_prof", "inject", "--spec", str(SPEC), "--",
+            sys.executable, "-m", "engine_ids_app.server", "12"]
+    db = profile(argv, tmp_path / "cap", "2023.4", env, PROGRAMS)
+    cfg = dataclasses.replace(sp.load(str(SPEC)).config, engine_id_pattern="^nomatch-(.+)$")
+    r = analyze(str(db), cfg).result
+    said = [w for w in r.warnings if "matched none" in w]
+    assert len(said) == 1 and f"none of the {r.journey.batch_ids:,} batch ids" in said[0]
+    assert r.journey.renamed_batch_ids == 0 and r.journey.complete == 0
