@@ -1,0 +1,273 @@
+"""Every figure of the samples part of analyze's result (clef_prof.analyze.samples) against a
+reading of the export by hand, on real recordings of tests/programs/sampled_split.py under nsys
+2023.4 with clef-prof's sampler at 200 Hz (cpu23-sampled: 96 marks, 3 stacks; cpu23-samples-main-1:
+237 marks, 8 stacks, stacks of depth 2 to 4). The oracle reads the sampler's marks, frame and stack
+definitions and the stage and batch ranges by SQL, then places each mark with a plain loop over the
+ranges of the thread its message names (innermost stage range holding its time, else a batch
+range, else "(outside)"), counts self and inclusive samples per function, and computes the
+Wilson bounds, the sampling period (median positive gap between a thread's consecutive marks) and
+the ms per request with the formulas written out here."""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+
+import pytest
+
+from clef_prof.analyze import samples as smp
+from clef_prof.analyze.result import analyze
+from clef_prof.analyze.stages import StageConfig
+from conftest import edited_copy, sql
+
+NAMES = ("cpu23-sampled", "cpu23-samples-main-1")
+Z = 1.959963984540054
+
+MARKS = """
+SELECT m.start, t.value, m.int64Value, m.globalTid FROM NVTX_EVENTS m
+JOIN StringIds t ON t.id = m.textId
+WHERE m.eventType = 34 AND m.domainId = (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'clef-prof samples')
+ORDER BY m.start"""
+RANGES = """
+SELECT r.start, r."end", r.globalTid, coalesce(r.text, s.value) FROM NVTX_EVENTS r
+LEFT JOIN StringIds s ON s.id = r.textId WHERE r.eventType = 59 AND r."end" IS NOT NULL"""
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    p = k / n
+    den = 1 + Z * Z / n
+    mid = (p + Z * Z / (2 * n)) / den
+    half = Z / den * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n))
+    return max(mid - half, 0.0), min(mid + half, 1.0)
+
+
+def oracle(path, stage_names) -> dict:
+    """The figures by hand: per slot, samples and per (function, file) self and inclusive counts."""
+    frames, stacks = {}, {}
+    hz = None
+    for (v,) in sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof %'"):
+        if v.startswith("clef-prof frame "):
+            key, name, file, _line = v[len("clef-prof frame "):].split("\t")
+            frames[key] = (name, file)
+        elif v.startswith("clef-prof stack "):
+            key, ids = v[len("clef-prof stack "):].split("\t")
+            stacks[key] = ids.split()
+        elif v.startswith("clef-prof sampler "):
+            hz = float(v.split()[3].removeprefix("hz="))
+    ranges = defaultdict(list)          # gtid -> [(start, end, name)]
+    for s, e, g, name in sql(path, RANGES):
+        ranges[g].append((s, e, name))
+    slot_of, self_, incl, times = {}, defaultdict(Counter), defaultdict(Counter), defaultdict(list)
+    per_slot = Counter()
+    for t, msg, sid, mg in sql(path, MARKS):
+        _, pid, tid = msg.split()
+        g = ((mg >> 24) << 24) | int(tid)
+        times[g].append(t)
+        holding = [(s, name) for s, e, name in ranges[g] if s <= t <= e]
+        in_stage = sorted((s, name) for s, name in holding if name in stage_names)
+        slot = in_stage[-1][1] if in_stage else \
+            "(batch)" if any(name.startswith("pooler") for _, name in holding) else "(outside)"
+        st = [frames[f"{pid}:{f}"] for f in stacks[f"{pid}:{sid}"]]
+        per_slot[slot] += 1
+        self_[slot][st[0]] += 1
+        for f in set(st):
+            incl[slot][f] += 1
+        slot_of[t] = slot
+    gaps = [b - a for ts in times.values() for a, b in zip(ts, ts[1:]) if b > a]
+    med = statistics.median(gaps)
+    return dict(samples=sum(per_slot.values()), per_slot=per_slot, self=self_, incl=incl, hz=hz,
+                period_ms=med / 1e6, observed_hz=1e9 / med, threads=len(times))
+
+
+HEAD_MARKS = """
+SELECT m.rowid FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId
+JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."end"
+     AND (h.globalTid >> 24) = (m.globalTid >> 24)
+     AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
+JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
+WHERE m.eventType = 34 AND t.value LIKE 't %' ORDER BY m.start"""
+
+
+@pytest.mark.parametrize("name, head_kept", [(n, None) for n in NAMES] + [("cpu23-sampled", 30), ("cpu23-sampled", 29)])
+def test_sampler_figures_against_a_reading_by_hand(capture, tmp_path, name, head_kept):
+    """head_kept: a copy whose head stage keeps only its first K marks (SQL deletes the others):
+    30 samples are enough for shares to be a measurement (`few` False), 29 are not."""
+    path = capture(name)
+    if head_kept is not None:
+        gone = [r for (r,) in sql(path, HEAD_MARKS)][head_kept:]
+        path = edited_copy(path, tmp_path / "cut.sqlite",
+                           f"DELETE FROM NVTX_EVENTS WHERE rowid IN ({','.join(map(str, gone))})")
+    an = analyze(str(path))
+    r = an.result
+    cfg = StageConfig()
+    want = oracle(path, set(cfg.stages))
+    s = r.samples
+    assert s.source == "clef-prof sampler" and s.unit == "samples" and s.confidence == 0.95
+    assert (s.samples, s.threads, s.asked_hz) == (want["samples"], want["threads"], want["hz"])
+    assert s.samples == sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34")[0][0]
+    assert s.ms_per_sample == pytest.approx(want["period_ms"], rel=1e-12)
+    assert s.observed_hz == pytest.approx(want["observed_hz"], rel=1e-12)
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.bad_definitions) == (0, 0, 0, 0, 0)
+    assert r.requests == sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=1'")[0][0]
+    # every configured stage is a slot; (batch) and (outside) only where they hold samples
+    slots = list(cfg.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
+    assert list(s.stages) == slots
+    assert want["per_slot"]["head"] == head_kept if head_kept else want["per_slot"]["head"] >= 60
+    for slot, fig in s.stages.items():
+        n = want["per_slot"][slot]
+        assert fig.samples == n and fig.share_of_samples == pytest.approx(n / want["samples"], rel=1e-12)
+        assert fig.ms_per_request == pytest.approx(n * want["period_ms"] / r.requests, rel=1e-12)
+        assert fig.few == (n < 30)
+        if not n:
+            assert fig.top_self == fig.top_inclusive == []
+            continue
+        for by, top, mine in (("self", fig.top_self, want["self"][slot]), ("incl", fig.top_inclusive,
+                                                                               want["incl"][slot])):
+            assert len(top) == min(10, len(mine))
+            got = [(f.function, f.file) for f in top]
+            assert set(got) == set(mine)
+            key = [f.self_samples if by == "self" else f.inclusive_samples for f in top]
+            assert key == sorted(key, reverse=True)
+            for f in top:
+                k_s, k_i = want["self"][slot][(f.function, f.file)], want["incl"][slot][(f.function, f.file)]
+                assert (f.self_samples, f.inclusive_samples) == (k_s, k_i), (slot, f.function)
+                assert (f.self_share, f.inclusive_share) == (pytest.approx(k_s / n), pytest.approx(k_i / n))
+                assert (f.self_share_low, f.self_share_high) == pytest.approx(_wilson(k_s, n), abs=1e-12)
+                assert (f.inclusive_share_low, f.inclusive_share_high) == pytest.approx(_wilson(k_i, n), abs=1e-12)
+                assert f.self_ms_per_request == pytest.approx(k_s * want["period_ms"] / r.requests, rel=1e-12)
+                assert f.inclusive_ms_per_request == pytest.approx(k_i * want["period_ms"] / r.requests, rel=1e-12)
+    # without a request count, no ms per request anywhere
+    bare, _ = smp.figures(an.sample_counts, None)
+    assert all(fig.ms_per_request is None for fig in bare.stages.values())
+    assert all(f.self_ms_per_request is None for fig in bare.stages.values() for f in fig.top_self)
+
+
+
+# ------------------------------------------------- a real Kineto with_stack trace: self and inclusive ns
+BERT = "kineto-bert-stack.pt.trace.json.xz"
+BERT_STAGES = ("parse", "transfer", "head", "encode")
+
+
+def _kineto_oracle(trace: dict) -> tuple[dict, dict, dict]:
+    """({slot: {(function, file): self ns}}, the same inclusive, {slot: total ns}) by hand: an
+    event's self time is its duration less its children's (by Python parent id), counted to its own
+    function and, once each, to every function among its ancestors; the slot is the innermost stage
+    range of its thread holding the whole event, else a batch range that does, else "(outside)"."""
+    import re
+    ev = trace["traceEvents"]
+    py = [e for e in ev if e.get("cat") == "python_function"]
+    by_id = {e["args"]["Python id"]: e for e in py}
+    child = Counter()
+    for e in py:
+        p = e["args"].get("Python parent id")
+        if p is not None:
+            child[p] += e["dur"]
+    ranges = [e for e in ev if e.get("cat") == "user_annotation"]
+
+    def fn(e):
+        m = re.match(r"(.*)\((\d+)\): (.+)$", e["name"])     # `file(LINE): function`; `<frozen runpy>` a file too
+        return (m.group(3), m.group(1)) if m else (re.sub(r" at 0x[0-9a-f]+>$", ">", e["name"]), "")
+
+    self_, incl, total = defaultdict(Counter), defaultdict(Counter), Counter()
+    for e in py:
+        a, b = e["ts"], e["ts"] + e["dur"]
+        holding = [r for r in ranges if r["tid"] == e["tid"] and r["pid"] == e["pid"] and r["ts"] <= a
+                   and b <= r["ts"] + r["dur"]]
+        stages = [r for r in holding if r["name"] in BERT_STAGES]
+        slot = (max(stages, key=lambda r: r["ts"])["name"] if stages else
+                "(batch)" if any(r["name"].startswith("pooler") for r in holding) else "(outside)")
+        own = max(e["dur"] - child[e["args"]["Python id"]], 0.0) * 1000       # µs -> ns
+        on_stack, x = {fn(e)}, e
+        while x["args"].get("Python parent id") is not None:
+            x = by_id[x["args"]["Python parent id"]]
+            on_stack.add(fn(x))
+        self_[slot][fn(e)] += own
+        for f in on_stack:
+            incl[slot][f] += own
+        total[slot] += own
+    return self_, incl, total
+
+
+def test_kineto_top_ten_by_self_and_inclusive_time_against_a_reading_by_hand(tmp_path, monkeypatch):
+    """tests/programs/bertsrv under torch.profiler with_stack (the H200 recording cut to three
+    batches): per stage the ten functions with the most self (and inclusive) ns, each with its
+    self and inclusive ns, share and ms per request, against json.load of the trace and a walk
+    of each event's parent ids."""
+    import json
+    import lzma
+    from pathlib import Path
+
+    from clef_prof.analyze.inputs import resolve
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    raw = lzma.decompress((Path(__file__).resolve().parents[1] / "data" / BERT).read_bytes())
+    trace = json.loads(raw)
+    path = tmp_path / "bert.pt.trace.json"
+    path.write_bytes(raw)
+    r = analyze(resolve(str(path))[0], StageConfig(stages=BERT_STAGES)).result
+    s = r.samples
+    self_, incl, total = _kineto_oracle(trace)
+    assert s.unit == "ns" and s.samples == pytest.approx(sum(total.values()), rel=1e-6)
+    assert s.ms_per_sample is None and s.observed_hz is None and s.unknown_stack == 0
+    requests = sum(int(e["name"].split("=")[1]) for e in trace["traceEvents"]
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("pooler n="))
+    assert r.requests == requests == 48
+    assert len([f for f in self_["head"].values() if f > 0]) > 10       # the top ten is a cut here
+    for stage in BERT_STAGES:
+        got, n = s.stages[stage], total[stage]
+        assert got.samples == pytest.approx(n, rel=1e-6, abs=1000) and not got.few
+        assert got.ms_per_request == pytest.approx(n / 1e6 / requests, rel=1e-6)
+        for by, top, mine in (("self", got.top_self, self_[stage]), ("incl", got.top_inclusive, incl[stage])):
+            ranked = sorted((v for v in mine.values() if v >= 1), reverse=True)
+            assert len(top) == min(10, len(ranked)), (stage, by)
+            shown = [f.self_samples if by == "self" else f.inclusive_samples for f in top]
+            assert shown == pytest.approx(ranked[:len(top)], rel=1e-5, abs=100), (stage, by)
+            for f in top:
+                k_s, k_i = self_[stage][(f.function, f.file)], incl[stage][(f.function, f.file)]
+                assert f.self_samples == pytest.approx(k_s, rel=1e-5, abs=100)
+                assert f.inclusive_samples == pytest.approx(k_i, rel=1e-5, abs=100), (stage, f.function)
+                assert f.self_share_low == f.self_share == f.self_share_high == pytest.approx(k_s / n, rel=1e-5,
+                                                                                            abs=1e-6)
+                assert f.inclusive_share_low == f.inclusive_share == f.inclusive_share_high
+                assert f.inclusive_share == pytest.approx(k_i / n, rel=1e-5, abs=1e-6)
+                assert f.self_ms_per_request == pytest.approx(k_s / 1e6 / requests, rel=1e-5, abs=1e-6)
+                assert f.inclusive_ms_per_request == pytest.approx(k_i / 1e6 / requests, rel=1e-5, abs=1e-6)
+
+
+def test_a_stack_cut_short_counts_as_cut_not_as_an_unknown_frame(capture, tmp_path):
+    """Frame id 0 is the sampler's "frames cut here" (clef_prof.annotate.sampler): a stack written
+    by a sampler of smaller depth, `1 2 0`, is cut after two frames: its samples (SQL: the marks
+    naming that stack) count as cut, and no frame of theirs is an unknown one."""
+    path = capture("cpu23-sampled")
+    (key, ids), = [v[len("clef-prof stack "):].split("\t") for (v,) in
+                   sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof stack %:1\t%'")]
+    assert len(ids.split()) == 3
+    cut = edited_copy(path, tmp_path / "cut.sqlite",
+                      ("UPDATE StringIds SET value = ? WHERE value = ?",
+                       (f"clef-prof stack {key}\t{' '.join(ids.split()[:2])} 0", f"clef-prof stack {key}\t{ids}")))
+    (k,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND int64Value = 1")
+    assert k > 30
+    an = analyze(str(cut))
+    s = an.result.samples
+    assert s.cut_stacks == k and s.samples == analyze(str(path)).result.samples.samples
+    assert smp.UNKNOWN_FRAME not in an.sample_counts.func_name
+    assert any(f"{k:,} samples had stacks deeper than 128 frames" in w for w in an.result.warnings)
+
+
+@pytest.mark.parametrize("msg", ["t 12x 34", "t 12 3x", "t 12 34 5", "t 12", f"t 12 {1 << 24}",
+                                 f"t {1 << 31} 34", "t -12 34"])
+def test_a_mark_that_names_no_thread_is_left_out_and_counted(capture, tmp_path, msg):
+    """A sampler mark whose message is not `t PID TID` (decimal, a TID below 2^24 and a PID below
+    2^31, what a globalTid can hold): left out, counted as unreadable, said in a warning; the
+    other samples unchanged."""
+    path = capture("cpu23-sampled")
+    (first,), = sql(path, "SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 34")
+    (nid,), = sql(path, "SELECT max(id) + 1 FROM StringIds")
+    bad = edited_copy(path, tmp_path / "bad.sqlite", ("INSERT INTO StringIds (id, value) VALUES (?, ?)", (nid, msg)),
+                      ("INSERT INTO NVTX_EVENTS (start, eventType, globalTid, textId, domainId, int64Value) SELECT "
+                       "start + 1, 34, globalTid, ?, domainId, int64Value FROM NVTX_EVENTS WHERE rowid = ?", (nid, first)))
+    before = analyze(str(path)).result.samples
+    r = analyze(str(bad)).result
+    s = r.samples
+    assert (s.unreadable, s.samples, s.threads) == (1, before.samples, before.threads)
+    assert {k: v.samples for k, v in s.stages.items()} == {k: v.samples for k, v in before.stages.items()}
+    assert any("1 with a message that is not `t PID TID`" in w for w in r.warnings)
