@@ -9,17 +9,25 @@ Wilson bounds, the sampling period (median positive gap between a thread's conse
 the ms per request with the formulas written out here."""
 from __future__ import annotations
 
+import base64
+import html
+import json
+import lzma
 import math
 import statistics
+import struct
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 
 from clef_prof.analyze import samples as smp
+from clef_prof.analyze.inputs import resolve
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import StageConfig
 from conftest import edited_copy, sql
 
+DATA = Path(__file__).resolve().parents[1] / "data"
 NAMES = ("cpu23-sampled", "cpu23-samples-main-1")
 Z = 1.959963984540054
 
@@ -88,6 +96,34 @@ JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
 WHERE m.eventType = 34 AND t.value LIKE 't %' ORDER BY m.start"""
 
 
+def check_slots(s, want: dict, requests: int) -> None:
+    """Each slot's figures of analyze's samples `s` against the by-hand `want` (per_slot, self,
+    incl, samples, period_ms)."""
+    for slot, fig in s.stages.items():
+        n = want["per_slot"][slot]
+        assert fig.samples == n and fig.share_of_samples == pytest.approx(n / want["samples"], rel=1e-12)
+        assert fig.ms_per_request == pytest.approx(n * want["period_ms"] / requests, rel=1e-12)
+        assert fig.few == (n < 30)
+        if not n:
+            assert fig.top_self == fig.top_inclusive == []
+            continue
+        sf, inc = want["self"][slot], want["incl"][slot]
+        # a function is (name, file, ...): nsys' frames name it by string ids, whose texts may repeat
+        rows = Counter((k[0], k[1], sf.get(k, 0), inc[k]) for k in inc)
+        for by, top, mine in (("self", fig.top_self, sf), ("incl", fig.top_inclusive, inc)):
+            assert len(top) == min(10, len(mine))
+            shown = Counter((f.function, f.file, f.self_samples, f.inclusive_samples) for f in top)
+            assert not shown - rows, (slot, by, shown - rows)
+            key = [f.self_samples if by == "self" else f.inclusive_samples for f in top]
+            assert key == sorted(mine.values(), reverse=True)[:10]         # the ten largest, largest first
+            for f in top:
+                k_s, k_i = f.self_samples, f.inclusive_samples
+                assert (f.self_share, f.inclusive_share) == (pytest.approx(k_s / n), pytest.approx(k_i / n))
+                assert (f.self_share_low, f.self_share_high) == pytest.approx(_wilson(k_s, n), abs=1e-12)
+                assert (f.inclusive_share_low, f.inclusive_share_high) == pytest.approx(_wilson(k_i, n), abs=1e-12)
+                assert f.self_ms_per_request == pytest.approx(k_s * want["period_ms"] / requests, rel=1e-12)
+                assert f.inclusive_ms_per_request == pytest.approx(k_i * want["period_ms"] / requests, rel=1e-12)
+
 @pytest.mark.parametrize("name, head_kept", [(n, None) for n in NAMES] + [("cpu23-sampled", 30), ("cpu23-sampled", 29)])
 def test_sampler_figures_against_a_reading_by_hand(capture, tmp_path, name, head_kept):
     """head_kept: a copy whose head stage keeps only its first K marks (SQL deletes the others):
@@ -113,29 +149,7 @@ def test_sampler_figures_against_a_reading_by_hand(capture, tmp_path, name, head
     slots = list(cfg.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
     assert list(s.stages) == slots
     assert want["per_slot"]["head"] == head_kept if head_kept else want["per_slot"]["head"] >= 60
-    for slot, fig in s.stages.items():
-        n = want["per_slot"][slot]
-        assert fig.samples == n and fig.share_of_samples == pytest.approx(n / want["samples"], rel=1e-12)
-        assert fig.ms_per_request == pytest.approx(n * want["period_ms"] / r.requests, rel=1e-12)
-        assert fig.few == (n < 30)
-        if not n:
-            assert fig.top_self == fig.top_inclusive == []
-            continue
-        for by, top, mine in (("self", fig.top_self, want["self"][slot]), ("incl", fig.top_inclusive,
-                                                                               want["incl"][slot])):
-            assert len(top) == min(10, len(mine))
-            got = [(f.function, f.file) for f in top]
-            assert set(got) == set(mine)
-            key = [f.self_samples if by == "self" else f.inclusive_samples for f in top]
-            assert key == sorted(key, reverse=True)
-            for f in top:
-                k_s, k_i = want["self"][slot][(f.function, f.file)], want["incl"][slot][(f.function, f.file)]
-                assert (f.self_samples, f.inclusive_samples) == (k_s, k_i), (slot, f.function)
-                assert (f.self_share, f.inclusive_share) == (pytest.approx(k_s / n), pytest.approx(k_i / n))
-                assert (f.self_share_low, f.self_share_high) == pytest.approx(_wilson(k_s, n), abs=1e-12)
-                assert (f.inclusive_share_low, f.inclusive_share_high) == pytest.approx(_wilson(k_i, n), abs=1e-12)
-                assert f.self_ms_per_request == pytest.approx(k_s * want["period_ms"] / r.requests, rel=1e-12)
-                assert f.inclusive_ms_per_request == pytest.approx(k_i * want["period_ms"] / r.requests, rel=1e-12)
+    check_slots(s, want, r.requests)
     # without a request count, no ms per request anywhere
     bare, _ = smp.figures(an.sample_counts, None)
     assert all(fig.ms_per_request is None for fig in bare.stages.values())
@@ -193,13 +207,8 @@ def test_kineto_top_ten_by_self_and_inclusive_time_against_a_reading_by_hand(tmp
     batches): per stage the ten functions with the most self (and inclusive) ns, each with its
     self and inclusive ns, share and ms per request, against json.load of the trace and a walk
     of each event's parent ids."""
-    import json
-    import lzma
-    from pathlib import Path
-
-    from clef_prof.analyze.inputs import resolve
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    raw = lzma.decompress((Path(__file__).resolve().parents[1] / "data" / BERT).read_bytes())
+    raw = lzma.decompress((DATA / BERT).read_bytes())
     trace = json.loads(raw)
     path = tmp_path / "bert.pt.trace.json"
     path.write_bytes(raw)
@@ -271,3 +280,143 @@ def test_a_mark_that_names_no_thread_is_left_out_and_counted(capture, tmp_path, 
     assert (s.unreadable, s.samples, s.threads) == (1, before.samples, before.threads)
     assert {k: v.samples for k, v in s.stages.items()} == {k: v.samples for k, v in before.stages.items()}
     assert any("1 with a message that is not `t PID TID`" in w for w in r.warnings)
+
+
+def test_hostile_definitions_and_marks_on_the_shipped_capture(capture, tmp_path):
+    """cpu23-sampled with strings and marks added by SQL: a stack never defined, a stack with no
+    frames, one 200 frames deep (cut at 128), one naming a frame never defined, an unreadable frame
+    and sampler definition, marks before and after the session. Each is counted where the by-hand
+    reading says, the rest of the figures unchanged."""
+    path = capture("cpu23-sampled")
+    (msg, pid), = sql(path, "SELECT value, CAST(substr(value, 3, instr(substr(value, 3), ' ') - 1) AS INTEGER) "
+                            "FROM StringIds WHERE value LIKE 't %'")
+    fid = sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof frame %:1\t%'")[0][0].split("\t")[0].split(":")[1]
+    leaf = sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof frame %:1\t%'")[0][0].split("\t")[1]
+    (nid,), = sql(path, "SELECT max(id) FROM StringIds")
+    (first,), = sql(path, "SELECT rowid FROM NVTX_EVENTS WHERE eventType = 34 ORDER BY start LIMIT 1")
+    (dur,), = sql(path, 'SELECT max(coalesce("end", start)) FROM NVTX_EVENTS')
+    strings = [f"clef-prof stack {pid}:90001\t", f"clef-prof stack {pid}:90002\t" + " ".join([fid] * 200),
+               f"clef-prof stack {pid}:90003\t999999 {fid}", "clef-prof frame notanumber", "clef-prof sampler x"]
+    edits = [("INSERT INTO StringIds (id, value) VALUES (?, ?)", (nid + 1 + i, v)) for i, v in enumerate(strings)]
+    for dt, sid in ((1, 99_999), (3, 90001), (4, 90002), (5, 90003)):
+        edits.append(("INSERT INTO NVTX_EVENTS (start, eventType, globalTid, textId, domainId, int64Value) SELECT "
+                      "start + ?, 34, globalTid, textId, domainId, ? FROM NVTX_EVENTS WHERE rowid = ?", (dt, sid, first)))
+    for t in (10 * dur + 10**12, -5):
+        edits.append(("INSERT INTO NVTX_EVENTS (start, eventType, globalTid, textId, domainId, int64Value) SELECT "
+                      "?, 34, globalTid, textId, domainId, int64Value FROM NVTX_EVENTS WHERE rowid = ?", (t, first)))
+    bad = edited_copy(path, tmp_path / "hostile.sqlite", *edits)
+    before = analyze(str(path))
+    an = analyze(str(bad))
+    s, b = an.result.samples, before.result.samples
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.bad_definitions) == (1, 0, 2, 1, 2)
+    assert s.samples == b.samples + 4 and s.asked_hz == b.asked_hz == 200
+    # the four kept marks lie 1-5 ns after the first one: in its slot
+    cnt = an.sample_counts
+    grew = {sl: int(cnt.counts[i].sum()) - int(before.sample_counts.counts[before.sample_counts.slots.index(sl)].sum())
+            for i, sl in enumerate(cnt.slots)}
+    assert sorted(grew.values()) == [0] * (len(grew) - 1) + [4]
+    slot = max(grew, key=grew.get)
+    fig = s.stages[slot]
+    by = {f.function: f for f in fig.top_self}
+    assert by[smp.UNKNOWN_STACK].self_samples == by[smp.NO_FRAMES].self_samples == 1
+    assert by[smp.UNKNOWN_FRAME].self_samples == 1
+    was = {f.function: f for f in b.stages[slot].top_inclusive}
+    # the 200-deep stack (cut to 128 frames of `leaf`) adds one self sample to it; it and 90003's
+    # stack (an unknown frame, then `leaf`) one inclusive sample each
+    assert by[leaf].self_samples == next(f.self_samples for f in b.stages[slot].top_self if f.function == leaf) + 1
+    incl = {f.function: f for f in fig.top_inclusive}
+    assert incl[leaf].inclusive_samples == was[leaf].inclusive_samples + 2
+    deep = [st for st in cnt.stacks if len(st) > 3]
+    assert [len(st) for st in deep] == [128]
+    said = " | ".join(an.result.warnings)
+    for words in ("1 whose stack has no definition", "2 outside the session", "1 samples had stacks deeper than 128",
+                  "2 sampler definitions in StringIds could not be read"):
+        assert words in said, words
+
+
+@pytest.mark.parametrize("keep, hz, want", [
+    ("one", True, (5.0, None)),         # no thread has two samples: the asked 200 Hz's period
+    ("same time", True, (5.0, None)),   # two samples at one time: no positive gap
+    ("one", False, (None, None)),       # and no rate asked (the sampler's definition gone)
+    ("two", True, (None, None)),        # two samples 7 ms apart: that gap
+])
+def test_sampling_period_without_two_samples_of_a_thread(capture, tmp_path, keep, hz, want):
+    path = capture("cpu23-sampled")
+    (a, ta), (b, tb) = sql(path, "SELECT rowid, start FROM NVTX_EVENTS WHERE eventType = 34 ORDER BY start LIMIT 2")
+    edits = [f"DELETE FROM NVTX_EVENTS WHERE eventType = 34 AND rowid NOT IN ({a}, {b})"]
+    if keep == "one":
+        edits.append(f"DELETE FROM NVTX_EVENTS WHERE rowid = {b}")
+    elif keep == "same time":
+        edits.append(f"UPDATE NVTX_EVENTS SET start = {ta} WHERE rowid = {b}")
+    else:
+        edits.append(f"UPDATE NVTX_EVENTS SET start = {ta + 7_000_000} WHERE rowid = {b}")
+    if not hz:
+        edits.append("DELETE FROM StringIds WHERE value LIKE 'clef-prof sampler %'")
+    s = analyze(str(edited_copy(path, tmp_path / "few.sqlite", *edits))).result.samples
+    assert s.samples == (1 if keep == "one" else 2) and s.asked_hz == (200 if hz else None)
+    if keep == "two":
+        assert (s.ms_per_sample, s.observed_hz) == (pytest.approx(7.0), pytest.approx(1e9 / 7e6))
+    else:
+        assert (s.ms_per_sample, s.observed_hz) == want
+
+
+# ------------------------------------------------- nsys 2025.3's own Python samples, each on its OS thread
+def _decode25(json_path) -> list[tuple[int, int, list[tuple[str, str, int, int]]]]:
+    """(time, OS thread id, [(function, file, function string id, file string id)] innermost first)
+    of each nsys 2025.3 sample, by struct.unpack of its payload (header uint32 flags, 0, kind,
+    count; then per frame uint64 function string id, file string id, line)."""
+    with open(json_path) as fh:
+        table = json.loads(fh.readline())["data"]
+        out = []
+        for line in fh:
+            ev = json.loads(line)
+            e = ev.get("NvtxEvent") or {}
+            if ev.get("Type") != 34:
+                continue
+            raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
+            n = struct.unpack_from("<IIII", raw, 0)[3]
+            frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
+            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF,
+                        [(html.unescape(table[f]), html.unescape(table[fl]), f, fl) for f, fl, _ln in frames]))
+    return out
+
+
+def _nsys_oracle(db, stage_names) -> dict:
+    """The slots' figures by hand from nsys' JSON export: each sample on the OS thread its mark
+    names, in the innermost stage range of that thread holding its time (SQL), else a batch range,
+    else "(outside)"; its innermost 128 frames; a function is its (name, file) string id pair."""
+    ranges = defaultdict(list)
+    for a, b, g, name in sql(db, RANGES):
+        ranges[g & 0xFFFFFF].append((a, b, name))
+    hand = _decode25(db.with_suffix(".json"))
+    per_slot, self_, incl, times = Counter(), defaultdict(Counter), defaultdict(Counter), defaultdict(list)
+    for t, tid, frames in hand:
+        times[tid].append(t)
+        holding = [(a, name) for a, b, name in ranges[tid] if a <= t <= b]
+        in_stage = sorted((a, name) for a, name in holding if name in stage_names)
+        slot = in_stage[-1][1] if in_stage else \
+            "(batch)" if any(name.startswith("pooler") for _, name in holding) else "(outside)"
+        st = frames[:128] or [(smp.NO_FRAMES, "", -1, -1)]
+        per_slot[slot] += 1
+        self_[slot][st[0]] += 1
+        for f in set(st):
+            incl[slot][f] += 1
+    gaps = [b - a for ts in times.values() for a, b in zip(sorted(ts), sorted(ts)[1:]) if b > a]
+    med = statistics.median(gaps)
+    return dict(samples=len(hand), per_slot=per_slot, self=self_, incl=incl, period_ms=med / 1e6, threads=len(times))
+
+
+@pytest.mark.parametrize("tag", ["split", "threads", "idle"])
+def test_nsys_2025_samples_against_a_reading_by_hand(tmp_path, tag):
+    for ext in ("sqlite", "json"):
+        (tmp_path / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"gpu25-nsyspy-{tag}.{ext}.xz").read_bytes()))
+    db = tmp_path / "c.sqlite"
+    an = analyze(str(db))
+    r, s = an.result, an.result.samples
+    want = _nsys_oracle(db, set(an.config.stages))
+    assert s.source == "nsys python sampling" and (s.samples, s.threads) == (want["samples"], want["threads"])
+    assert s.ms_per_sample == pytest.approx(want["period_ms"], rel=1e-12)
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.placed_by_time, s.unplaced) == (0,) * 6
+    assert list(s.stages) == list(an.config.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
+    assert r.requests == sql(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=1'")[0][0]
+    check_slots(s, want, r.requests)
