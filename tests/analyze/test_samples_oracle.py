@@ -144,6 +144,7 @@ def test_sampler_figures_against_a_reading_by_hand(capture, tmp_path, name, head
     assert s.ms_per_sample == pytest.approx(want["period_ms"], rel=1e-12)
     assert s.observed_hz == pytest.approx(want["observed_hz"], rel=1e-12)
     assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.bad_definitions) == (0, 0, 0, 0, 0)
+    assert (s.placed_by_time, s.unplaced) == (0, 0) and an.sample_counts.notes == []      # nsys' figures only
     assert r.requests == sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=1'")[0][0]
     # every configured stage is a slot; (batch) and (outside) only where they hold samples
     slots = list(cfg.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
@@ -216,12 +217,16 @@ def test_kineto_top_ten_by_self_and_inclusive_time_against_a_reading_by_hand(tmp
     s = r.samples
     self_, incl, total = _kineto_oracle(trace)
     assert s.unit == "ns" and s.samples == pytest.approx(sum(total.values()), rel=1e-6)
-    assert s.ms_per_sample is None and s.observed_hz is None and s.unknown_stack == 0
+    assert s.ms_per_sample is None and s.observed_hz is None and s.asked_hz is None and s.source == smp.KINETO_SOURCE
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.bad_definitions, s.placed_by_time,
+            s.unplaced) == (0,) * 7
+    assert s.threads == len({(e["pid"], e["tid"]) for e in trace["traceEvents"] if e.get("cat") == "python_function"})
+    assert list(s.stages) == list(BERT_STAGES) + [k for k in ("(batch)", "(outside)") if total[k]]
     requests = sum(int(e["name"].split("=")[1]) for e in trace["traceEvents"]
                    if e.get("cat") == "user_annotation" and e["name"].startswith("pooler n="))
     assert r.requests == requests == 48
     assert len([f for f in self_["head"].values() if f > 0]) > 10       # the top ten is a cut here
-    for stage in BERT_STAGES:
+    for stage in s.stages:
         got, n = s.stages[stage], total[stage]
         assert got.samples == pytest.approx(n, rel=1e-6, abs=1000) and not got.few
         assert got.ms_per_request == pytest.approx(n / 1e6 / requests, rel=1e-6)
@@ -420,3 +425,64 @@ def test_nsys_2025_samples_against_a_reading_by_hand(tmp_path, tag):
     assert list(s.stages) == list(an.config.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
     assert r.requests == sql(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=1'")[0][0]
     check_slots(s, want, r.requests)
+
+
+@pytest.mark.parametrize("at_end, delta, out", [(False, 0, 0), (False, -1, 1), (True, 0, 0), (True, 1, 1)])
+def test_session_edges_of_a_sample(capture, tmp_path, at_end, delta, out):
+    """A mark at the session's start (t = 0) or its end (ANALYSIS_DETAILS.duration, by SQL) is in
+    the session; 1 ns before or after it is not, and is counted outside it."""
+    path = capture("cpu23-sampled")
+    (d,), = sql(path, "SELECT max(duration) FROM ANALYSIS_DETAILS")
+    (first,), = sql(path, "SELECT rowid FROM NVTX_EVENTS WHERE eventType = 34 ORDER BY start LIMIT 1")
+    t = (d if at_end else 0) + delta
+    moved = edited_copy(path, tmp_path / "edge.sqlite", f"UPDATE NVTX_EVENTS SET start = {t} WHERE rowid = {first}")
+    s = analyze(str(moved)).result.samples
+    n = sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34")[0][0]
+    assert (s.outside_session, s.samples) == (out, n - out)
+
+
+def _py_trace(funcs: list[tuple[str, float, float, int, int | None]]) -> dict:
+    """A constructed with_stack trace (the format of test_kineto_python's): one batch `pooler n=1`
+    [0, 1000] µs holding `head` [100, 900] µs on thread 7, and python_function events
+    (name, ts, dur, Python id, Python parent id) on it, all 1 s after the trace's start."""
+    t0 = 1_000_000.0
+    ev = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 7, "tid": 7, "ts": t0 + a, "dur": d, "args": {}}
+          for n, a, d in (("pooler n=1", 0.0, 1000.0), ("head", 100.0, 800.0))]
+    ev += [{"ph": "X", "cat": "python_function", "name": n, "pid": 7, "tid": 7, "ts": t0 + a, "dur": d,
+            "args": {"Python id": i, "Python parent id": p, "Python thread": 0}} for n, a, d, i, p in funcs]
+    return {"schemaVersion": 1, "traceEvents": ev}
+
+
+def test_kineto_self_time_orphans_and_overlong_children(tmp_path, monkeypatch):
+    """By hand: a [50, 950] (batch: it starts before head) calls b [100, 500] (head) which calls
+    c [150, 450], and d [600, 950] (batch: it ends after head); e [700, 800] names a parent id
+    no event has (an orphan: its own root, counted in unknown_stack); g [1100, 1110] outside the
+    batch calls h [1100, 1130], longer than it (a damaged trace): g's self time is 0, not -20."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(_py_trace([
+        ("m.py(1): a", 50, 900, 1, None), ("m.py(2): b", 100, 400, 2, 1), ("m.py(3): c", 150, 300, 3, 2),
+        ("m.py(4): d", 600, 350, 4, 1), ("m.py(5): e", 700, 100, 5, 99), ("m.py(7): g", 1100, 10, 7, None),
+        ("m.py(8): h", 1100, 30, 8, 7)])))
+    s = analyze(resolve(str(path))[0], StageConfig(stages=("head",))).result.samples
+    assert (s.unit, s.unknown_stack, s.samples, s.threads) == ("ns", 1, 1_030_000, 1)
+    want = {"head": ({"b": 100, "c": 300, "e": 100}, {"a": 400, "b": 400, "c": 300, "e": 100}),
+            "(batch)": ({"a": 150, "d": 350}, {"a": 500, "d": 350}),
+            "(outside)": ({"h": 30}, {"g": 30, "h": 30})}
+    assert list(s.stages) == list(want)
+    for slot, (self_us, incl_us) in want.items():
+        fig = s.stages[slot]
+        assert fig.samples == 1000 * sum(self_us.values()) and fig.ms_per_request == fig.samples / 1e6
+        assert {f.function: f.self_samples for f in fig.top_self} == {k: 1000 * v for k, v in self_us.items()}
+        assert {f.function: f.inclusive_samples for f in fig.top_inclusive} == {k: 1000 * v for k, v in incl_us.items()}
+        assert all(f.file == "m.py" for f in fig.top_inclusive)
+
+
+def test_kineto_parent_ids_in_a_cycle_give_no_python_view(tmp_path, monkeypatch):
+    """Two events each naming the other as parent (a damaged trace): no stack can be built, so
+    no Python view, and the rest of the analysis stands."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(_py_trace([("m.py(1): a", 100, 100, 1, 2), ("m.py(2): b", 300, 100, 2, 1)])))
+    r = analyze(resolve(str(path))[0], StageConfig(stages=("head",))).result
+    assert r.samples is None and r.requests == 1
