@@ -35,6 +35,7 @@ UNKNOWN_FRAME = "(unknown frame)"   # a frame id a stack names with no definitio
 TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
+TEXT_CHARS = 8 * MAX_DEPTH + 200    # a stack definition: up to 128 frame ids
 PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.kineto)
 KINETO_SOURCE = "kineto python_function"
 _KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`

@@ -486,3 +486,23 @@ def test_kineto_parent_ids_in_a_cycle_give_no_python_view(tmp_path, monkeypatch)
     path.write_text(json.dumps(_py_trace([("m.py(1): a", 100, 100, 1, 2), ("m.py(2): b", 300, 100, 2, 1)])))
     r = analyze(resolve(str(path))[0], StageConfig(stages=("head",))).result
     assert r.samples is None and r.requests == 1
+
+
+def test_share_text_and_label_of_the_first_stages_top_function(capture):
+    """The text report's cells of a function (explore.text): its share with the interval in
+    whole percent, the inclusive one likewise, and its file's base name; for measured durations
+    (interval = point) the share alone. Figures of cpu23-sampled's head, written out by hand."""
+    from dataclasses import replace
+
+    r = analyze(str(capture("cpu23-sampled"))).result
+    f = next(x for x in r.samples.stages["head"].top_inclusive if x.function == "main")    # on every head stack
+    assert f.self_share == 0 < f.self_share_high and f.inclusive_share == 1.0 > f.inclusive_share_low
+    assert f.file.startswith("/")
+    for self_, share, lo, hi in ((True, f.self_share, f.self_share_low, f.self_share_high),
+                                 (False, f.inclusive_share, f.inclusive_share_low, f.inclusive_share_high)):
+        assert smp.share_text(f, self_=self_) == f"{round(100 * share)}% [{round(100 * lo)}–{round(100 * hi)}%]"
+    assert smp.label(f) == f"{f.function} (sampled_split.py)"
+    assert smp.label(replace(f, file="")) == f.function
+    timed = replace(f, self_share=0.25, self_share_low=0.25, self_share_high=0.25, inclusive_share=0.5,
+                    inclusive_share_low=0.5, inclusive_share_high=0.5)
+    assert (smp.share_text(timed), smp.share_text(timed, self_=False)) == ("25%", "50%")
