@@ -326,3 +326,36 @@ def test_a_folder_with_one_trace_of_no_interest_reads_the_other(tmp_path, monkey
         assert facts["files"] == 2 and facts["events"] == 2
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("v", ["1e3", "1E3", "2.5e-1", "12", "0.0004", "0.0005", "-1.2345", "-0.0004", "123.4565",
+                               "5286146034824.987", "1234.5", ".5", "7.", "-10.000", "abc", "1.2.3", "", "-", "1e",
+                               5, -3, 1.5, True, None, [1]])
+def test_microseconds_to_ns_against_decimal(v):
+    """A trace's decimal microseconds to integer ns: exactly, a fourth decimal rounding half away
+    from zero (Decimal's ROUND_HALF_UP); what is not a number is None."""
+    from decimal import ROUND_HALF_UP, InvalidOperation
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        want = None
+    else:
+        try:
+            want = int((Decimal(v) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        except InvalidOperation:
+            want = None
+    assert kineto._ns(v) == want
+
+
+@pytest.mark.parametrize("events", [1, 70_000])     # one chunk; past the 4 MiB chunk the reader refills at
+def test_damage_is_placed_at_its_character(tmp_path, events):
+    """A stray character after the event array: the one-line error names the character offset
+    of the damage in the decompressed text (str.index here), in the first chunk and past it."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "pooler n=1", "pid": 1, "tid": 1, "ts": f"{10 + i}.000",
+           "dur": "0.500"} for i in range(events)]
+    text = json.dumps({"traceEvents": ev})[:-1] + " x}"
+    assert len(text) > (4 << 20) if events > 1 else len(text) < 4096
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(kineto.TraceError) as err:
+        list(kineto.read_events(str(path)))
+    at = text.rindex("x")
+    assert f"expected ',' or '}}' between top-level keys at character {at}, found 'x'" in str(err.value)
