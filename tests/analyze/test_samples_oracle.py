@@ -366,9 +366,9 @@ def test_sampling_period_without_two_samples_of_a_thread(capture, tmp_path, keep
 
 
 # ------------------------------------------------- nsys 2025.3's own Python samples, each on its OS thread
-def _decode25(json_path) -> list[tuple[int, int, list[tuple[str, str, int, int]]]]:
+def _decode(json_path) -> list[tuple[int, int, list[tuple[str, str, int, int]]]]:
     """(time, OS thread id, [(function, file, function string id, file string id)] innermost first)
-    of each nsys 2025.3 sample, by struct.unpack of its payload (header uint32 flags, 0, kind,
+    of each nsys sample (2023.4: minus its Python thread ordinal for the thread), by struct.unpack of its payload (header uint32 flags, 0, kind,
     count; then per frame uint64 function string id, file string id, line)."""
     with open(json_path) as fh:
         table = json.loads(fh.readline())["data"]
@@ -379,21 +379,25 @@ def _decode25(json_path) -> list[tuple[int, int, list[tuple[str, str, int, int]]
             if ev.get("Type") != 34:
                 continue
             raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
-            n = struct.unpack_from("<IIII", raw, 0)[3]
+            # 2025.3: flags, 0, kind, count, the thread in GlobalTid; 2023.4: flags, 1, count, 0, an ordinal in Category
+            h = struct.unpack_from("<IIII", raw, 0)
+            n = h[3] if "Category" not in e else h[2]
             frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
-            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF,
+            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF if "Category" not in e else -int(e["Category"]),
                         [(html.unescape(table[f]), html.unescape(table[fl]), f, fl) for f, fl, _ln in frames]))
     return out
 
 
-def _nsys_oracle(db, stage_names) -> dict:
+def _nsys_oracle(db, stage_names, ties: dict | None = None) -> dict:
     """The slots' figures by hand from nsys' JSON export: each sample on the OS thread its mark
     names, in the innermost stage range of that thread holding its time (SQL), else a batch range,
     else "(outside)"; its innermost 128 frames; a function is its (name, file) string id pair."""
     ranges = defaultdict(list)
     for a, b, g, name in sql(db, RANGES):
         ranges[g & 0xFFFFFF].append((a, b, name))
-    hand = _decode25(db.with_suffix(".json"))
+    hand = _decode(db.with_suffix(".json"))
+    if ties:            # 2023.4: the OS thread of each ordinal (-category), as the program says
+        hand = [(t, ties[-k], frames) for t, k, frames in hand]
     per_slot, self_, incl, times = Counter(), defaultdict(Counter), defaultdict(Counter), defaultdict(list)
     for t, tid, frames in hand:
         times[tid].append(t)
@@ -506,3 +510,28 @@ def test_share_text_and_label_of_the_first_stages_top_function(capture):
     timed = replace(f, self_share=0.25, self_share_low=0.25, self_share_high=0.25, inclusive_share=0.5,
                     inclusive_share_low=0.5, inclusive_share_high=0.5)
     assert (smp.share_text(timed), smp.share_text(timed, self_=False)) == ("25%", "50%")
+
+
+def test_nsys_2023_samples_of_two_tied_threads_against_a_reading_by_hand(tmp_path):
+    """nsys 2023.4 names a sample's Python thread by an ordinal only: which ordinal is which OS
+    thread comes from the program (heavy() runs on the main thread only, light() on w-light
+    only; cpu23-nsyspy.truth.json), then every slot's figures by hand as for 2025.3."""
+    for ext in ("sqlite", "json"):
+        (tmp_path / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"cpu23-nsyspy-threads.{ext}.xz").read_bytes()))
+    db = tmp_path / "c.sqlite"
+    facts = json.loads((DATA / "cpu23-nsyspy.truth.json").read_text())["cpu23-nsyspy-threads"]["threads"]
+    hand = _decode(db.with_suffix(".json"))
+    ties = {}
+    for fn, thread in (("heavy", "MainThread"), ("light", "w-light")):
+        (k,) = {-k for _t, k, fr in hand if fr and fr[0][0] == fn}
+        ties[k] = facts[thread]["tid"]
+    assert len({k for _t, k, _f in hand}) == 2
+    an = analyze(str(db))
+    r, s = an.result, an.result.samples
+    want = _nsys_oracle(db, set(an.config.stages), ties)
+    assert s.source == "nsys python sampling" and (s.samples, s.threads) == (want["samples"], want["threads"])
+    assert {k: g & 0xFFFFFF for k, g in an.sample_counts.thread_ties.items()} == ties
+    assert s.ms_per_sample == pytest.approx(want["period_ms"], rel=1e-12)
+    assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.placed_by_time, s.unplaced) == (0,) * 6
+    assert list(s.stages) == list(an.config.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
+    check_slots(s, want, r.requests)
