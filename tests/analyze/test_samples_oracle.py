@@ -536,3 +536,22 @@ def test_nsys_2023_samples_of_two_tied_threads_against_a_reading_by_hand(tmp_pat
     assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.placed_by_time, s.unplaced) == (0,) * 6
     assert list(s.stages) == list(an.config.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
     check_slots(s, want, r.requests)
+
+
+def test_a_sample_in_the_first_stage_range_counts_there(capture, tmp_path):
+    """cpu23-sampled's sampler starts after the first head range ends; a copy with one mark moved
+    into that range (and the thread it names) counts it in head: SQL over the copy."""
+    from conftest import SAMPLES_IN_HEAD
+    path = capture("cpu23-sampled")
+    (a, b, g), = sql(path, "SELECT r.start, r.\"end\", r.globalTid FROM NVTX_EVENTS r JOIN StringIds s ON s.id = r.textId "
+                           "WHERE r.eventType = 59 AND s.value = 'head' ORDER BY r.start LIMIT 1")
+    (first, t), = sql(path, "SELECT rowid, start FROM NVTX_EVENTS WHERE eventType = 34 ORDER BY start LIMIT 1")
+    assert t > b                                        # no sample in the first range as recorded
+    moved = edited_copy(path, tmp_path / "first.sqlite",
+                        f"UPDATE NVTX_EVENTS SET start = {(a + b) // 2} WHERE rowid = {first}")
+    (in_head,), = sql(moved, SAMPLES_IN_HEAD)
+    (was,), = sql(path, SAMPLES_IN_HEAD)
+    assert in_head == was + (1 if sql(path, SAMPLES_IN_HEAD + f" AND m.rowid = {first}")[0][0] == 0 else 0)
+    s = analyze(str(moved)).result.samples
+    assert s.stages["head"].samples == in_head
+    assert sum(f.self_samples for f in s.stages["head"].top_self) == in_head
