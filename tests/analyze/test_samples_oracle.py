@@ -14,6 +14,7 @@ import html
 import json
 import lzma
 import math
+import sqlite3
 import statistics
 import struct
 from collections import Counter, defaultdict
@@ -555,3 +556,22 @@ def test_a_sample_in_the_first_stage_range_counts_there(capture, tmp_path):
     s = analyze(str(moved)).result.samples
     assert s.stages["head"].samples == in_head
     assert sum(f.self_samples for f in s.stages["head"].top_self) == in_head
+
+
+def test_nsys_samples_after_the_session_are_counted_out(tmp_path):
+    """gpu25-nsyspy-split with its session cut short by SQL (ANALYSIS_DETAILS.duration set 1 ns
+    before its fifth-last sample, from the JSON decoded by hand): those five samples are outside
+    the session, counted and left out; the others stay where they were."""
+    for ext in ("sqlite", "json"):
+        (tmp_path / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"gpu25-nsyspy-split.{ext}.xz").read_bytes()))
+    db = tmp_path / "c.sqlite"
+    times = sorted(t for t, _k, _f in _decode(db.with_suffix(".json")))
+    assert times[-5] > times[-6]
+    before = analyze(str(db)).result.samples
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE ANALYSIS_DETAILS SET duration = ?", (times[-5] - 1,))
+    con.close()
+    s = analyze(str(db)).result.samples
+    assert (s.outside_session, s.samples) == (5, len(times) - 5) and before.outside_session == 0
+    assert sum(f.samples for f in s.stages.values()) == len(times) - 5
