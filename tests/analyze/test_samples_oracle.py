@@ -575,3 +575,24 @@ def test_nsys_samples_after_the_session_are_counted_out(tmp_path):
     s = analyze(str(db)).result.samples
     assert (s.outside_session, s.samples) == (5, len(times) - 5) and before.outside_session == 0
     assert sum(f.samples for f in s.stages.values()) == len(times) - 5
+
+
+def test_an_emptied_python_functions_table_gives_no_python_view(tmp_path, monkeypatch):
+    """A converted with_stack trace whose CLEF_PYTHON_FUNCTIONS rows were deleted (an edited
+    export): no Python view and no error; the stages as before."""
+    import shutil
+
+    from clef_prof.analyze import kineto
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(_py_trace([("m.py(1): a", 150, 100, 1, None)])))
+    copy = tmp_path / "edited.sqlite"
+    shutil.copy(kineto.to_export(str(path), quiet=True), copy)
+    con = sqlite3.connect(copy)
+    with con:
+        con.execute("DELETE FROM CLEF_PYTHON_FUNCTIONS")
+    con.close()
+    before = analyze(resolve(str(path))[0], StageConfig(stages=("head",))).result
+    r = analyze(str(copy), StageConfig(stages=("head",))).result
+    assert before.samples.stages["head"].samples == 100_000 and r.samples is None
+    assert r.requests == before.requests == 1 and r.stages["head"].host_ns_total == 800_000
