@@ -459,7 +459,7 @@ def _py_trace(funcs: list[tuple[str, float, float, int, int | None]]) -> dict:
 
 
 def test_kineto_self_time_orphans_and_overlong_children(tmp_path, monkeypatch):
-    """By hand: a [50, 950] (batch: it starts before head) calls b [100, 500] (head) which calls
+    """By hand: a [50, 950] (Python id 0; batch: it starts before head) calls b [100, 500] (head) which calls
     c [150, 450], and d [600, 950] (batch: it ends after head); e [700, 800] names a parent id
     no event has (an orphan: its own root, counted in unknown_stack); g [1100, 1110] outside the
     batch calls h [1100, 1130], longer than it (a damaged trace): g's self time is 0, not -20;
@@ -467,8 +467,8 @@ def test_kineto_self_time_orphans_and_overlong_children(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps(_py_trace([
-        ("m.py(1): a", 50, 900, 1, None), ("m.py(2): b", 100, 400, 2, 1), ("m.py(3): c", 150, 300, 3, 2),
-        ("m.py(4): d", 600, 350, 4, 1), ("m.py(5): e", 700, 100, 5, 99), ("m.py(7): g", 1100, 10, 7, None),
+        ("m.py(1): a", 50, 900, 0, None), ("m.py(2): b", 100, 400, 2, 0), ("m.py(3): c", 150, 300, 3, 2),
+        ("m.py(4): d", 600, 350, 4, 0), ("m.py(5): e", 700, 100, 5, 99), ("m.py(7): g", 1100, 10, 7, None),
         ("m.py(8): h", 1100, 30, 8, 7), ("m.py(9): x", -20, 50, 9, None)])))
     s = analyze(resolve(str(path))[0], StageConfig(stages=("head",))).result.samples
     assert (s.unit, s.unknown_stack, s.samples, s.threads) == ("ns", 1, 1_080_000, 1)
