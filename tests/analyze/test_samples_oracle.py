@@ -427,6 +427,7 @@ def test_nsys_2025_samples_against_a_reading_by_hand(tmp_path, tag):
     assert s.source == "nsys python sampling" and (s.samples, s.threads) == (want["samples"], want["threads"])
     assert s.ms_per_sample == pytest.approx(want["period_ms"], rel=1e-12)
     assert (s.unknown_stack, s.unreadable, s.outside_session, s.cut_stacks, s.placed_by_time, s.unplaced) == (0,) * 6
+    assert an.sample_counts.notes == [] and not [w for w in r.warnings if "Python samples" in w]   # nothing damaged
     assert list(s.stages) == list(an.config.stages) + [k for k in ("(batch)", "(outside)") if want["per_slot"][k]]
     assert r.requests == sql(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'pooler n=1'")[0][0]
     check_slots(s, want, r.requests)
