@@ -597,3 +597,35 @@ def test_an_emptied_python_functions_table_gives_no_python_view(tmp_path, monkey
     r = analyze(str(copy), StageConfig(stages=("head",))).result
     assert before.samples.stages["head"].samples == 100_000 and r.samples is None
     assert r.requests == before.requests == 1 and r.stages["head"].host_ns_total == 800_000
+
+
+def test_nsys_one_frame_stacks_and_the_first_string(tmp_path):
+    """nsys 2023.4 payloads edited (struct.pack, test_nsys_samples' _edit): the first sample cut
+    to its leaf frame alone (a stack of one frame, not "no frames"); the second's leaf naming the
+    export's first kept string (the smallest id frames name, decoded by hand) as both function
+    and file: shown as that text twice."""
+    from test_nsys_samples import _edit
+    first_id = min(min(f, i) for _t, _k, fr in _decode(_unpack23(tmp_path / "probe")) for _n, _fl, f, i in fr)
+    one = lambda raw: raw[:8] + struct.pack("<I", 1) + raw[12:40]                        # noqa: E731
+    same = lambda raw: raw[:16] + struct.pack("<QQ", first_id, first_id) + raw[32:]        # noqa: E731
+    db = _edit(tmp_path, {0: one, 1: same})
+    hand = _decode(db.with_suffix(".json"))
+    (leaf, leaf_file, _, _), = hand[0][2]
+    text = next(n if f == first_id else fl for _t, _k, fr in hand for n, fl, f, i in fr if first_id in (f, i))
+    assert hand[1][2][0][:2] == (text, text) and text
+    an = analyze(str(db))
+    sc = an.sample_counts
+    used = sc.counts.sum(axis=0)
+    assert not [j for j, st in enumerate(sc.stacks) if used[j] and sc.func_name[st[0]] == smp.NO_FRAMES]
+    ones = {fr[0][:2] for _t, _k, fr in hand if len(fr) == 1}
+    assert (leaf, leaf_file) in ones
+    assert {(sc.func_name[st[0]], sc.func_file[st[0]]) for j, st in enumerate(sc.stacks) if used[j] and len(st) == 1} \
+        == ones
+    assert (text, text) in set(zip(sc.func_name, sc.func_file))
+
+
+def _unpack23(tmp) -> Path:
+    tmp.mkdir()
+    for ext in ("sqlite", "json"):
+        (tmp / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"cpu23-nsyspy-split.{ext}.xz").read_bytes()))
+    return tmp / "c.json"
