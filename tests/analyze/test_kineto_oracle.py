@@ -359,3 +359,32 @@ def test_damage_is_placed_at_its_character(tmp_path, events):
         list(kineto.read_events(str(path)))
     at = text.rindex("x")
     assert f"expected ',' or '}}' between top-level keys at character {at}, found 'x'" in str(err.value)
+
+
+def test_python_ids_stay_apart_between_the_files_of_a_folder(tmp_path, monkeypatch):
+    """Two with_stack traces of one run (one per rank) that both number their Python ids from 1,
+    one with an id past 40 bits: each file's ids are its own in CLEF_PYTHON_FUNCTIONS (the file's
+    index above bit 40, the id's low 40 bits below), so a parent is found in its own file only."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    big = (1 << 40) + 1
+
+    def doc(pid, ids):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "pooler n=1", "pid": pid, "tid": pid, "ts": "10.000",
+               "dur": "50.000"}]
+        ev += [{"ph": "X", "cat": "python_function", "name": f"m.py({i}): f{i}", "pid": pid, "tid": pid,
+                "ts": f"{11 + k}.000", "dur": "5.000", "args": {"Python id": i, "Python parent id": p}}
+               for k, (i, p) in enumerate(ids)]
+        return {"baseTimeNanoseconds": 1_000_000, "traceEvents": ev}
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "a.json").write_text(json.dumps(doc(3, [(big, None), (2, big)])))
+    (tmp_path / "run" / "b.json").write_text(json.dumps(doc(4, [(1, None), (2, 1)])))
+    out = kineto.to_export(str(tmp_path / "run"), quiet=True)
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT globalTid >> 24, pyId, parentId FROM CLEF_PYTHON_FUNCTIONS ORDER BY start").fetchall()
+    finally:
+        con.close()
+    mask = (1 << 40) - 1
+    assert sorted(rows) == sorted([(3, big & mask, None), (3, 2, big & mask),
+                                   (4, (1 << 40) | 1, None), (4, (1 << 40) | 2, (1 << 40) | 1)])
