@@ -388,3 +388,17 @@ def test_python_ids_stay_apart_between_the_files_of_a_folder(tmp_path, monkeypat
     mask = (1 << 40) - 1
     assert sorted(rows) == sorted([(3, big & mask, None), (3, 2, big & mask),
                                    (4, (1 << 40) | 1, None), (4, (1 << 40) | 2, (1 << 40) | 1)])
+
+
+def test_a_damaged_event_under_64_mib_is_read_to_its_end(tmp_path):
+    """An event whose name never closes, 40 MiB long: the reader keeps reading (an event may be
+    that large), so the error is the one at the end of the file, not the early "invalid JSON" of
+    an event past 64 MiB."""
+    path = tmp_path / "long.json"
+    with open(path, "w") as fh:
+        fh.write('{"traceEvents": [{"ph": "X", "name": "')
+        for _ in range(40):
+            fh.write("a" * (1 << 20))
+    with pytest.raises(kineto.TraceError) as err:
+        list(kineto.read_events(str(path)))
+    assert "the JSON is cut off or invalid at character 17" in str(err.value)
