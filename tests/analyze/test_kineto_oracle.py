@@ -402,3 +402,21 @@ def test_a_damaged_event_under_64_mib_is_read_to_its_end(tmp_path):
     with pytest.raises(kineto.TraceError) as err:
         list(kineto.read_events(str(path)))
     assert "the JSON is cut off or invalid at character 17" in str(err.value)
+
+
+def test_every_figure_a_trace_cannot_give_is_said_with_its_reason(tmp_path, monkeypatch):
+    """analyze of a trace with CUDA work (kineto-bert-pair): the capture's and the totals' figures
+    that are None include the nsys version and graph executions, which the source facts name in
+    not_available, each with a reason; it names no figure that is there."""
+    from clef_prof.analyze.inputs import resolve
+    from clef_prof.analyze.result import analyze
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "bert.pt.trace.json"
+    path.write_bytes(lzma.decompress((DATA / "kineto-bert-pair.pt.trace.json.xz").read_bytes()))
+    r = analyze(resolve(str(path))[0]).result
+    cap = r.to_json()["capture"]
+    missing = {k for k, v in cap.items() if v is None and k == "nsys_version"}
+    missing |= {k for k, v in r.to_json()["totals"].items() if v is None}
+    na = cap["source"]["not_available"]
+    assert {"nsys_version", "graph_executions"} <= missing and set(na) <= missing
+    assert {"nsys_version", "graph_executions"} <= set(na) and all(isinstance(v, str) and v for v in na.values())
