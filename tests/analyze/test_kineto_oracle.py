@@ -291,7 +291,8 @@ def _one_range() -> dict:
 def test_what_is_a_trace_by_its_first_4096_bytes(tmp_path):
     """A .json file is a trace when its first 4 KiB start a JSON array or name traceEvents,
     schemaVersion or deviceProperties (each alone here: the others come after 4 KiB of padding);
-    gzip text named .json is sniffed after decompression; other JSON and manifest.json are not."""
+    gzip text named .json is sniffed after decompression, a .json.gz is one by its name; other JSON
+    and manifest.json are not."""
     import gzip
     pad = "x" * 5000
     docs = {"array.json": json.dumps(_one_range()["traceEvents"]),
@@ -305,8 +306,10 @@ def test_what_is_a_trace_by_its_first_4096_bytes(tmp_path):
     with gzip.open(tmp_path / "zipped.json", "wt") as fh:
         fh.write(json.dumps({**_one_range(), "pad": pad}))
     (tmp_path / "zipped-other.json").write_bytes(gzip.compress(b'{"pad": "' + pad.encode() + b'", "events": 1}'))
+    # a .json.gz is taken for a trace by its name (the profiler's own suffix), whatever its first 4 KiB hold
+    (tmp_path / "late.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps({"pad": pad, **_one_range()}).encode()))
     got = {os.path.basename(p) for p in kineto.trace_files(str(tmp_path))}
-    assert got == {"array.json", "events.json", "schema.json", "device.json", "zipped.json"}
+    assert got == {"array.json", "events.json", "schema.json", "device.json", "zipped.json", "late.pt.trace.json.gz"}
     assert not kineto.is_trace_file(str(tmp_path / "other.json"))
 
 
