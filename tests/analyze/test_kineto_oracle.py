@@ -423,3 +423,22 @@ def test_every_figure_a_trace_cannot_give_is_said_with_its_reason(tmp_path, monk
     na = cap["source"]["not_available"]
     assert {"nsys_version", "graph_executions"} <= missing and set(na) <= missing
     assert {"nsys_version", "graph_executions"} <= set(na) and all(isinstance(v, str) and v for v in na.values())
+
+
+def test_the_array_format_past_a_chunk_and_a_cut_after_an_event(tmp_path):
+    """The Chrome JSON array format (a top-level array, here longer than one 4 MiB chunk, closed
+    or left open as the format allows): every event read, against json.loads; a traceEvents array
+    cut right after a whole event: the error says an event list was cut, where."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"pooler n=1 #{i}", "pid": 1, "tid": 1, "ts": f"{10 + i}.000",
+           "dur": "0.500"} for i in range(60_000)]
+    text = json.dumps(ev)
+    assert len(text) > (4 << 20)
+    for name, body in (("closed.json", text), ("open.json", text[:-1])):
+        (tmp_path / name).write_text(body)
+        assert [e["name"] for e in kineto.read_events(str(tmp_path / name))] == [e["name"] for e in json.loads(text)]
+    cut = '{"traceEvents": [' + json.dumps(ev[0])
+    (tmp_path / "cut.json").write_text(cut)
+    with pytest.raises(kineto.TraceError) as err:
+        list(kineto.read_events(str(tmp_path / "cut.json")))
+    assert f"expected ',' or ']' between events at character {len(cut)}, found the end of the file (the JSON is cut off)" \
+        in str(err.value)
