@@ -427,13 +427,14 @@ def test_every_figure_a_trace_cannot_give_is_said_with_its_reason(tmp_path, monk
 
 def test_the_array_format_past_a_chunk_and_a_cut_after_an_event(tmp_path):
     """The Chrome JSON array format (a top-level array, here longer than one 4 MiB chunk, closed
-    or left open as the format allows): every event read, against json.loads; a traceEvents array
-    cut right after a whole event: the error says an event list was cut, where."""
+    or left open as the format allows, after its last event or a comma): every event read, against
+    json.loads; a traceEvents array cut right after a whole event, or after a comma: the error says
+    an event list was cut, where."""
     ev = [{"ph": "X", "cat": "user_annotation", "name": f"pooler n=1 #{i}", "pid": 1, "tid": 1, "ts": f"{10 + i}.000",
            "dur": "0.500"} for i in range(60_000)]
     text = json.dumps(ev)
     assert len(text) > (4 << 20)
-    for name, body in (("closed.json", text), ("open.json", text[:-1])):
+    for name, body in (("closed.json", text), ("open.json", text[:-1]), ("open-comma.json", text[:-1] + ",\n")):
         (tmp_path / name).write_text(body)
         assert [e["name"] for e in kineto.read_events(str(tmp_path / name))] == [e["name"] for e in json.loads(text)]
     cut = '{"traceEvents": [' + json.dumps(ev[0])
@@ -442,3 +443,7 @@ def test_the_array_format_past_a_chunk_and_a_cut_after_an_event(tmp_path):
         list(kineto.read_events(str(tmp_path / "cut.json")))
     assert f"expected ',' or ']' between events at character {len(cut)}, found the end of the file (the JSON is cut off)" \
         in str(err.value)
+    (tmp_path / "cut-comma.json").write_text(cut + ", ")        # after a comma: not the open array format either
+    with pytest.raises(kineto.TraceError) as err:
+        list(kineto.read_events(str(tmp_path / "cut-comma.json")))
+    assert f"the JSON is cut off or invalid at character {len(cut) + 2} (Expecting value)" in str(err.value)
