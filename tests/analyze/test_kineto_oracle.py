@@ -447,3 +447,20 @@ def test_the_array_format_past_a_chunk_and_a_cut_after_an_event(tmp_path):
     with pytest.raises(kineto.TraceError) as err:
         list(kineto.read_events(str(tmp_path / "cut-comma.json")))
     assert f"the JSON is cut off or invalid at character {len(cut) + 2} (Expecting value)" in str(err.value)
+
+
+def test_an_event_list_that_ends_exactly_at_a_chunk_end(tmp_path):
+    """A trace whose traceEvents' closing bracket is the last character of the first 4 MiB
+    chunk (spaces pad it there): the list ends there and the rest of the object is read, every
+    event against json.loads."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"r{i}", "pid": 1, "tid": 1, "ts": f"{10 + i}.000",
+           "dur": "0.500"} for i in range(30_000)]
+    head = '{"traceEvents": [' + ", ".join(json.dumps(e) for e in ev)
+    pad = (4 << 20) - len(head) - 1
+    assert pad > 0
+    text = head + " " * pad + "]" + ', "schemaVersion": 1}'
+    assert text[(4 << 20) - 1] == "]"
+    (tmp_path / "edge.json").write_text(text)
+    meta = {}
+    got = list(kineto.read_events(str(tmp_path / "edge.json"), lambda k, v: meta.__setitem__(k, v)))
+    assert [e["name"] for e in got] == [e["name"] for e in json.loads(text)["traceEvents"]] and meta == {"schemaVersion": 1}
