@@ -464,3 +464,22 @@ def test_an_event_list_that_ends_exactly_at_a_chunk_end(tmp_path):
     meta = {}
     got = list(kineto.read_events(str(tmp_path / "edge.json"), lambda k, v: meta.__setitem__(k, v)))
     assert [e["name"] for e in got] == [e["name"] for e in json.loads(text)["traceEvents"]] and meta == {"schemaVersion": 1}
+
+
+def test_whole_microseconds_convert_and_say_their_precision(tmp_path, monkeypatch):
+    """A trace written with integer microseconds (older profilers): rows in ns by hand, and the
+    capture facts say the precision is 1 us."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "int.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "pooler n=1", "pid": 1, "tid": 1, "ts": 100, "dur": 7},
+        {"ph": "X", "cat": "user_annotation", "name": "head", "pid": 1, "tid": 1, "ts": 102, "dur": 3}]}))
+    out = kineto.to_export(str(path), quiet=True)
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    try:
+        rows = con.execute('SELECT start, "end", text FROM NVTX_EVENTS ORDER BY start').fetchall()
+        facts = json.loads(con.execute("SELECT value FROM META_DATA_EXPORT WHERE name = 'CLEF_SOURCE_FACTS'").fetchone()[0])
+    finally:
+        con.close()
+    assert rows == [(0, 7000, "pooler n=1"), (2000, 5000, "head")]
+    assert facts["time_precision"] == "1 us (the trace holds whole microseconds)"
