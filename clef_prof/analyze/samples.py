@@ -35,7 +35,6 @@ UNKNOWN_FRAME = "(unknown frame)"   # a frame id a stack names with no definitio
 TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
-TEXT_CHARS = 8 * MAX_DEPTH + 200    # a stack definition: up to 128 frame ids
 PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.kineto)
 KINETO_SOURCE = "kineto python_function"
 _KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`
@@ -342,14 +341,6 @@ def label(f: FunctionSamples) -> str:
     """`heavy (prog.py)`: the function and its file's base name."""
     base = f.file.rsplit("/", 1)[-1]
     return f"{f.function} ({base})" if base else f.function
-
-
-def top_line(s: Samples | None, stage: str, k: int = 3) -> str | None:
-    """`heavy (prog.py) 72% [66–78%], light (prog.py) 25% [..]` of a stage's top self functions;
-    None without samples there."""
-    if s is None or stage not in s.stages or not s.stages[stage].samples:
-        return None
-    return ", ".join(f"{label(f)} {share_text(f)}" for f in s.stages[stage].top_self[:k]) or None
 
 
 @dataclass
