@@ -21,6 +21,7 @@ import pytest
 from clef_prof.analyze import nsyspy
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.samples import UNKNOWN_FRAME
+import nsys_json_oracle
 from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,30 +39,10 @@ def _unpack(tag: str, tmp: Path, nsys: str = "cpu23") -> Path:
 
 
 def _by_hand(json_path: Path) -> list[tuple[int, int, list[tuple[str, str, int]]]]:
-    """(time, thread, [(function, file, line)] innermost first) of each Python sample mark, decoded
-    with struct.unpack in the layout of the nsys that wrote it (nsyspy's docstring): 2023.4's
-    header is uint32 flags, uint32 1, uint32 count, padding, and its thread the mark's Category (an
-    ordinal); 2025.3's uint32 flags, uint32 0, uint32 kind, uint32 count, and its thread the OS
-    thread id in the mark's GlobalTid."""
-    def text(i: int) -> str:
-        return table[i].replace("&lt;", "<").replace("&gt;", ">")
-
-    with open(json_path) as fh:
-        table = json.loads(fh.readline())["data"]
-        out = []
-        for line in fh:
-            ev = json.loads(line)
-            e = ev.get("NvtxEvent") or {}
-            if ev.get("Type") != 34 or "BinaryData" not in (e.get("Payload") or {}):
-                continue
-            raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
-            _flags, word1, w2, w3 = struct.unpack_from("<IIII", raw, 0)
-            n = w2 if word1 == 1 else w3
-            assert word1 in (0, 1) and len(raw) == 16 + 24 * n and ("Category" in e) == (word1 == 1)
-            frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
-            who = int(e["Category"]) if word1 == 1 else int(e["GlobalTid"]) & 0xFFFFFF
-            out.append((int(e["Timestamp"]), who, [(text(f), text(fl), ln) for f, fl, ln in frames]))
-    return out
+    """(time, thread, [(function, file, line)] innermost first) of each sample, by hand
+    (tests/nsys_json_oracle.py): the thread is the 2023.4 mark's Category ordinal, or 2025.3's OS
+    thread id."""
+    return [(t, abs(who), [fr[:3] for fr in frames]) for t, who, frames in nsys_json_oracle.decode(json_path)]
 
 
 def _in_ranges(db: Path, tid: int, name: str, times: list[int]) -> int:
@@ -271,14 +252,10 @@ def test_2025_frames_match_a_decoding_by_hand(tmp_path):
     for i, (t, tid, frames) in enumerate(hand):
         assert int(d.t[i]) == t and int(d.category[i]) & 0xFFFFFF == tid and int(d.status[i]) == nsyspy.OK
         rows = d.frames[d.first[i]: d.first[i] + d.depth[i]].tolist()
-        assert [(text[f], text[fl], ln) for f, fl, ln in rows] == [(f, html_unescape(fl), ln) for f, fl, ln in frames]
+        assert [(text[f], text[fl], ln) for f, fl, ln in rows] == frames
     # the marks the SQLite export holds are the JSON's, one for one (SQL, not nsyspy.marks)
     times = [r[0] for r in sql(db, "SELECT e.start FROM NVTX_EVENTS e WHERE e.eventType = 34 ORDER BY e.start")]
     assert times == sorted(t for t, _tid, _f in hand)
-
-
-def html_unescape(s: str) -> str:
-    return s.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 @pytest.mark.parametrize("tag", ["threads", "idle"])

@@ -9,8 +9,6 @@ Wilson bounds, the sampling period (median positive gap between a thread's conse
 the ms per request with the formulas written out here."""
 from __future__ import annotations
 
-import base64
-import html
 import json
 import lzma
 import math
@@ -27,6 +25,7 @@ from clef_prof.analyze.inputs import resolve
 from clef_prof.analyze.result import analyze
 from clef_prof.analyze.stages import StageConfig
 from conftest import edited_copy, sql
+from nsys_json_oracle import decode
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NAMES = ("cpu23-sampled", "cpu23-samples-main-1")
@@ -367,28 +366,6 @@ def test_sampling_period_without_two_samples_of_a_thread(capture, tmp_path, keep
 
 
 # ------------------------------------------------- nsys 2025.3's own Python samples, each on its OS thread
-def _decode(json_path) -> list[tuple[int, int, list[tuple[str, str, int, int]]]]:
-    """(time, OS thread id, [(function, file, function string id, file string id)] innermost first)
-    of each nsys sample (2023.4: minus its Python thread ordinal for the thread), by struct.unpack of its payload (header uint32 flags, 0, kind,
-    count; then per frame uint64 function string id, file string id, line)."""
-    with open(json_path) as fh:
-        table = json.loads(fh.readline())["data"]
-        out = []
-        for line in fh:
-            ev = json.loads(line)
-            e = ev.get("NvtxEvent") or {}
-            if ev.get("Type") != 34:
-                continue
-            raw = base64.b64decode(e["Payload"]["BinaryData"][0]["Data"])
-            # 2025.3: flags, 0, kind, count, the thread in GlobalTid; 2023.4: flags, 1, count, 0, an ordinal in Category
-            h = struct.unpack_from("<IIII", raw, 0)
-            n = h[3] if "Category" not in e else h[2]
-            frames = [struct.unpack_from("<QQQ", raw, 16 + 24 * i) for i in range(n)]
-            out.append((int(e["Timestamp"]), int(e["GlobalTid"]) & 0xFFFFFF if "Category" not in e else -int(e["Category"]),
-                        [(html.unescape(table[f]), html.unescape(table[fl]), f, fl) for f, fl, _ln in frames]))
-    return out
-
-
 def _nsys_oracle(db, stage_names, ties: dict | None = None) -> dict:
     """The slots' figures by hand from nsys' JSON export: each sample on the OS thread its mark
     names, in the innermost stage range of that thread holding its time (SQL), else a batch range,
@@ -396,7 +373,8 @@ def _nsys_oracle(db, stage_names, ties: dict | None = None) -> dict:
     ranges = defaultdict(list)
     for a, b, g, name in sql(db, RANGES):
         ranges[g & 0xFFFFFF].append((a, b, name))
-    hand = _decode(db.with_suffix(".json"))
+    hand = [(t, who, [(f, fl, fid, flid) for f, fl, _ln, fid, flid in frames])
+            for t, who, frames in decode(db.with_suffix(".json"))]
     if ties:            # 2023.4: the OS thread of each ordinal (-category), as the program says
         hand = [(t, ties[-k], frames) for t, k, frames in hand]
     per_slot, self_, incl, times = Counter(), defaultdict(Counter), defaultdict(Counter), defaultdict(list)
@@ -523,7 +501,7 @@ def test_nsys_2023_samples_of_two_tied_threads_against_a_reading_by_hand(tmp_pat
         (tmp_path / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"cpu23-nsyspy-threads.{ext}.xz").read_bytes()))
     db = tmp_path / "c.sqlite"
     facts = json.loads((DATA / "cpu23-nsyspy.truth.json").read_text())["cpu23-nsyspy-threads"]["threads"]
-    hand = _decode(db.with_suffix(".json"))
+    hand = decode(db.with_suffix(".json"))
     ties = {}
     for fn, thread in (("heavy", "MainThread"), ("light", "w-light")):
         (k,) = {-k for _t, k, fr in hand if fr and fr[0][0] == fn}
@@ -566,7 +544,7 @@ def test_nsys_samples_after_the_session_are_counted_out(tmp_path):
     for ext in ("sqlite", "json"):
         (tmp_path / f"c.{ext}").write_bytes(lzma.decompress((DATA / f"gpu25-nsyspy-split.{ext}.xz").read_bytes()))
     db = tmp_path / "c.sqlite"
-    times = sorted(t for t, _k, _f in _decode(db.with_suffix(".json")))
+    times = sorted(t for t, _k, _f in decode(db.with_suffix(".json")))
     assert times[-5] > times[-6]
     before = analyze(str(db)).result.samples
     con = sqlite3.connect(db)
@@ -605,13 +583,13 @@ def test_nsys_one_frame_stacks_and_the_first_string(tmp_path):
     export's first kept string (the smallest id frames name, decoded by hand) as both function
     and file: shown as that text twice."""
     from test_nsys_samples import _edit
-    first_id = min(min(f, i) for _t, _k, fr in _decode(_unpack23(tmp_path / "probe")) for _n, _fl, f, i in fr)
+    first_id = min(min(f, i) for _t, _k, fr in decode(_unpack23(tmp_path / "probe")) for _n, _fl, _ln, f, i in fr)
     one = lambda raw: raw[:8] + struct.pack("<I", 1) + raw[12:40]                        # noqa: E731
     same = lambda raw: raw[:16] + struct.pack("<QQ", first_id, first_id) + raw[32:]        # noqa: E731
     db = _edit(tmp_path, {0: one, 1: same})
-    hand = _decode(db.with_suffix(".json"))
-    (leaf, leaf_file, _, _), = hand[0][2]
-    text = next(n if f == first_id else fl for _t, _k, fr in hand for n, fl, f, i in fr if first_id in (f, i))
+    hand = decode(db.with_suffix(".json"))
+    (leaf, leaf_file, _, _, _), = hand[0][2]
+    text = next(n if f == first_id else fl for _t, _k, fr in hand for n, fl, _ln, f, i in fr if first_id in (f, i))
     assert hand[1][2][0][:2] == (text, text) and text
     an = analyze(str(db))
     sc = an.sample_counts
