@@ -15,6 +15,7 @@ from journey_oracle import check, compute
 
 NAME = "gpu25-journey"
 BATCH = "text LIKE 'pooler n=%'"
+DROP_IDS = "UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE"   # a range's id list cut off
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,7 @@ def changed(capture, tmp_path_factory):
 def test_batches_without_id_lists(changed):
     """No batch names its requests: every complete request range is without a batch, its time
     between enqueue and exit unattributed; the first 20 of them by start are listed."""
-    path, a = changed(f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) "
-                      f"WHERE {BATCH} AND text LIKE '% rid=%'")
+    path, a = changed(f"{DROP_IDS} {BATCH} AND text LIKE '% rid=%'")
     assert sql(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%rid=%' AND text LIKE 'pooler%'")[0][0] == 0
     oracle = compute(path)
     check(a, oracle)
@@ -122,7 +122,7 @@ def test_the_first_claim_and_a_zero_length_request(changed):
     range of zero length (end == start: a closed range, not one cut by the window)."""
     nth = f"(SELECT rowid FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1 OFFSET {{k}})"
     path, a = changed(
-        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid = {nth.format(k=0)}",
+        f"{DROP_IDS} rowid = {nth.format(k=0)}",
         f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ',') - 1) WHERE rowid = {nth.format(k=1)}",
         "UPDATE NVTX_EVENTS SET [end] = start WHERE rowid = (SELECT rowid FROM NVTX_EVENTS WHERE text LIKE "
         "'request rid=%' ORDER BY start LIMIT 1 OFFSET 100)",
@@ -153,7 +153,7 @@ def test_front_end_encode_with_and_without_a_batch(changed):
         "INSERT INTO NVTX_EVENTS (start, [end], eventType, globalTid, domainId, textId) SELECT r.[end] - 20000, "
         "r.[end] - 10000, 59, r.globalTid, r.domainId, (SELECT id FROM StringIds WHERE value = 'encode') FROM "
         "NVTX_EVENTS r WHERE r.text LIKE 'request rid=%' AND r.[end] IS NOT NULL",
-        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid IN (SELECT rowid FROM "
+        f"{DROP_IDS} rowid IN (SELECT rowid FROM "
         f"NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 10 OFFSET 1)")
     oracle = compute(path)
     check(a, oracle)
@@ -175,7 +175,7 @@ def test_batch_stages_of_the_first_batch_and_a_tail_of_one(changed, capture):
     path, a = changed(
         f"DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND EXISTS (SELECT 1 FROM {first} b WHERE "
         "NVTX_EVENTS.globalTid = b.globalTid AND NVTX_EVENTS.start >= b.start AND NVTX_EVENTS.[end] <= b.[end])",
-        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE rowid IN (SELECT rowid FROM "
+        f"{DROP_IDS} rowid IN (SELECT rowid FROM "
         f"NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT -1 OFFSET 1)")
     oracle = compute(path)
     check(a, oracle)
@@ -216,7 +216,7 @@ def test_a_single_claim(changed):
     nth = f"(SELECT rowid FROM NVTX_EVENTS WHERE {BATCH} ORDER BY start LIMIT 1 OFFSET 2)"
     path, a = changed(
         f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ',') - 1) WHERE rowid = {nth}",
-        f"UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) WHERE {BATCH} AND text LIKE "
+        f"{DROP_IDS} {BATCH} AND text LIKE "
         f"'% rid=%' AND rowid != {nth}")
     oracle = compute(path)
     check(a, oracle)
