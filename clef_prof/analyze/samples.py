@@ -526,9 +526,43 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
     t, cat, st_of = d.t[keep], d.category[keep], sinv[keep]
     n_outside = int((outside & ~bad).sum())
 
+    threads = len(np.unique(cat))
     if d.os_threads:                        # 2025.3: each sample names its OS thread
-        return _placed(cap, stages, t, cat, cat, st_of, stacks, func_name, func_file, sc_empty, notes,
-                       n_outside, int(bad.sum()), int(cut_each[keep].sum()), {}, 0, 0)
+        gtid, tie, n_by_time, unplaced = cat, {}, 0, np.zeros(len(t), dtype=bool)
+    else:                                   # 2023.4: an ordinal, tied to an OS thread where certain
+        gtid, tie, n_by_time, unplaced = _tie_ordinals(stages, t, cat, st_of, outer_in_thread, sampler_gtid, notes)
+    n_unplaced = int(unplaced.sum())
+    use = ~unplaced
+    t, gtid, st_of, cat = t[use], gtid[use], st_of[use], cat[use]
+
+    inst, b = stages.instances, stages.batches
+    names = list(stages.config.stages)
+    slots = names + [BATCH_SLOT, OUTSIDE_SLOT]
+    m = len(t)
+    slot = np.full(m, len(names) + 1, dtype=np.int64)
+    placed = gtid >= 0
+    if m and len(b):
+        in_batch = innermost_containing(b["gtid"], b["start"], b["end"], gtid, t, t) >= 0
+        slot[in_batch & placed] = len(names)
+    if m and len(inst):
+        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
+        hit = (i >= 0) & placed
+        slot[hit] = inst["code"][i[hit]]
+    n_stack = len(stacks)
+    counts = np.bincount(slot * n_stack + st_of, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
+    period_ms, observed = _period_ms(cat, t, sc_empty["asked_hz"])
+    return StackCounts(slots=slots, func_name=func_name, func_file=func_file, stacks=stacks, counts=counts, samples=m,
+                       threads=threads, asked_hz=sc_empty["asked_hz"], observed_hz=observed,
+                       ms_per_sample=period_ms, unknown_stack=0, unreadable=int(bad.sum()), outside_session=n_outside,
+                       cut_stacks=int(cut_each[keep][use].sum()), bad_definitions=0, source=nsyspy.SOURCE,
+                       by_time=n_by_time, unplaced=n_unplaced, notes=notes, thread_ties=tie)
+
+
+def _tie_ordinals(stages: Stages, t: np.ndarray, cat: np.ndarray, st_of: np.ndarray, outer_in_thread: np.ndarray,
+                  sampler_gtid: int, notes: list[str]) -> tuple[np.ndarray, dict[int, int], int, np.ndarray]:
+    """nsys 2023.4's samples, named by Python-thread ordinal (`cat`), on OS threads: (globalTid of
+    each sample, -1 where none; the ties ordinal -> globalTid; how many were placed by time; which
+    were left out), by the rules of nsys_counts' docstring; a note says what was guessed."""
     # ties: ordinal -> OS thread (globalTid), where certain
     proc = sampler_gtid >> 24
     main_gtid = (proc << 24) | (proc & 0xFFFFFF)
@@ -576,34 +610,4 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
                      f"{n_by_time:,} were placed by time in the one untied thread's range open then (a sample of "
                      f"another thread taken then counts there too), {n_unplaced:,} left out (several threads had a range "
                      f"open), the rest in (outside)")
-    use = ~unplaced
-    return _placed(cap, stages, t[use], gtid[use], cat[use], st_of[use], stacks, func_name, func_file, sc_empty, notes,
-                   n_outside, int(bad.sum()), int(cut_each[keep][use].sum()), tie, n_by_time, n_unplaced)
-
-
-def _placed(cap: Export, stages: Stages, t: np.ndarray, gtid: np.ndarray, cat: np.ndarray, st_of: np.ndarray,
-            stacks: list, func_name: list, func_file: list, sc_empty: dict, notes: list, n_outside: int,
-            unreadable: int, cut: int, tie: dict, n_by_time: int, n_unplaced: int) -> StackCounts:
-    """nsys samples whose OS thread is known (gtid; -1: none) placed in the innermost stage range
-    open on it at their time, else "(batch)", else "(outside)"; `cat`: the sampler's thread key."""
-    b, inst = stages.batches, stages.instances
-    names = list(stages.config.stages)
-    slots = names + [BATCH_SLOT, OUTSIDE_SLOT]
-    m = len(t)
-    slot = np.full(m, len(names) + 1, dtype=np.int64)
-    placed = gtid >= 0
-    if m and len(b):
-        in_batch = innermost_containing(b["gtid"], b["start"], b["end"], gtid, t, t) >= 0
-        slot[in_batch & placed] = len(names)
-    if m and len(inst):
-        i = innermost_containing(inst["gtid"], inst["start"], inst["end"], gtid, t, t)
-        hit = (i >= 0) & placed
-        slot[hit] = inst["code"][i[hit]]
-    n_stack = len(stacks)
-    counts = np.bincount(slot * n_stack + st_of, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
-    period_ms, observed = _period_ms(cat, t, sc_empty["asked_hz"])
-    return StackCounts(slots=slots, func_name=func_name, func_file=func_file, stacks=stacks, counts=counts, samples=m,
-                       threads=len(np.unique(cat)), asked_hz=sc_empty["asked_hz"], observed_hz=observed,
-                       ms_per_sample=period_ms, unknown_stack=0, unreadable=unreadable, outside_session=n_outside,
-                       cut_stacks=cut, bad_definitions=0, source=nsyspy.SOURCE,
-                       by_time=n_by_time, unplaced=n_unplaced, notes=notes, thread_ties=tie)
+    return gtid, tie, n_by_time, unplaced
