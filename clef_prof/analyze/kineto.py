@@ -394,7 +394,9 @@ def read_file(path: str) -> _File:
                 py = _int(args.get("Python id"))
                 if pid is not None and tid is not None and py is not None:
                     if " at 0x" in name:        # a built-in's bound object address: one name across processes
-                        name = bare.get(name) or bare.setdefault(name, names.setdefault(*[_ADDRESS.sub(">", name)] * 2))
+                        if name not in bare:
+                            bare[name] = _ADDRESS.sub(">", name)
+                        name = bare[name]
                     f.pyfuncs.append((ts, end, pid, tid, name, py, _int(args.get("Python parent id"))))
             else:
                 table = GPU_CATS[cat]
