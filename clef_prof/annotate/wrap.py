@@ -360,21 +360,17 @@ def _forwarded_to(owner, attr: str, func):
     """For a method that only forwards (`def m(self, *args, **kwargs): ... super().m(*args,
     **kwargs)`, vLLM's ServingScores.__call__), the first method of that name up its class's MRO
     that names its parameters: the signature its arguments are read by. `func` itself otherwise."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
+    def names_them(f) -> bool | None:
+        """Whether `f` takes no *args; None without a signature."""
+        try:
+            return not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(f).parameters.values())
+        except (TypeError, ValueError):
+            return None
+
+    if not isinstance(owner, type) or names_them(func) is not False:
         return func
-    if not isinstance(owner, type) or not any(p.kind == p.VAR_POSITIONAL for p in params):
-        return func
-    for base in owner.__mro__[1:]:
-        f = base.__dict__.get(attr)
-        if inspect.isfunction(f):
-            try:
-                if not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(f).parameters.values()):
-                    return f
-            except (TypeError, ValueError):
-                continue
-    return func
+    return next((f for base in owner.__mro__[1:]
+                 if inspect.isfunction(f := base.__dict__.get(attr)) and names_them(f)), func)
 
 
 def _ranged(binding, spec, func, flavour: str, signature=None):
