@@ -56,30 +56,39 @@ _A = "tests/analyze/"
 _CORE = (_A + "test_analyze_truth.py", _A + "test_gpu_captures.py", _A + "test_result_model.py")
 MODULE_TESTS = {
     "clef_prof/analyze/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
-    "clef_prof/analyze/attribute.py": (_A + "test_oracles.py", _A + "test_metrics.py", *_CORE),
-    "clef_prof/analyze/columns.py": (_A + "test_metrics.py", _A + "test_arrays.py", *_CORE),
+    "clef_prof/analyze/attribute.py": (_A + "test_attribute.py", _A + "test_oracles.py", _A + "test_metrics.py", *_CORE, _A + "test_window.py",
+                                       _A + "test_outside_batch.py", _A + "test_stages_edges.py"),
+    "clef_prof/analyze/columns.py": (_A + "test_columns_markup.py", _A + "test_metrics.py", _A + "test_arrays.py", *_CORE, "tests/explore",
+                                     "tests/journey/test_journey_output.py"),
     "clef_prof/analyze/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
                                   _A + "test_ranks_capture.py", *_CORE,
                                   _A + "test_kineto.py"),
     "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_bad_input.py", _A + "test_hostile_numbers.py",
                                     _A + "test_streaming.py", *_CORE,
                                     _A + "test_export_edges.py"),
-    "clef_prof/analyze/filecache.py": (_A + "test_reader.py", _A + "test_streaming.py"),
+    "clef_prof/analyze/filecache.py": (_A + "test_filecache.py", _A + "test_reader.py", _A + "test_streaming.py", "tests/compare/test_compare.py",
+                                       "tests/explore", "tests/cli/test_report_identity.py"),
     "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
                                       _A + "test_finding_evidence.py", _A + "test_kineto_python.py"),
-    "clef_prof/analyze/inputs.py": (_A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli/test_cli_inputs.py"),
+    "clef_prof/analyze/inputs.py": (_A + "test_inputs.py", _A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli",
+                                    "tests/compare/test_compare.py", _A + "test_kineto.py", _A + "test_nsys_samples.py"),
     "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
                                        _A + "test_intervals_edges.py"),
     "clef_prof/analyze/journey.py": ("tests/journey",),
-    "clef_prof/analyze/manifest.py": (_A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py"),
-    "clef_prof/analyze/markup.py": (_A + "test_findings.py",),
+    "clef_prof/analyze/manifest.py": (_A + "test_manifest_checks.py", _A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py",
+                                      _A + "test_gpu_captures.py", "tests/record", "tests/explore/test_html.py",
+                                      "tests/compare/test_compare.py"),
+    "clef_prof/analyze/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
     "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
-    "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE),
+    "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
+                                   "tests/compare/test_interval_coverage.py", _A + "test_streaming.py"),
     "clef_prof/analyze/nvtx.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
-                                  _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE),
+                                  _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE,
+                                  _A + "test_validate_damaged.py", _A + "test_nested_batches.py",
+                                  _A + "test_concurrent_batches.py", "tests/cli/test_doctor.py", "tests/journey"),
     "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE,
                                      _A + "test_overlap_edges.py"),
-    "clef_prof/analyze/parallel.py": (_A + "test_streaming.py",),
+    "clef_prof/analyze/parallel.py": (_A + "test_parallel.py", _A + "test_streaming.py", "tests/compare/test_compare.py", "tests/cli"),
     "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
     "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
                                     _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
@@ -94,7 +103,8 @@ MODULE_TESTS = {
                                     _A + "test_profiler_pair.py", _A + "test_profiler_pair_bert.py", "tests/journey/test_journey_kineto.py",
                                     "tests/journey/test_request_torch_bookkeeping.py"),
     "clef_prof/analyze/scrub.py": (_A + "test_scrub.py",),
-    "clef_prof/analyze/slicing.py": (_A + "test_overlap.py", _A + "test_window.py"),
+    "clef_prof/analyze/slicing.py": (_A + "test_slicing_oracle.py", _A + "test_overlap.py", _A + "test_window.py", _A + "test_scrub.py",
+                                     _A + "test_hostile_numbers.py", "tests/cli/test_hostile_files.py"),
     "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
                                     _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE,
                                     _A + "test_capture_edges.py", _A + "test_nested_batches.py",
@@ -104,10 +114,15 @@ MODULE_TESTS = {
                                       _A + "test_nvtx_reading.py", *_CORE,
                                       _A + "test_capture_edges.py", _A + "test_validate_damaged.py",
                                       _A + "test_stages_edges.py"),
-    "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE),
+    "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE, _A + "test_outside_batch.py", "tests/explore"),
+    "clef_prof/analyze/termtable.py": (_A + "test_termtable.py", "tests/explore", "tests/cli/test_demo.py", _A + "test_hostile_numbers.py",
+                                       "tests/journey/test_journey_output.py", "tests/compare/test_gates.py",
+                                       _A + "test_findings.py"),
     "clef_prof/analyze/*": (_A,),
     "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
-    "clef_prof/compare/*": ("tests/compare",),
+    "clef_prof/compare/arm.py": ("tests/compare/test_arm.py", "tests/compare", "tests/cli/test_cli_inputs.py", "tests/cli/test_hostile_files.py",
+                                 "tests/record/test_ab.py"),
+    "clef_prof/compare/*": ("tests/compare", "tests/cli/test_cli_inputs.py", "tests/cli/test_hostile_files.py"),
     "clef_prof/bench/*": ("tests/bench",),
     "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
 }
@@ -396,8 +411,12 @@ def mutants_of(path: Path, rel: str) -> list[Mutant]:
 
 def copy_tree(dest: Path) -> Path:
     """The tracked and untracked-not-ignored files of the checkout, copied; .nsys linked."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    try:
+        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                               capture_output=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):    # a copy without .git (a lent machine): every file
+        names = [str(f.relative_to(ROOT)) for f in ROOT.rglob("*") if f.is_file()
+                 and not any(x.startswith(".") or x == "__pycache__" for x in f.relative_to(ROOT).parts[:-1])]
     for n in filter(None, names):
         s = ROOT / n
         if s.is_file() and not s.is_symlink():
@@ -568,8 +587,18 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=float, help="run this share (0-1] of each module's mutants, a seeded random "
                     "subset: an estimate of the kill rate in less time")
     ap.add_argument("--seed", type=int, default=21, help="the seed of --sample")
-    ap.add_argument("--rerun", help="skip the mutants an earlier --json result (FILE or FILEl) killed or timed out "
+    ap.add_argument("--rerun", nargs="+", help="skip the mutants an earlier --json result (FILE or FILEl) killed or timed out "
                     "(tests are only added, so they stay killed): run the survivors and the mutants it lacks")
+    ap.add_argument("--shard", help="K/N: only every N-th mutant from the K-th (0-based), so that N passes on "
+                    "N cores split one module; their --json results combine with --report")
+    ap.add_argument("--drop-failing", action="store_true", help="leave out, and name, the tests that fail "
+                    "without any mutation (another machine's packages), instead of stopping")
+    ap.add_argument("--save-baseline", metavar="FILE", help="write the traced baseline (which tests ran each "
+                    "line of the targets, and each test's seconds) here")
+    ap.add_argument("--baseline-only", action="store_true", help="stop after the baseline (with --save-baseline: "
+                    "trace the suite in parts on several cores, one --tests part a pass)")
+    ap.add_argument("--load-baseline", nargs="+", metavar="FILE", help="use these saved baselines, merged, "
+                    "instead of tracing one (they must have traced these targets in this tree)")
     ap.add_argument("--line", type=int, help="only mutants on this line (with one target file)")
     ap.add_argument("--equivalent", default=str(EQUIVALENT), help="JSON list of known-equivalent mutants")
     ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
@@ -598,11 +627,14 @@ def main(argv=None) -> int:
                                                                 key=ms.index) if ms else [])(
             [m for m in muts if m.path == rel])]
     if a.rerun:
-        text = Path(a.rerun).read_text()
-        earlier = json.loads(text) if text.lstrip().startswith("[") else [json.loads(ln) for ln in text.splitlines() if ln]
-        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in earlier
+        done = {(e["path"], e["before"].strip(), e["after"].strip()) for e in _entries(a.rerun)
                 if e["status"] in ("killed", "timeout")}
         muts = [m for m in muts if m.key not in done]
+    if a.shard:
+        k, _, n = a.shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+            sys.exit(f"mutate: --shard {a.shard!r}: give K/N with 0 <= K < N")
+        muts = muts[int(k)::int(n)]
     if a.list:
         for m in muts:
             print(f"{m.path}:{m.line} [{m.kind}] {m.before.strip()}  ->  {m.after.strip()}")
@@ -635,17 +667,36 @@ def main(argv=None) -> int:
     started = time.monotonic()
     try:
         _preload()
-        print(f"mutate: {len(muts)} mutants in {len(files)} files; baseline run of {' '.join(a.tests)} "
-              f"(-m {a.mark!r}), traced ...", flush=True)
+        if not a.load_baseline:
+            print(f"mutate: {len(muts)} mutants in {len(files)} files; baseline run of {' '.join(a.tests)} "
+                  f"(-m {a.mark!r}), traced ...", flush=True)
         full = {str(tree / f) for f in files}
         tracer = Tracer(full)
         log = tmp / "baseline.log"
-        status, secs = run_pytest(tree, base_args + a.tests, 3600, log, tracer)
-        if status != "passed":
-            print(log.read_text()[-3000:])
-            print("mutate: the selection fails without any mutation; fix that first", file=sys.stderr)
-            return 2
-        traced = json.loads(log.with_suffix(".json").read_text())
+        if a.load_baseline:
+            traced, secs = _merged_baselines(a.load_baseline), 0.0
+            base_args += [x for t in traced["failing"] for x in ("--deselect", t)]
+        else:
+            status, secs = run_pytest(tree, base_args + a.tests, 3600, log, tracer)
+            failing = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", log.read_text(), re.M)))
+            if status != "passed" and a.drop_failing and failing:
+                print(f"mutate: left out, failing without any mutation: {', '.join(failing)}", flush=True)
+                base_args += [x for t in failing for x in ("--deselect", t)]
+                tracer = Tracer(full)
+                status, secs = run_pytest(tree, base_args + a.tests, 3600, log, tracer)
+            else:
+                failing = []
+            if status != "passed":
+                print(log.read_text()[-3000:])
+                print("mutate: the selection fails without any mutation; fix that first", file=sys.stderr)
+                return 2
+            traced = json.loads(log.with_suffix(".json").read_text())
+            traced["lines"] = [[str(Path(f).relative_to(tree)), ln, t] for f, ln, t in traced["lines"]]
+            traced["failing"] = failing
+        if a.save_baseline:             # a traced part, or the merge of --load-baseline's parts
+            Path(a.save_baseline).write_text(json.dumps(traced))
+        if a.baseline_only:
+            return 0
         tsecs: dict[str, float] = traced["seconds"]
         slow = sorted(t for t, x in tsecs.items() if x > a.slow)
         fsecs: dict[str, float] = defaultdict(float)
@@ -654,8 +705,7 @@ def main(argv=None) -> int:
                 fsecs[t.split("::")[0]] += x
         cover: dict[tuple[str, int], set[str]] = {}
         by_file: dict[str, set[str]] = defaultdict(set)
-        for f, ln, tests in traced["lines"]:
-            rel = str(Path(f).relative_to(tree))
+        for rel, ln, tests in traced["lines"]:
             t = set(tests) - {"<import>"} - set(slow)
             cover[(rel, ln)] = t | ({"<import>"} & set(tests))
             by_file[rel] |= {x.split("::")[0] for x in t}
@@ -706,6 +756,41 @@ def main(argv=None) -> int:
     return 0
 
 
+def _entries(files: list[str]) -> list[dict]:
+    """The mutants of earlier --json results: FILE (a JSON list) or FILEl (a line each; a cut last line left out)."""
+    entries = []
+    for f in files:
+        text = Path(f).read_text()
+        if text.lstrip().startswith("["):
+            entries += json.loads(text)
+            continue
+        lines = [x for x in text.splitlines() if x]
+        for i, x in enumerate(lines):
+            try:
+                entries.append(json.loads(x))
+            except ValueError:
+                if i < len(lines) - 1:
+                    raise SystemExit(f"mutate: {f}: line {i + 1} is not JSON")
+                print(f"mutate: {f}: its last line is cut (the pass stopped while writing it); left out",
+                      file=sys.stderr)
+    return entries
+
+
+def _merged_baselines(files: list[str]) -> dict:
+    """Saved baselines of parts of the suite as one: each line's tests joined, each test's seconds kept."""
+    lines: dict[tuple[str, int], set[str]] = defaultdict(set)
+    seconds: dict[str, float] = {}
+    failing: set[str] = set()
+    for f in files:
+        part = json.loads(Path(f).read_text())
+        for rel, ln, tests in part["lines"]:
+            lines[(rel, ln)].update(tests)
+        seconds.update(part["seconds"])
+        failing.update(part.get("failing", ()))
+    return {"lines": [[rel, ln, sorted(t)] for (rel, ln), t in lines.items()], "seconds": seconds,
+            "failing": sorted(failing)}
+
+
 def load_equivalent(path: str | None) -> dict:
     if not path or not Path(path).exists():
         return {}
@@ -716,21 +801,7 @@ def report_from(files: list[str], equivalent: str | None, show: bool) -> int:
     eq = load_equivalent(equivalent)
     by_key: dict = {}
     for f in files:
-        text = Path(f).read_text()
-        if text.lstrip().startswith("["):
-            entries = json.loads(text)
-        else:                       # one JSON line per mutant; a pass cut off may leave its last line cut
-            lines = [x for x in text.splitlines() if x]
-            entries = []
-            for i, x in enumerate(lines):
-                try:
-                    entries.append(json.loads(x))
-                except ValueError:
-                    if i < len(lines) - 1:
-                        raise SystemExit(f"mutate: {f}: line {i + 1} is not JSON")
-                    print(f"mutate: {f}: its last line is cut (the pass stopped while writing it); left out",
-                          file=sys.stderr)
-        for e in entries:
+        for e in _entries([f]):
             m = Mutant(e["path"], e["line"], e["kind"], e["before"], e["after"], status=e["status"],
                        seconds=e.get("seconds", 0.0), tests=e.get("tests", []), why=e.get("why", ""))
             if m.key in eq:

@@ -43,8 +43,9 @@ def _header_lines(header: str, w: int) -> list[str]:
 
 
 def _col_width(col: Column, cells: list[str]) -> int:
+    """The longest header word or cell; at least 1, so that a column of empty cells keeps its rule."""
     longest_word = max((len(x) for x in col.header.split()), default=0)
-    return max([longest_word, *(len(c) for c in cells)])
+    return max([1, longest_word, *(len(c) for c in cells)])
 
 
 def _block(cols: list[Column], widths: list[int], rows: list[list[str]]) -> list[str]:

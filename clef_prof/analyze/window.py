@@ -75,7 +75,8 @@ def row_tables(calls: Table, gpu: dict[str, Table]) -> dict[str, Table]:
     busy_cols = ("gpid", "start", "end", "slot", "batch")
     parts = [d.select(busy_cols).assign(kind=np.full(len(d), k, dtype=object)) for d, k in
              ((kernels, "kernel"), (transfers, "memcpy"), (memset, "memset"), (graphs, "graph")) if len(d)]
-    busy = Table.concat(parts) if parts else Table({c: np.zeros(0, np.int64) for c in busy_cols})
+    busy = Table.concat(parts) if parts else Table({**{c: np.zeros(0, np.int64) for c in busy_cols},
+                                                    "kind": np.zeros(0, dtype=object)})
     return {CALL_TABLE: calls, "transfers": transfers, "kernels": kernels, "gpu_busy": busy}
 
 

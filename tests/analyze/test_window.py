@@ -78,3 +78,38 @@ def test_gpu_rows_launched_before_the_window_keep_their_batch(capture):
 def test_untraced_capture_has_empty_windows(capture):
     a = analyze(str(capture("cpu23-inline")))
     assert all(len(t) == 0 for t in a.window(0, 1 << 62).values())
+
+
+@pytest.mark.parametrize("name", ["gpu25-q1c16-pr", "gpu25-bertsrv"])
+def test_an_empty_window_has_the_columns_of_the_full_tables(capture, name):
+    """A window with no rows (before the first call) still has every column, of the same dtype, as
+    `Analysis.rows`: a timeline can read `gpu_busy["kind"]` of any window."""
+    a = analyze(str(capture(name)), rows=True)
+    win = a.window(0, 1)
+    assert all(len(t) == 0 for t in win.values())
+    assert_window_of(a, win, 0, 1, None)
+
+
+def test_gpu_rows_whose_call_is_not_in_the_capture(capture, tmp_path):
+    """Kernels and copies whose launching call the capture lacks (deleted here, as when a capture
+    starts after the launch): in a window as in `Analysis.rows`, in the 'outside' slot, no batch, no
+    API kind, and the window's stage and batch of every other row unchanged."""
+    from conftest import edited_copy
+
+    path = edited_copy(capture("gpu25-bertsrv"), tmp_path / "lost-calls.sqlite",
+                       f"DELETE FROM {cu.RUNTIME} WHERE correlationId % 7 = 0")
+    a = analyze(str(path), rows=True)
+    k, t = a.rows("kernels"), a.rows("transfers")
+    lost = (k["call"] < 0)
+    assert lost.sum() > 100 and (t["call"] < 0).sum() > 10
+    n_slots = len(a.stages.config.stages) + 2
+    assert (k["slot"][lost] == n_slots - 1).all() and (k["batch"][lost] == -1).all() and (k["api_kind"][lost] == 0).all()
+    b = a.stages.batches
+    for i in (0, len(b) // 2):
+        t0, t1 = int(b["start"][i]), int(b["end"][i + 1])
+        win = a.window(t0, t1)
+        assert (win["kernels"]["call"] < 0).sum() and (win["kernels"]["batch"] >= 0).sum()
+        assert_window_of(a, win, t0, t1, None)
+    # memsets are GPU rows too: in gpu_busy with their kind
+    busy = a.window(0, 1 << 62)["gpu_busy"]
+    assert set(busy["kind"]) == {"kernel", "memcpy", "memset"}

@@ -14,7 +14,8 @@ TRACES = sorted((ROOT / "traces").glob("*.sqlite"))
 
 
 def _fits(text: str, width: int = 80) -> None:
-    wide = [line for line in text.splitlines() if len(line) > width]
+    # a line may be wider only where it is one word, which is never split: a path in a deep folder
+    wide = [line for line in text.splitlines() if len(line) > width and " " in line.strip()]
     assert not wide, wide
     assert "…" not in text
 

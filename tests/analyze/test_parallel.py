@@ -1,0 +1,121 @@
+"""Many captures at once (analyze_many, compare's loader): how many processes, how many reader
+threads each, which start method, and how a failing capture comes back, against figures worked
+out here from the machine's CPU count and the files' sizes."""
+import os
+import sys
+from concurrent.futures import Future
+
+import pytest
+
+from clef_prof import errors
+from clef_prof.analyze import export, parallel
+from clef_prof.analyze.parallel import SMALL_BYTES, map_captures, worker_count
+from clef_prof.errors import CaptureError, ClefError
+
+
+@pytest.mark.parametrize("cpus,jobs,readers", [(8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (8, 0, 8), (8, 1, 8),
+                                               (None, 2, 1), (2, 1, 2), (16, 4, 4)])
+def test_reader_threads_split_the_cpus_between_processes(monkeypatch, cpus, jobs, readers):
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
+    assert parallel._readers_per_job(jobs) == readers
+
+
+def test_a_worker_reads_with_the_threads_it_is_given(monkeypatch):
+    monkeypatch.setattr(export, "READERS", export.READERS)         # put back after the test
+    parallel._init_worker(3)
+    assert export.READERS == 3
+
+
+def _sparse(path, size):
+    with open(path, "wb") as fh:
+        fh.truncate(size)                   # no blocks on disk: only the size counts
+    return str(path)
+
+
+@pytest.mark.parametrize("cpus,readers", [(8, 2), (16, 2), (8, 3), (2, 2), (1, 2)])
+def test_default_processes_one_per_readers_cpus_only_for_64_mb_or_more(monkeypatch, tmp_path, cpus, readers):
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(export, "READERS", readers)
+    paths = [_sparse(tmp_path / f"c{i}.sqlite", 0) for i in range(6)]
+    _sparse(paths[0], SMALL_BYTES - 1)
+    assert worker_count(paths, None) == 1                           # under 64 MB: this process
+    _sparse(paths[0], SMALL_BYTES - 5)
+    _sparse(paths[1], 5)                                            # the sum that counts: exactly 64 MB
+    assert worker_count(paths, None) == max(1, min(cpus // readers, 6))
+    assert worker_count(paths[:2], None) == max(1, min(cpus // readers, 2))   # at most one per capture
+    assert worker_count(paths + [str(tmp_path / "missing.sqlite")], None) == max(1, min(cpus // readers, 7))
+
+
+def test_asked_processes_at_most_one_per_capture(tmp_path):
+    paths = [_sparse(tmp_path / f"c{i}.sqlite", 10) for i in range(3)]
+    assert [worker_count(paths, j) for j in (1, 2, 3, 4, 50)] == [1, 2, 3, 3, 3]
+    assert worker_count(paths, 0) == 1 and worker_count(paths, -4) == 1
+    assert worker_count(paths[:1], 8) == 1
+
+
+def test_one_capture_run_never_raises():
+    assert parallel._run_one(os.path.basename, "/a/b.sqlite") == ("ok", "b.sqlite")
+
+    def bad(path, code):
+        err = CaptureError(f"{path}: lacks table X")
+        err.exit_code = code
+        raise err
+
+    assert parallel._run_one(bad, "c.sqlite", 7) == ("error", "CaptureError", "c.sqlite: lacks table X", 7)
+
+    def crash(path):
+        raise KeyError("slot")
+
+    assert parallel._run_one(crash, "c.sqlite") == ("error", "ClefError", "internal error: KeyError: 'slot'", 1)
+
+
+def test_an_error_comes_back_as_its_own_class_naming_its_path():
+    err = parallel._as_error("/x/c.sqlite", ("error", "CaptureError", "lacks table X", 5))
+    assert type(err) is CaptureError and str(err) == "/x/c.sqlite: lacks table X"
+    assert (err.exit_code, err.path) == (5, "/x/c.sqlite")
+    same = parallel._as_error("/x/c.sqlite", ("error", "SpecError", "/x/c.sqlite: bad", 1))
+    assert type(same) is errors.SpecError and str(same) == "/x/c.sqlite: bad"     # not named twice
+    # a name that is no ClefError class (another module's, a function, a constant, unknown): ClefError
+    for name in ("KeyError", "one_line", "EXIT_INPUT", "NoSuchError"):
+        err = parallel._as_error("c.sqlite", ("error", name, "m", 1))
+        assert type(err) is ClefError and str(err) == "c.sqlite: m"
+
+
+def test_results_in_input_order_and_the_first_failure_in_that_order():
+    outcomes = [("ok", 1), ("error", "CaptureError", "late", 1), ("error", "SpecError", "first? no", 2)]
+    paths = ["a", "b", "c"]
+    got = parallel._finish(paths, outcomes, "return")
+    assert got[0] == 1 and [type(e) for e in got[1:]] == [CaptureError, errors.SpecError]
+    assert [e.path for e in got[1:]] == ["b", "c"]
+    with pytest.raises(CaptureError, match="^b: late$"):
+        parallel._finish(paths, outcomes, "raise")
+    with pytest.raises(ValueError, match="errors must be"):
+        map_captures(os.path.basename, ["a"], errors="ignore")
+    assert map_captures(os.path.basename, []) == []
+
+
+def test_a_dead_worker_is_a_failed_capture():
+    done, dead = Future(), Future()
+    done.set_result(("ok", 3))
+    dead.set_exception(RuntimeError("worker killed"))
+    assert parallel._outcome(done) == ("ok", 3)
+    assert parallel._outcome(dead) == ("error", "ClefError", "analysis process failed: RuntimeError: worker killed", 1)
+
+
+def test_start_method_forkserver_where_there_is_one_else_spawn(monkeypatch):
+    if "forkserver" in parallel.multiprocessing.get_all_start_methods():
+        assert parallel._context().get_start_method() == "forkserver"
+    monkeypatch.setattr(parallel.multiprocessing, "get_all_start_methods", lambda: ["spawn", "fork"])
+    assert parallel._context().get_start_method() == "spawn"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes from a forkserver")
+def test_worker_processes_give_what_this_process_gives(tmp_path):
+    paths = [_sparse(tmp_path / f"c{i}.sqlite", 10 * i) for i in range(4)]
+    missing = str(tmp_path / "gone.sqlite")
+    assert map_captures(os.path.getsize, paths, jobs=2) == [0, 10, 20, 30] == map_captures(os.path.getsize, paths, jobs=1)
+    got = map_captures(os.path.getsize, [paths[1], missing, paths[2]], jobs=3, errors="return")
+    assert got[0] == 10 and got[2] == 20
+    assert type(got[1]) is ClefError and got[1].path == missing and "FileNotFoundError" in str(got[1])
+    with pytest.raises(ClefError, match="FileNotFoundError"):
+        map_captures(os.path.getsize, [paths[1], missing], jobs=2)
