@@ -172,3 +172,34 @@ def test_real_bert_trace_finding_names_the_stages_top_three_functions(tmp_path):
     labels = [f"{x.function} ({x.file.rsplit('/', 1)[-1]})" if x.file else x.function for x in table[:4]]
     at = [said.find(label + " ") for label in labels]
     assert 0 <= at[0] < at[1] < at[2] and at[3] < 0, (labels, said)
+
+
+def test_real_bert_trace_function_rows_of_compare_are_each_stages_top_five(tmp_path):
+    """compare's function rows per stage: each arm's five functions of most self time (the hand
+    reading above), ordered by self ms per request; the trace against itself changes nothing."""
+    import lzma
+    from pathlib import Path
+
+    from clef_prof.compare import engine as comparison
+    from clef_prof.compare.arm import collect
+    raw = lzma.decompress((Path(__file__).resolve().parents[1] / "data" / BERT).read_bytes())
+    path = tmp_path / "bert.pt.trace.json"
+    path.write_bytes(raw)
+    cfg = StageConfig(stages=BERT_STAGES)
+    arms = collect([], [f"main={path}", f"pr={path}"])
+    comp = comparison.compare(arms, comparison.load_all(arms, cfg, jobs=1), cfg)
+    oracle = _bert_oracle(json.loads(raw))
+    requests = analyze(resolve(str(path))[0], cfg).result.requests
+    for stage in BERT_STAGES:
+        want = oracle.get(stage, {})
+        rows = comp["functions"]["stages"][stage]["functions"] if len(want) else []
+        top = sorted(want, key=lambda k: -want[k])[:5]
+        assert len(want) <= 5 or len(rows) == 5, stage
+        assert {(r["function"], r["file"]) for r in rows} == set(top), stage
+        for r in rows:
+            ms = want[(r["function"], r["file"])] / 1000 / requests
+            assert r["arms"]["main"]["self_ms_per_request"] == pytest.approx(ms, rel=1e-5, abs=1e-7)
+            assert r["change"] == 0
+        ms = [r["arms"]["main"]["self_ms_per_request"] for r in rows]
+        assert ms == sorted(ms, reverse=True)
+    assert sum(len(oracle.get(s, {})) > 5 for s in BERT_STAGES) >= 2

@@ -81,6 +81,8 @@ def test_python_samples_asked_for_and_missing(capture, journeys):
     # clef-prof's sampler named with no rate, and no nsys rate: nothing was asked of nsys
     assert sampling_check(journeys, {"trace": {"python_sampler": "clef-prof", "python_sampling_hz": 0}}) == []
     assert sampling_check(journeys, {"trace": {"python_sampling_hz": 100, "nsys_python_sampling_hz": 0}}) == []
+    (w,) = sampling_check(journeys, {"trace": {"nsys_python_sampling_hz": 0.5}})       # any positive rate
+    assert w.startswith("record asked nsys for Python samples at 0.5 Hz")
     for bad in (True, "100", -5, 0, None):
         assert sampling_check(journeys, {"trace": {"nsys_python_sampling_hz": bad}}) == [], bad
     assert sampling_check(journeys, {}) == sampling_check(journeys, {"trace": None}) == []
@@ -89,5 +91,8 @@ def test_python_samples_asked_for_and_missing(capture, journeys):
 def test_no_warning_when_the_samples_are_there(capture):
     sampled = analyze(str(capture("cpu23-sampled"))).result
     assert sampled.samples is not None and sampled.samples.samples > 0
-    assert sampling_check(sampled, {"trace": {"python_sampler": "clef-prof", "python_sampling_hz": 100,
-                                              "nsys_python_sampling_hz": 1000}}) == []
+    asked = {"trace": {"python_sampler": "clef-prof", "python_sampling_hz": 100, "nsys_python_sampling_hz": 1000}}
+    assert sampling_check(sampled, asked) == []
+    # samples read, but none of them: as good as none
+    empty = dataclasses.replace(sampled, samples=dataclasses.replace(sampled.samples, samples=0))
+    assert len(sampling_check(empty, asked)) == 1

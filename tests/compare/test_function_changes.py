@@ -193,3 +193,42 @@ def test_function_change_interval_holds_its_coverage(n):
                 ch = welch.unit_interval(base, more, 0.95)
                 cover = float(((ch.lo <= math.log(1.5)) & (math.log(1.5) <= ch.hi) & ch.log).mean() / ch.log.mean())
                 assert 0.93 <= cover <= 0.975, (n, lam, sd, cover)
+
+
+def _requests(path) -> int:
+    (n,), = sql(path, "SELECT sum(CAST(substr(COALESCE(n.text, s.value), instr(COALESCE(n.text, s.value), "
+                      "'n=') + 2) AS INTEGER)) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                      "WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'pooler n=%'")
+    return n
+
+
+def test_pooled_figures_of_each_function_against_sql(comp, paths):
+    """Each arm's self samples, share of the stage's samples and ms per request pooled over its
+    captures (Σ ms / Σ requests), and the change between arms, from the SQL oracle's counts."""
+    head = comp["functions"]["stages"]["head"]
+    counts = {arm: [dict(sql(p, LEAF_IN_HEAD)) for p in ps] for arm, ps in paths.items()}
+    ms = {arm: [_oracle(p) for p in ps] for arm, ps in paths.items()}
+    requests = {arm: [_requests(p) for p in ps] for arm, ps in paths.items()}
+    for e in head["functions"]:
+        f = e["function"]
+        pooled = {}
+        for arm in ARMS:
+            a = e["arms"][arm]
+            assert a["self_samples"] == sum(c.get(f, 0) for c in counts[arm])
+            assert a["stage_samples"] == head["samples"][arm] >= a["self_samples"]
+            assert a["self_share"] == pytest.approx(a["self_samples"] / a["stage_samples"], rel=1e-12)
+            pooled[arm] = sum(m.get(f, 0) * r for m, r in zip(ms[arm], requests[arm])) / sum(requests[arm])
+            assert a["self_ms_per_request"] == pytest.approx(pooled[arm], rel=1e-9)
+        assert e["change"] == pytest.approx(pooled["pr"] - pooled["main"], rel=1e-9)
+        assert e["change_pct"] == pytest.approx(100 * (pooled["pr"] / pooled["main"] - 1), rel=1e-9)
+    # the rows: the top functions by samples of each arm, ordered by the largest ms per request
+    order = [max(e["arms"][a]["self_ms_per_request"] for a in ARMS) for e in head["functions"]]
+    assert order == sorted(order, reverse=True)
+    tops = set()
+    for arm in ARMS:
+        pooled = {}
+        for c in counts[arm]:
+            for fn, k in c.items():
+                pooled[fn] = pooled.get(fn, 0) + k
+        tops |= set(sorted(pooled, key=lambda fn: (-pooled[fn], fn))[:5])
+    assert {e["function"] for e in head["functions"]} == tops and len(tops) > 2

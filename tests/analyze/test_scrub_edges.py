@@ -1,0 +1,48 @@
+"""scrub on the odd rows a damaged or unusual export holds (a real nsys 2023.4 capture, cpu23-inline,
+changed by SQL): a command row without a process prefix, empty names and NULL values, a PROCESSES table
+without its name column. Each is scrubbed by its rule, nothing raises, and a second scrub is a no-op."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from clef_prof.analyze.scrub import REMOVED, scrub
+from conftest import edited_copy
+
+
+def _scrubbed(path):
+    con = sqlite3.connect(path)
+    try:
+        with con:
+            counts = scrub(con)
+        with con:
+            again = scrub(con)
+        return counts, again, con.execute("SELECT name, value FROM META_DATA_CAPTURE").fetchall(), \
+            con.execute("SELECT * FROM PROCESSES").fetchall()
+    finally:
+        con.close()
+
+
+def test_odd_rows_are_scrubbed_by_their_rule(capture, tmp_path):
+    path = edited_copy(capture("cpu23-inline"), tmp_path / "odd.sqlite",
+                       "INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('COMMAND', '/home/alice/bin/srv --port 1')",
+                       "INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_9:COMMAND', NULL)",
+                       "INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('', 'plain')",
+                       "INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_8:COMMAND', '[removed]')",
+                       "INSERT INTO PROCESSES (globalPid, pid, name) VALUES (1, 77, NULL)")
+    counts, again, meta, procs = _scrubbed(str(path))
+    meta = dict((n, v) for n, v in meta if n == "" or "COMMAND" in n)
+    # a process's command keeps its executable's name; a bare COMMAND row is text like any other:
+    # its home folder's user gets a pseudonym, the rest stays
+    assert meta["PROCESS_0:COMMAND"] == "python"
+    assert meta["COMMAND"].startswith("/home/[user-") and meta["COMMAND"].endswith("]/bin/srv --port 1")
+    assert meta["PROCESS_9:COMMAND"] is None and meta["PROCESS_8:COMMAND"] == REMOVED and meta[""] == "plain"
+    assert (1, 77, None) in procs and ("kthreadd",) in {(p[2],) for p in procs}
+    assert counts["META_DATA_CAPTURE"]["command-line"] == 1 and again == {}
+
+
+def test_processes_without_a_name_column(capture, tmp_path):
+    path = edited_copy(capture("cpu23-inline"), tmp_path / "noname.sqlite", "ALTER TABLE PROCESSES DROP COLUMN name")
+    counts, again, meta, procs = _scrubbed(str(path))
+    assert "PROCESSES" not in counts and again == {} and len(procs[0]) == 2
