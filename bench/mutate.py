@@ -80,7 +80,7 @@ MODULE_TESTS = {
                                       "tests/compare/test_compare.py"),
     "clef_prof/analyze/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
     "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
-    "clef_prof/analyze/model.py": (_A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
+    "clef_prof/analyze/model.py": (_A + "test_model_figures.py", "tests/journey/test_journey_gpu.py", _A + "test_samples.py", _A + "test_kineto_python.py", _A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
                                    "tests/compare/test_interval_coverage.py", _A + "test_streaming.py"),
     "clef_prof/analyze/nvtx.py": (_A + "test_nvtx_ids.py", _A + "test_kineto.py", _A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
                                   _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE,
@@ -417,8 +417,9 @@ def copy_tree(dest: Path) -> Path:
         names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                                capture_output=True).stdout.decode().split("\0")
     except (OSError, subprocess.CalledProcessError):    # a copy without .git (a lent machine): every file
+        skip = {".git", ".nsys", ".cache", ".device", ".venv", ".whl", ".pytest_cache", "__pycache__", "build"}
         names = [str(f.relative_to(ROOT)) for f in ROOT.rglob("*") if f.is_file()
-                 and not any(x.startswith(".") or x == "__pycache__" for x in f.relative_to(ROOT).parts[:-1])]
+                 and not skip & set(f.relative_to(ROOT).parts[:-1])]
     for n in filter(None, names):
         s = ROOT / n
         if s.is_file() and not s.is_symlink():
@@ -606,12 +607,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every mutant and its outcome here (and to JSON+'l' a line each as it goes)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--show-survivors", action="store_true", help="print the diff of each survivor")
+    ap.add_argument("--markdown", action="store_true", help="with --report: each module's equivalent and "
+                    "surviving mutants as docs/mutation.md lists them")
     ap.add_argument("--report", nargs="+", metavar="JSON",
                     help="print the report of earlier --json results (JSON or JSONL; a later file's outcome of a "
                          "mutant replaces an earlier one's) with the current equivalent list, running nothing")
     a = ap.parse_args(argv)
     if a.report:
-        return report_from(a.report, a.equivalent, a.show_survivors)
+        return report_from(a.report, a.equivalent, a.show_survivors, a.markdown)
 
     files = target_files(a.targets)
     muts: list[Mutant] = []
@@ -651,6 +654,7 @@ def main(argv=None) -> int:
     equivalent = load_equivalent(a.equivalent)
 
     def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # once: a second one must not cut the clean-up
         raise KeyboardInterrupt         # SIGTERM as Ctrl-C: the child's group ended, the copy removed
 
     signal.signal(signal.SIGTERM, on_term)
@@ -677,10 +681,16 @@ def main(argv=None) -> int:
         log = tmp / "baseline.log"
         if a.load_baseline:
             traced, secs = _merged_baselines(a.load_baseline), 0.0
+            stale = [f for f in files if traced["sources"].get(f) != _digest(tree / f)]
+            if stale:
+                print(f"mutate: the saved baseline did not trace these sources as they are now: {', '.join(stale)}; "
+                      "trace it again", file=sys.stderr)
+                return 2
             base_args += [x for t in traced["failing"] for x in ("--deselect", t)]
         else:
             status, secs = run_pytest(tree, base_args + a.tests, 3600, log, tracer)
-            failing = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", log.read_text(), re.M)))
+            # pytest's summary: "FAILED nodeid - message" (a parametrized id may hold spaces)
+            failing = sorted(set(re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", log.read_text(), re.M)))
             if status != "passed" and a.drop_failing and failing:
                 print(f"mutate: left out, failing without any mutation: {', '.join(failing)}", flush=True)
                 base_args += [x for t in failing for x in ("--deselect", t)]
@@ -695,6 +705,7 @@ def main(argv=None) -> int:
             traced = json.loads(log.with_suffix(".json").read_text())
             traced["lines"] = [[str(Path(f).relative_to(tree)), ln, t] for f, ln, t in traced["lines"]]
             traced["failing"] = failing
+            traced["sources"] = {f: _digest(tree / f) for f in files}
         if a.save_baseline:             # a traced part, or the merge of --load-baseline's parts
             Path(a.save_baseline).write_text(json.dumps(traced))
         if a.baseline_only:
@@ -750,11 +761,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\nmutate: interrupted; partial results below", file=sys.stderr)
     finally:
+        if a.json and not a.baseline_only:  # first: a pass stopped at a deadline may not get to the end
+            Path(a.json).write_text(json.dumps([m.record() for m in muts], indent=1))
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     report(muts, a.show_survivors, time.monotonic() - started)
-    if a.json:
-        Path(a.json).write_text(json.dumps([m.record() for m in muts], indent=1))
     return 0
 
 
@@ -783,14 +794,22 @@ def _merged_baselines(files: list[str]) -> dict:
     lines: dict[tuple[str, int], set[str]] = defaultdict(set)
     seconds: dict[str, float] = {}
     failing: set[str] = set()
+    sources: dict[str, str | None] = {}
     for f in files:
         part = json.loads(Path(f).read_text())
         for rel, ln, tests in part["lines"]:
             lines[(rel, ln)].update(tests)
         seconds.update(part["seconds"])
         failing.update(part.get("failing", ()))
+        for rel, digest in part.get("sources", {}).items():     # parts of other sources: none of them counts
+            sources[rel] = digest if sources.get(rel, digest) == digest else None
     return {"lines": [[rel, ln, sorted(t)] for (rel, ln), t in lines.items()], "seconds": seconds,
-            "failing": sorted(failing)}
+            "failing": sorted(failing), "sources": sources}
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_equivalent(path: str | None) -> dict:
@@ -799,18 +818,49 @@ def load_equivalent(path: str | None) -> dict:
     return {(e["file"], e["before"].strip(), e["after"].strip()): e["why"] for e in json.loads(Path(path).read_text())}
 
 
-def report_from(files: list[str], equivalent: str | None, show: bool) -> int:
+def report_from(files: list[str], equivalent: str | None, show: bool, markdown: bool = False) -> int:
     eq = load_equivalent(equivalent)
     by_key: dict = {}
     for f in files:
-        for e in _entries([f]):
+        # a mutant is its text edit, not its line (lines move as the module is edited between passes);
+        # the same edit on several lines of one module is told apart by its order in the module
+        seen: dict = defaultdict(int)
+        for e in sorted(_entries([f]), key=lambda e: (e["path"], e["line"])):
             m = Mutant(e["path"], e["line"], e["kind"], e["before"], e["after"], status=e["status"],
                        seconds=e.get("seconds", 0.0), tests=e.get("tests", []), why=e.get("why", ""))
+            nth = seen[(m.key, m.kind)]
+            seen[(m.key, m.kind)] += 1
+            if not m.status:            # not run (a pass stopped first): no outcome to replace another's
+                continue
             if m.key in eq:
                 m.status, m.why = "equivalent", eq[m.key]
-            by_key[(m.key, m.kind, m.line)] = m
+            by_key[(m.key, m.kind, nth)] = m
     muts = list(by_key.values())
+    if markdown:
+        return survivors_markdown(muts)
     report(muts, show, sum(m.seconds for m in muts))
+    return 0
+
+
+def survivors_markdown(muts: list[Mutant]) -> int:
+    """Per module, its equivalent mutants (with why) and its survivors, as docs/mutation.md lists them."""
+    def one(m: Mutant) -> str:
+        cut = lambda t: t.strip().replace("`", "'")[:90] + ("…" if len(t.strip()) > 90 else "")
+        return f"{m.line} `{cut(m.before)}` → `{cut(m.after)}`"
+
+    for path in sorted({m.path for m in muts}):
+        mine = sorted((m for m in muts if m.path == path), key=lambda m: (m.line, m.after))
+        eq = [m for m in mine if m.status == "equivalent"]
+        left = [m for m in mine if m.status in ("survived", "uncovered")]
+        print(f"### `{path}`\n")
+        if eq:
+            print("Equivalent (left out of the rate):\n")
+            print("\n".join(f"- {one(m)}: {m.why}" for m in eq) + "\n")
+        if left:
+            print("Surviving (not equivalent; no test yet):\n")
+            print("\n".join(f"- {one(m)}{' (no test runs it)' if m.status == 'uncovered' else ''}" for m in left) + "\n")
+        if not eq and not left:
+            print("Every mutant killed.\n")
     return 0
 
 

@@ -28,7 +28,7 @@ one() {
     shift
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 90 ]; then echo "$name: not started"; return; fi
-    timeout -s TERM -k 20 "$left" python3 bench/mutate.py --drop-failing --json "$out/res/$name.json" "$@" \
+    timeout -s TERM -k 60 "$left" python3 bench/mutate.py --drop-failing --json "$out/res/$name.json" "$@" \
         >"$out/res/$name.log" 2>&1
     echo "$name: exit $? $(grep -m1 '^| \*\*all' "$out/res/$name.log")"
 }

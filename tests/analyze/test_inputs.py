@@ -6,11 +6,13 @@ import hashlib
 import json
 import os
 import random
+import shlex
 
 import pytest
 
 from clef_prof.analyze import inputs
 from clef_prof.analyze.inputs import InputError, export_report, from_manifest, report_identity, resolve
+from clef_prof.errors import shown
 
 MIB = 1 << 20
 
@@ -73,8 +75,10 @@ def _would_write(report) -> str:
     with pytest.raises(InputError) as err:
         export_report(report)
     text = str(err.value)
-    assert text.startswith(f"{report}: a report must be exported to SQLite first")
-    return text.split(" -o ")[1].split(" ")[0]
+    assert text.startswith(f"{shown(report)}: a report must be exported to SQLite first")
+    command = shlex.split(text.split("`")[1])          # `nsys export --type sqlite -o OUT REPORT`
+    assert command[:4] == ["nsys", "export", "--type", "sqlite"] and command[-1] == report
+    return command[command.index("-o") + 1]
 
 
 def test_an_export_beside_the_report_with_its_identity_is_reused(report):
@@ -115,8 +119,9 @@ def test_a_stamped_export_of_another_report_is_not_reused(report, tmp_path):
 
 
 def test_a_missing_report_is_one_line(report, tmp_path):
-    with pytest.raises(InputError, match=r"gone\.nsys-rep: no such file$"):
+    with pytest.raises(InputError) as err:
         export_report(str(tmp_path / "gone.nsys-rep"))
+    assert str(err.value) == f"{shown(tmp_path / 'gone.nsys-rep')}: no such file"
 
 
 def _manifest(folder, data) -> str:
@@ -141,13 +146,13 @@ def test_manifest_names_its_export_relative_to_its_folder(tmp_path):
     ({"export": ""}, 'the manifest has no "export" key'),
     ({"export": 3}, 'the manifest has no "export" key'),
     ({"export": None, "report": "cap.qdrep"}, 'the manifest has no "export" key'),
-    ({"export": "gone.sqlite"}, "its export {folder}/gone.sqlite does not exist"),
+    ({"export": "gone.sqlite"}, "its export {export} does not exist"),
 ])
 def test_manifest_errors_name_the_manifest(tmp_path, data, message):
     m = _manifest(tmp_path, data)
     with pytest.raises(InputError) as err:
         from_manifest(m)
-    assert str(err.value).startswith(f"{m}: " + message.format(folder=tmp_path))
+    assert str(err.value).startswith(f"{shown(m)}: " + message.format(export=shown(tmp_path / "gone.sqlite")))
 
 
 def test_a_manifest_recorded_without_export_goes_to_its_report(report, tmp_path):
@@ -159,7 +164,7 @@ def test_a_manifest_recorded_without_export_goes_to_its_report(report, tmp_path)
     m = _manifest(tmp_path / "runs" / "m", {"report": "../gone.nsys-rep", "export": ""})
     with pytest.raises(InputError) as err:
         from_manifest(m)
-    assert str(err.value) == f"{tmp_path / 'runs' / 'gone.nsys-rep'}: no such file"      # the path normalised
+    assert str(err.value) == f"{shown(tmp_path / 'runs' / 'gone.nsys-rep')}: no such file"   # the path normalised
 
 
 def test_folders_resolve_to_their_only_capture(tmp_path, report):

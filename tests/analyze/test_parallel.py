@@ -9,12 +9,12 @@ import pytest
 
 from clef_prof import errors
 from clef_prof.analyze import export, parallel
-from clef_prof.analyze.parallel import SMALL_BYTES, map_captures, worker_count
+from clef_prof.analyze.parallel import map_captures, worker_count
 from clef_prof.errors import CaptureError, ClefError
 
 
 @pytest.mark.parametrize("cpus,jobs,readers", [(8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (8, 0, 8), (8, 1, 8),
-                                               (None, 2, 1), (2, 1, 2), (16, 4, 4)])
+                                               (None, 2, 1), (None, 1, 1), (2, 1, 2), (16, 4, 4)])
 def test_reader_threads_split_the_cpus_between_processes(monkeypatch, cpus, jobs, readers):
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
     assert parallel._readers_per_job(jobs) == readers
@@ -26,24 +26,34 @@ def test_a_worker_reads_with_the_threads_it_is_given(monkeypatch):
     assert export.READERS == 3
 
 
+SMALL = 64 << 20              # the documented threshold, 64 MB: written out, not read from the module
+
+
 def _sparse(path, size):
     with open(path, "wb") as fh:
         fh.truncate(size)                   # no blocks on disk: only the size counts
     return str(path)
 
 
-@pytest.mark.parametrize("cpus,readers", [(8, 2), (16, 2), (8, 3), (2, 2), (1, 2)])
-def test_default_processes_one_per_readers_cpus_only_for_64_mb_or_more(monkeypatch, tmp_path, cpus, readers):
+# (CPUs, reader threads an analysis uses, the processes for 6 captures, for 2, for 7)
+@pytest.mark.parametrize("cpus,readers,six,two,seven", [(8, 2, 4, 2, 4), (16, 2, 6, 2, 7), (8, 3, 2, 2, 2),
+                                                        (2, 2, 1, 1, 1), (1, 2, 1, 1, 1), (None, 1, 1, 1, 1),
+                                                        (6, 1, 6, 2, 6)])
+def test_default_processes_one_per_readers_cpus_only_for_64_mb_or_more(monkeypatch, tmp_path, cpus, readers,
+                                                                      six, two, seven):
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(export, "READERS", readers)
     paths = [_sparse(tmp_path / f"c{i}.sqlite", 0) for i in range(6)]
-    _sparse(paths[0], SMALL_BYTES - 1)
+    _sparse(paths[0], SMALL - 1)
     assert worker_count(paths, None) == 1                           # under 64 MB: this process
-    _sparse(paths[0], SMALL_BYTES - 5)
+    _sparse(paths[0], SMALL - 5)
     _sparse(paths[1], 5)                                            # the sum that counts: exactly 64 MB
-    assert worker_count(paths, None) == max(1, min(cpus // readers, 6))
-    assert worker_count(paths[:2], None) == max(1, min(cpus // readers, 2))   # at most one per capture
-    assert worker_count(paths + [str(tmp_path / "missing.sqlite")], None) == max(1, min(cpus // readers, 7))
+    assert worker_count(paths, None) == six
+    assert worker_count(paths[:2], None) == two                     # at most one per capture
+    missing = str(tmp_path / "missing.sqlite")                      # counts 0 bytes
+    assert worker_count(paths + [missing], None) == seven
+    _sparse(paths[1], 4)
+    assert worker_count(paths + [missing], None) == 1
 
 
 def test_asked_processes_at_most_one_per_capture(tmp_path):

@@ -46,3 +46,24 @@ def test_processes_without_a_name_column(capture, tmp_path):
     path = edited_copy(capture("cpu23-inline"), tmp_path / "noname.sqlite", "ALTER TABLE PROCESSES DROP COLUMN name")
     counts, again, meta, procs = _scrubbed(str(path))
     assert "PROCESSES" not in counts and again == {} and len(procs[0]) == 2
+
+
+def test_a_blob_fact_name_and_a_lower_case_processes_table(capture, tmp_path):
+    """SQLite keeps a BLOB in a TEXT column, and matches table names without case: a system fact
+    whose name is bytes is removed like any fact off the allow-list, and a `processes` table that
+    is not nsys' PROCESSES is left alone (it is scrubbed as text)."""
+    path = edited_copy(capture("cpu23-inline"), tmp_path / "blob.sqlite",
+                       "INSERT INTO TARGET_INFO_SYSTEM_ENV (globalVid, devStateName, name, nameEnum, value) "
+                       "VALUES (0, 'x', X'48617358', 0, '1')",
+                       "DROP TABLE PROCESSES",
+                       "CREATE TABLE processes (name TEXT)",
+                       "INSERT INTO processes VALUES ('/opt/srv/bin/python3 -m vllm')")
+    con = sqlite3.connect(path)
+    try:
+        with con:
+            counts = scrub(con)
+        assert con.execute("SELECT count(*) FROM TARGET_INFO_SYSTEM_ENV WHERE typeof(name) = 'blob'").fetchone() == (0,)
+        assert con.execute("SELECT name FROM processes").fetchall() == [("/opt/srv/bin/python3 -m vllm",)]
+    finally:
+        con.close()
+    assert "PROCESSES" not in counts and "processes" not in counts

@@ -21,7 +21,7 @@ from clef_prof.compare import engine as comparison
 from clef_prof.compare import welch
 from clef_prof.compare.arm import collect
 from clef_prof.compare.functions import function_changes, verdict_fields
-from conftest import sql
+from conftest import SAMPLES_IN_HEAD, sql
 
 CFG = StageConfig(stages=("head",))
 ARMS = {"main": [f"cpu23-samples-main-{i}" for i in (1, 2, 3)], "pr": [f"cpu23-samples-pr-{i}" for i in (1, 2, 3)]}
@@ -209,6 +209,8 @@ def test_pooled_figures_of_each_function_against_sql(comp, paths):
     counts = {arm: [dict(sql(p, LEAF_IN_HEAD)) for p in ps] for arm, ps in paths.items()}
     ms = {arm: [_oracle(p) for p in ps] for arm, ps in paths.items()}
     requests = {arm: [_requests(p) for p in ps] for arm, ps in paths.items()}
+    for arm in ARMS:                                      # the stage's samples: marks inside head ranges, by SQL
+        assert head["samples"][arm] == sum(sql(p, SAMPLES_IN_HEAD)[0][0] for p in paths[arm]) > 0
     for e in head["functions"]:
         f = e["function"]
         pooled = {}
