@@ -188,3 +188,59 @@ def test_folders_resolve_to_their_only_capture(tmp_path, report):
 def test_other_paths_are_taken_as_exports(tmp_path):
     assert resolve(str(tmp_path / "x.sqlite")) == (str(tmp_path / "x.sqlite"), None)
     assert resolve(tmp_path / "y.db") == (str(tmp_path / "y.db"), None)
+
+
+def test_a_manifest_with_an_export_uses_it_even_beside_a_report(report, tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "cap2.sqlite").write_bytes(b"")
+    beside = report[: -len(".nsys-rep")] + ".sqlite"
+    inputs._stamp(beside, report_identity(report))
+    m = _manifest(runs, {"export": "cap2.sqlite", "report": "cap.nsys-rep"})
+    assert from_manifest(m)[0] == str(runs / "cap2.sqlite")
+    # an export key that is no name at all: the report then
+    m = _manifest(runs, {"export": 3, "report": "cap.nsys-rep"})
+    assert from_manifest(m)[0] == beside
+
+
+def _kineto_trace(path):
+    import lzma
+    from conftest import DATA
+    path.write_bytes(lzma.decompress((DATA / "kineto-demo-main.pt.trace.json.xz").read_bytes()))
+    return str(path)
+
+
+def test_a_manifest_naming_a_torch_trace_and_folders_of_traces(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    run.mkdir()
+    trace = _kineto_trace(run / "worker.pt.trace.json")
+    m = _manifest(run, {"export": "worker.pt.trace.json"})
+    export, data = from_manifest(m)
+    assert export.endswith(".sqlite") and export != trace and data == {"export": "worker.pt.trace.json"}
+    # a trace kept under another name is not read as one: it is taken for an export, as named
+    other = _kineto_trace(tmp_path / "worker.trace")
+    assert resolve(other) == (other, None)
+    # a folder of traces and two exports: the exports are the candidates, and they are two
+    (run / "manifest.json").unlink()
+    (run / "a.sqlite").write_bytes(b"")
+    (run / "b.sqlite").write_bytes(b"")
+    with pytest.raises(InputError, match="a folder with 2 candidate captures"):
+        resolve(str(run))
+
+
+def test_something_not_a_file_named_like_an_export_is_no_export(report, tmp_path):
+    beside = report[: -len(".nsys-rep")] + ".sqlite"
+    os.mkfifo(beside)                                    # opening it would block
+    assert inputs._stamped(beside) is None
+    assert _would_write(report) == _cached(report)
+
+
+def test_a_link_named_like_the_export_is_not_written_through(report, tmp_path):
+    """A stamped export reached through a link beside the report (of another report here) is
+    clef-prof's own, but the link is not a file to replace: the new export goes to the cache."""
+    other = tmp_path / "elsewhere.sqlite"
+    inputs._stamp(str(other), (1, "0" * 64))
+    beside = report[: -len(".nsys-rep")] + ".sqlite"
+    os.symlink(other, beside)
+    assert inputs._stamped(beside) == (1, "0" * 64)
+    assert _would_write(report) == _cached(report)
