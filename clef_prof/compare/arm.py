@@ -136,11 +136,8 @@ def collect(folders: list[str], arm_specs: list[str], baseline: str | None = Non
         from_flags.append(name)
         for r in refs:
             add(name, r)
-    dir_arms: list[str] = []
     for folder in folders:
         for name, ref in read_ab_folder(folder):
-            if name not in dir_arms:
-                dir_arms.append(name)
             add(name, ref)
 
     if baseline is not None:

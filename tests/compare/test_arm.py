@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from clef_prof.compare.arm import BASELINE_NAMES, CompareError, collect, parse_arm, read_ab_folder
+from clef_prof.compare.arm import CompareError, collect, parse_arm, read_ab_folder
 
 
 def _export(path, content=b"x"):
@@ -33,6 +33,9 @@ def test_arm_spec_names_exports_and_globs(tmp_path):
     assert [r.export for r in refs] == [a, b, c]                    # sorted
     name, refs = parse_arm(f"main={c},, {a} ,")
     assert [r.export for r in refs] == [c, a]                       # empty items skipped, blanks trimmed
+    # a path without glob characters is taken as named, even when missing (analyze then says so)
+    name, refs = parse_arm(f"main={tmp_path}/later.sqlite")
+    assert [r.export for r in refs] == [f"{tmp_path}/later.sqlite"]
 
 
 @pytest.mark.parametrize("spec", ["main", "=a.sqlite", " =a.sqlite", "main=", "main=  "])
@@ -91,7 +94,7 @@ def test_what_is_not_an_ab_folder(tmp_path):
             read_ab_folder(str(bad))
 
 
-@pytest.mark.parametrize("base", BASELINE_NAMES)
+@pytest.mark.parametrize("base", ["main", "baseline", "base", "control", "master"])   # as docs/compare.md names them
 def test_an_ab_folder_baseline_is_the_arm_named_like_one(tmp_path, base):
     _capture_folder(tmp_path / "ab" / "a", "zz-pr")
     _capture_folder(tmp_path / "ab" / "b", base)
@@ -149,3 +152,14 @@ def test_byte_identical_copies_are_one_run_and_equal_manifests_are_not(tmp_path)
     assert open(m1).read() == open(m2).read()
     arms = collect([str(tmp_path / "ab")], [])
     assert len(arms.captures["main"]) == 2 and not arms.notes
+
+
+def test_missing_exports_and_folders_are_named_not_hashed(tmp_path):
+    """collect only names captures: one that is missing (analyze says so later) or named by its
+    folder is neither sized nor hashed here."""
+    arms = collect([], [f"main={tmp_path}/gone-1.sqlite,{tmp_path}/gone-2.sqlite", f"pr={tmp_path}/gone-3.sqlite"])
+    assert [r.export for r in arms.captures["main"]] == [f"{tmp_path}/gone-1.sqlite", f"{tmp_path}/gone-2.sqlite"]
+    a = _capture_folder(tmp_path / "a", "x", b"run a")
+    b = _capture_folder(tmp_path / "b", "y", b"run b")
+    arms = collect([], [f"main={tmp_path / 'a'},{tmp_path / 'b'}", f"pr={b}"])
+    assert len(arms.captures["main"]) == 2 and not arms.notes and a != b
