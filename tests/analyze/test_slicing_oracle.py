@@ -4,6 +4,7 @@ wall-clock start moved to it, and the window's edges (clamped to the session, re
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def _inside(start, end, t0, t1):
 
 def expected_rows(src: sqlite3.Connection, t0: int, t1: int) -> dict[str, int]:
     """Each table's rows the window keeps, by plain loops over the source."""
-    want = {t: len(_rows(src, t)) for t in _tables(src)}
+    want = {t: len(_rows(src, t)) for t in _tables(src) if not t.startswith("sqlite_")}
     runtime = [r for r in _rows(src, "CUPTI_ACTIVITY_KIND_RUNTIME", 'start, "end", correlationId, globalTid')
                if r[0] >= t0 and r[1] <= t1]
     want["CUPTI_ACTIVITY_KIND_RUNTIME"] = len(runtime)
@@ -51,6 +52,12 @@ def expected_rows(src: sqlite3.Connection, t0: int, t1: int) -> dict[str, int]:
     if "OSRT_CALLCHAINS" in want:
         used = {c for s, e, c in _rows(src, "OSRT_API", 'start, "end", callchainId') if _inside(s, e, t0, t1)}
         want["OSRT_CALLCHAINS"] = sum(i in used for (i,) in _rows(src, "OSRT_CALLCHAINS", "id"))
+    for t in ("SCHED_EVENTS", "COMPOSITE_EVENTS"):       # instants: kept by their start
+        if t in want:
+            want[t] = sum(t0 <= st <= t1 for (st,) in _rows(src, t, "start"))
+    if "SAMPLING_CALLCHAINS" in want and "COMPOSITE_EVENTS" in want:
+        kept = {i for i, st in _rows(src, "COMPOSITE_EVENTS", "id, start") if t0 <= st <= t1}
+        want["SAMPLING_CALLCHAINS"] = sum(i in kept for (i,) in _rows(src, "SAMPLING_CALLCHAINS", "id"))
     if "DIAGNOSTIC_EVENT" in want:
         want["DIAGNOSTIC_EVENT"] = sum(ts <= 0 or t0 <= ts <= t1 for (ts,) in _rows(src, "DIAGNOSTIC_EVENT", "timestamp"))
     nvtx = _rows(src, "NVTX_EVENTS", 'eventType, start, "end", globalTid')
@@ -85,7 +92,7 @@ def test_every_table_keeps_the_rows_the_window_holds(sliced):
         facts = sorted(w.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").fetchall())
     assert sorted(_rows(d, "TARGET_INFO_SYSTEM_ENV", "name, value")) == facts
     want["TARGET_INFO_SYSTEM_ENV"] = len(facts)
-    got = {t: len(_rows(d, t)) for t in _tables(d)}
+    got = {t: len(_rows(d, t)) for t in _tables(d) if not t.startswith("sqlite_")}
     assert got == want
     assert info["rows"] == want
     # the window is a real cut of every kind of row it has to handle
@@ -139,3 +146,62 @@ def test_window_edges(capture, tmp_path):
         with pytest.raises(CaptureError, match="slice: "):
             slice_capture(src, str(dst), t0, t1)
         assert not dst.exists()
+
+
+@pytest.fixture(scope="module")
+def more_tables(capture, tmp_path_factory):
+    """gpu25-bertsrv (memsets) with the tables its recording did not hold added by SQL, as other
+    nsys settings write them: CUDA events, CPU samples and their call chains, scheduling events,
+    and SQLite's own statistics table."""
+    from conftest import edited_copy
+    out = tmp_path_factory.mktemp("more") / "more.sqlite"
+    return edited_copy(
+        capture("gpu25-bertsrv"), out,
+        'CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT AS SELECT start, "end", correlationId, globalPid, deviceId, '
+        "streamId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 5 = 0",
+        "CREATE TABLE COMPOSITE_EVENTS (id INTEGER PRIMARY KEY, start INTEGER, globalTid INTEGER)",
+        "INSERT INTO COMPOSITE_EVENTS (start, globalTid) SELECT start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+        "WHERE rowid % 7 = 0",
+        "CREATE TABLE SAMPLING_CALLCHAINS (id INTEGER, symbol INTEGER, stackDepth INTEGER)",
+        "INSERT INTO SAMPLING_CALLCHAINS SELECT id, 1, d.n FROM COMPOSITE_EVENTS, (SELECT 0 AS n UNION SELECT 1) d",
+        "CREATE TABLE SCHED_EVENTS (start INTEGER, cpu INTEGER, isSchedIn INTEGER, globalTid INTEGER)",
+        "INSERT INTO SCHED_EVENTS SELECT start, 0, 1, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 11 = 0",
+        "ANALYZE")
+
+
+def test_other_tables_nsys_writes_keep_the_rows_the_window_holds(more_tables, tmp_path):
+    with sqlite3.connect(f"file:{more_tables}?mode=ro", uri=True) as s:
+        session = s.execute("SELECT duration FROM ANALYSIS_DETAILS").fetchone()[0]
+        t0, t1 = session // 3, 2 * session // 3
+        out = tmp_path / "window.sqlite"
+        info = slice_capture(str(more_tables), str(out), t0, t1)
+        want = expected_rows(s, t0, t1)
+    with sqlite3.connect(out) as d:
+        want["TARGET_INFO_SYSTEM_ENV"] = len(_rows(d, "TARGET_INFO_SYSTEM_ENV"))    # the scrub's, checked above
+        got = {t: len(_rows(d, t)) for t in _tables(d) if not t.startswith("sqlite_")}
+    assert got == want and info["rows"] == want          # SQLite's own tables are not the capture's rows
+    with sqlite3.connect(f"file:{more_tables}?mode=ro", uri=True) as s:
+        for t in ("CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_CUDA_EVENT", "COMPOSITE_EVENTS",
+                  "SAMPLING_CALLCHAINS", "SCHED_EVENTS"):
+            assert 0 < want[t] < len(_rows(s, t)), t
+
+
+def test_a_file_that_is_no_export_is_named_as_the_source(tmp_path):
+    src = tmp_path / "plain.sqlite"
+    with sqlite3.connect(src) as c:
+        c.execute("CREATE TABLE t (x)")
+    with pytest.raises(CaptureError, match=f"^{re.escape(str(src))}: not an Nsight Systems export"):
+        slice_capture(str(src), str(tmp_path / "out.sqlite"), 0, 10)
+    assert not (tmp_path / "out.sqlite").exists()
+
+
+def test_rows_without_the_table_that_places_them_are_kept_whole(capture, tmp_path):
+    """Without the runtime table nothing pairs a GPU row with a launch, and without OSRT_API nothing
+    names a call chain: those rows are all kept (times shifted), not cut by a table that is not there."""
+    from conftest import edited_copy
+    src = edited_copy(capture(CAPTURE), tmp_path / "partial.sqlite",
+                      "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME", "DROP TABLE OSRT_API")
+    info = slice_capture(str(src), str(tmp_path / "out.sqlite"), T0, T1)
+    with sqlite3.connect(src) as s:
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "OSRT_CALLCHAINS"):
+            assert info["rows"][t] == len(_rows(s, t)) > 0, t
