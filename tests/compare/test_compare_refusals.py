@@ -1,0 +1,72 @@
+"""What compare refuses or leaves out, on copies of the real GPU slices (traces/) changed by SQL the
+way other servers' captures differ: batch ranges without sizes, a stage recorded once, a stage no
+capture has, a record manifest that marks its capture failed."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+
+import pytest
+
+from clef_prof.cli.app import main
+from conftest import ROOT, edited_copy
+
+MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
+PR = ROOT / "traces" / "gpu-pr-slice.sqlite"
+BATCH_NAME = "COALESCE(text, (SELECT value FROM StringIds s WHERE s.id = textId))"
+
+
+def _compare(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["compare", *map(str, argv), "--format", "json"])
+    return rc, (json.loads(out.getvalue()) if rc == 0 else None), err.getvalue()
+
+
+def _renamed(tmp_path, name, where, new_name):
+    """A copy of the main slice whose batch ranges matching `where` are renamed `new_name`."""
+    return edited_copy(MAIN, tmp_path / name,
+                       f"UPDATE NVTX_EVENTS SET text = '{new_name}', textId = NULL WHERE eventType = 59 "
+                       f"AND {BATCH_NAME} LIKE 'pooler n=%' AND ({where})")
+
+
+@pytest.mark.parametrize("where", ["1", "rowid % 2 = 0", "rowid = (SELECT max(rowid) FROM NVTX_EVENTS WHERE "
+                                                     "eventType = 59 AND " + BATCH_NAME + " LIKE 'pooler n=%')"])
+def test_batches_without_a_size_are_refused(tmp_path, where):
+    """Every batch, half of them, or only the last without its n=K: per-request figures need them all."""
+    sizeless = _renamed(tmp_path, "sizeless.sqlite", where, "pooler")
+    rc, _, err = _compare("--arm", f"a={sizeless}", "--arm", f"b={PR}")
+    assert rc == 1 and "has no 'pooler' batch ranges with a size (n=K)" in err and "sizeless.sqlite" in err
+
+
+def test_a_stage_recorded_once_is_still_a_stage(tmp_path):
+    once = edited_copy(MAIN, tmp_path / "once.sqlite",
+                       f"DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND {BATCH_NAME} = 'index' AND rowid > "
+                       f"(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59 AND {BATCH_NAME} = 'index')")
+    rc, comp, err = _compare("--arm", f"a={once}", "--arm", f"b={PR}")
+    assert rc == 0, err
+    assert any(m["metric"] == "stages.index.host_ms_per_request" for m in comp["metrics"])
+
+
+def test_a_stage_no_capture_holds_has_no_metrics(tmp_path):
+    rc, comp, err = _compare("--arm", f"a={MAIN}", "--arm", f"b={PR}", "--stages", "parse,index,transfer,head,encode,extra")
+    assert rc == 0, err
+    names = [m["metric"] for m in comp["metrics"]]
+    assert not [n for n in names if n.startswith("stages.extra.")]
+    assert "stages.head.kernel_launches_per_request" in names and "per_request.h2d_copies" in names
+
+
+def test_a_failed_capture_is_said_once(tmp_path):
+    for arm, src in (("a", MAIN), ("b", PR)):
+        d = tmp_path / arm
+        d.mkdir()
+        shutil.copy(src, d / "capture.sqlite")
+        (d / "manifest.json").write_text(json.dumps({"export": "capture.sqlite", "status": "failed",
+                                                     "status_detail": "the server died"}))
+    rc, comp, err = _compare("--arm", f"a={tmp_path / 'a'}", "--arm", f"b={tmp_path / 'b'}")
+    assert rc == 0
+    marked = [w for w in comp["warnings"] if "marks this capture 'failed'" in w]
+    assert len(marked) == 2 and len(set(marked)) == 2
+    assert len(comp["warnings"]) == len(set(comp["warnings"]))
