@@ -3,6 +3,7 @@ changed by SQL): a command row without a process prefix, empty names and NULL va
 without its name column. Each is scrubbed by its rule, nothing raises, and a second scrub is a no-op."""
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
@@ -67,3 +68,60 @@ def test_a_blob_fact_name_and_a_lower_case_processes_table(capture, tmp_path):
     finally:
         con.close()
     assert "PROCESSES" not in counts and "processes" not in counts
+
+
+TOKEN = "hf_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv"    # the shape of a Hugging Face token, made up
+
+
+def test_process_streams_without_string_ids_or_content_ids(capture, tmp_path):
+    for name, st in (("no-strings", "DROP TABLE StringIds"),
+                     ("no-content", "ALTER TABLE ProcessStreams DROP COLUMN contentId")):
+        path = edited_copy(capture("gpu25-q1c16-pr"), tmp_path / f"{name}.sqlite", st)
+        con = sqlite3.connect(path)
+        try:
+            with con:
+                counts = scrub(con)
+        finally:
+            con.close()
+        assert "process-stream" not in counts.get("StringIds", {}), name
+
+
+def test_a_row_whose_rowid_names_a_stream_is_still_read_in_other_tables(capture, tmp_path):
+    """The stream contents (StringIds rows that ProcessStreams names) are removed whole; a row of
+    another table with the same rowid is text like any other, and its secret goes."""
+    path = edited_copy(capture("gpu25-q1c16-pr"), tmp_path / "same-rowid.sqlite",
+                       "CREATE TABLE NOTES (note TEXT)",
+                       ("INSERT INTO NOTES (rowid, note) VALUES (274, ?)", (f"token {TOKEN}",)),
+                       ("INSERT INTO NOTES (rowid, note) VALUES (18, ?)", (f"again {TOKEN}",)),
+                       "CREATE TABLE ENUM_NOTES (name TEXT)",
+                       ("INSERT INTO ENUM_NOTES VALUES (?)", (TOKEN,)))
+    con = sqlite3.connect(path)
+    try:
+        with con:
+            counts = scrub(con)
+        notes = [v for (v,) in con.execute("SELECT note FROM NOTES ORDER BY rowid")]
+        assert not [v for v in notes if TOKEN in v] and len(notes) == 2
+        assert con.execute("SELECT value FROM StringIds WHERE id IN (18, 274)").fetchall() == [(REMOVED,), (REMOVED,)]
+        # nsys' own enumeration tables are not user text: left as they are
+        assert con.execute("SELECT name FROM ENUM_NOTES").fetchall() == [(TOKEN,)]
+    finally:
+        con.close()
+    assert counts["StringIds"]["process-stream"] == 2
+
+
+def test_scrub_names_the_source_of_a_file_that_is_no_export(tmp_path):
+    from clef_prof.analyze.scrub import scrub_file
+    from clef_prof.errors import CaptureError
+    src = tmp_path / "plain.sqlite"
+    with sqlite3.connect(src) as c:
+        c.execute("CREATE TABLE t (x)")
+    with pytest.raises(CaptureError, match="^" + re.escape(f"{src}: not an Nsight Systems export")):
+        scrub_file(str(src), str(tmp_path / "out.sqlite"))
+    assert not (tmp_path / "out.sqlite").exists()
+
+
+def test_check_groups_show_three_example_rows():
+    from clef_prof.analyze.scrub import Finding, grouped
+    found = [Finding("NOTES", "note", i, "hf-token", "x") for i in (9, 3, 7, 1, 5)]
+    (g,) = grouped(found)
+    assert (g.count, g.rowids, g.place) == (5, [1, 3, 5], "NOTES.note")

@@ -114,3 +114,24 @@ def test_arm_facts(both, arms):
         assert facts["requests"] == sum(a["requests"] for a in each[arm])
         assert facts["batches"] == sum(a["batches"] for a in each[arm])
         assert facts["nsys_versions"] == sorted({a["capture"]["nsys_version"] for a in each[arm]})
+
+
+def test_changes_in_percent_and_the_notes(both):
+    comp, each = both
+    for m in comp["metrics"]:
+        base, pr = m["arms"]["main"]["mean"], m["arms"]["pr"]["mean"]
+        if base == 0:               # a figure of 0 in the baseline: 0% when it stays 0, else no percentage
+            assert m["change_pct"] == (0.0 if pr == 0 else None), m["metric"]
+        else:
+            assert m["change_pct"] == pytest.approx(100 * (pr / base - 1), rel=1e-9), m["metric"]
+        lo_hi = m["arms"]["pr"]["ci_within_pct"]
+        if lo_hi is not None and not m["deterministic"]:
+            # the within-capture interval of the change in percent holds the change, and no ratio
+            # of positive figures is below -100%
+            assert -100 <= lo_hi[0] <= m["change_pct"] <= lo_hi[1], m["metric"]
+    assert any(m["arms"]["main"]["mean"] == 0 == m["arms"]["pr"]["mean"] for m in comp["metrics"])
+    versions = {v for a in comp["arms"].values() for v in a["nsys_versions"]}
+    said = [n for n in comp["notes"] if n.startswith("captures from different nsys versions")]
+    assert bool(said) is (len(versions) > 1)
+    # every stage of the spec has ranges here: no stage is reported missing
+    assert not [n for n in comp["notes"] if n.startswith("no range in any capture")]

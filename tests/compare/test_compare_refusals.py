@@ -70,3 +70,28 @@ def test_a_failed_capture_is_said_once(tmp_path):
     marked = [w for w in comp["warnings"] if "marks this capture 'failed'" in w]
     assert len(marked) == 2 and len(set(marked)) == 2
     assert len(comp["warnings"]) == len(set(comp["warnings"]))
+
+
+def test_the_stage_no_capture_holds_is_named_and_versions_told_apart(tmp_path, capture):
+    rc, comp, err = _compare("--arm", f"a={MAIN}", "--arm", f"b={PR}", "--stages", "parse,index,transfer,head,encode,extra")
+    assert [n for n in comp["notes"] if n.startswith("no range in any capture")] == [
+        "no range in any capture for stage(s) extra: not compared"]
+    # captures of nsys 2023.4 and 2025.3 in one comparison: said, since profiler overhead differs
+    rc, comp, err = _compare("--arm", f"a={capture('gpu-q1c16-main')}", "--arm", f"b={capture('gpu25-q1c16-pr')}")
+    versions = sorted({v for a in comp["arms"].values() for v in a["nsys_versions"]})
+    assert len(versions) == 2 and any(n.startswith(f"captures from different nsys versions ({', '.join(versions)})")
+                                      for n in comp["notes"])
+
+
+def test_torch_traces_have_no_nsys_version(tmp_path):
+    import lzma
+    from conftest import DATA
+    paths = []
+    for name in ("kineto-demo-main", "kineto-demo-pr"):
+        p = tmp_path / f"{name}.pt.trace.json"
+        p.write_bytes(lzma.decompress((DATA / f"{name}.pt.trace.json.xz").read_bytes()))
+        paths.append(p)
+    rc, comp, err = _compare("--arm", f"a={paths[0]}", "--arm", f"b={paths[1]}")
+    assert rc == 0, err
+    assert comp["arms"]["a"]["nsys_versions"] == comp["arms"]["b"]["nsys_versions"] == ["?"]
+    assert not [n for n in comp["notes"] if n.startswith("captures from different nsys versions")]
