@@ -120,6 +120,7 @@ MODULE_TESTS = {
                                        _A + "test_findings.py"),
     "clef_prof/analyze/*": (_A,),
     "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
+    "clef_prof/compare/resample.py": ("tests/compare/test_resample_chunks.py", "tests/compare"),
     "clef_prof/compare/functions.py": ("tests/compare/test_function_changes.py", _A + "test_kineto_python.py",
                                        "tests/compare"),
     "clef_prof/compare/arm.py": ("tests/compare/test_arm.py", "tests/compare", "tests/cli/test_cli_inputs.py", "tests/cli/test_hostile_files.py",
@@ -773,7 +774,10 @@ def _entries(files: list[str]) -> list[dict]:
     """The mutants of earlier --json results: FILE (a JSON list) or FILEl (a line each; a cut last line left out)."""
     entries = []
     for f in files:
-        text = Path(f).read_text()
+        try:
+            text = Path(f).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"mutate: {f}: cannot read it ({exc.strerror if isinstance(exc, OSError) else exc})")
         if text.lstrip().startswith("["):
             entries += json.loads(text)
             continue

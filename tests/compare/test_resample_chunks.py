@@ -1,0 +1,43 @@
+"""The within-capture bootstrap's sums when a capture has more batches than one chunk holds, and at
+the smallest captures: against the same seeded draws counted by hand, replicate by replicate."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clef_prof.compare.resample import ratio, resampled_sums
+
+
+def by_hand(seed, blocks, n_boot):
+    """Each replicate: every capture's batches drawn with replacement (the generator's stream in order,
+    capture after capture), each batch's values summed as often as it was drawn."""
+    rng = np.random.default_rng(seed)
+    sums = np.zeros((n_boot, blocks[0].shape[1]))
+    for x in blocks:
+        if len(x) == 0:
+            continue
+        draws = rng.integers(0, len(x), size=(n_boot, len(x)))
+        for r in range(n_boot):
+            sums[r] += x[draws[r]].sum(axis=0)
+    return sums
+
+
+@pytest.mark.parametrize("sizes", [(2500, 30), (0, 1, 7), (4001,), (1,)])
+def test_sums_are_the_drawn_batches_whatever_the_chunks(sizes):
+    """2,500 and 4,001 batches at 2,000 replicates: more cells than one chunk (4 million) holds, so
+    the draws are made in several chunks; an empty capture draws nothing; one batch is always itself."""
+    gen = np.random.default_rng(5)
+    blocks = [gen.integers(0, 10_000, size=(n, 3)).astype(np.float64) for n in sizes]
+    n_boot = 2000
+    got = resampled_sums(np.random.default_rng(11), blocks, n_boot)
+    assert got.shape == (n_boot, 3)
+    assert np.array_equal(got, by_hand(11, blocks, n_boot))
+    if sizes == (1,):
+        assert (got == blocks[0][0]).all()
+
+
+def test_ratio_of_sums_with_its_scale():
+    sums = np.array([[10.0, 4.0], [3.0, 0.0]])
+    out = ratio(sums, 0, 1, 1e-6)
+    assert out[0] == pytest.approx(2.5e-6) and np.isinf(out[1])
+    assert ratio(sums, 0, 1)[0] == 2.5
