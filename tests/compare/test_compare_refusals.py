@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from clef_prof.cli.app import main
-from conftest import ROOT, edited_copy
+from conftest import ROOT, edited_copy, sql
 
 MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
 PR = ROOT / "traces" / "gpu-pr-slice.sqlite"
@@ -95,3 +95,28 @@ def test_torch_traces_have_no_nsys_version(tmp_path):
     assert rc == 0, err
     assert comp["arms"]["a"]["nsys_versions"] == comp["arms"]["b"]["nsys_versions"] == ["?"]
     assert not [n for n in comp["notes"] if n.startswith("captures from different nsys versions")]
+
+
+def test_a_capture_without_cuda_is_named_with_the_reason(capture):
+    """The traced capture first in the arms, the untraced one second: the message names the one
+    without CUDA records and analyze's own reason for it."""
+    rc, _, err = _compare("--arm", f"a={MAIN}", "--arm", f"b={capture('cpu23-inline')}")
+    assert rc == 1
+    assert f"a ({MAIN}) has CUDA records, b (" in err and "cpu23-inline.sqlite) none (CUDA was not traced" in err
+
+
+def test_one_batch_and_an_empty_batch_are_compared(tmp_path):
+    """A capture of a single batch is a capture; a batch of n=0 (a server's empty flush) is a batch
+    with no request."""
+    from clef_prof.analyze.slicing import slice_capture
+    (start, end), = sql(MAIN, f"SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 AND {BATCH_NAME} "
+                              "LIKE 'pooler n=%' ORDER BY start LIMIT 1")
+    one = tmp_path / "one.sqlite"
+    slice_capture(str(MAIN), str(one), start - 1000, end + 1000)
+    rc, comp, err = _compare("--arm", f"a={one}", "--arm", f"b={PR}")
+    assert rc == 0, err
+    assert comp["arms"]["a"]["batches"] == 1
+    zero = _renamed(tmp_path, "zero.sqlite", "rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                    + BATCH_NAME + " LIKE 'pooler n=%')", "pooler n=0")
+    rc, comp, err = _compare("--arm", f"a={zero}", "--arm", f"b={PR}")
+    assert rc == 0, err

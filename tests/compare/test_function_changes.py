@@ -234,3 +234,11 @@ def test_pooled_figures_of_each_function_against_sql(comp, paths):
                 pooled[fn] = pooled.get(fn, 0) + k
         tops |= set(sorted(pooled, key=lambda fn: (-pooled[fn], fn))[:5])
     assert {e["function"] for e in head["functions"]} == tops and len(tops) > 2
+
+
+def test_a_stage_no_capture_holds_gets_no_function_rows(paths):
+    cfg = StageConfig(stages=("head", "extra"))
+    arms = collect([], [f"{arm}={','.join(p)}" for arm, p in paths.items()])
+    comp = comparison.compare(arms, comparison.load_all(arms, cfg, jobs=1), cfg)
+    assert list(comp["functions"]["stages"]) == ["head"]
+    assert any(n.startswith("no range in any capture for stage(s) extra") for n in comp["notes"])
