@@ -82,6 +82,7 @@ MODULE_TESTS = {
     "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
     "clef_prof/analyze/model.py": (_A + "test_model_figures.py", "tests/journey/test_journey_gpu.py", _A + "test_samples.py", _A + "test_kineto_python.py", _A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
                                    "tests/compare/test_interval_coverage.py", _A + "test_streaming.py"),
+    "clef_prof/analyze/nsyspy.py": (_A + "test_nsyspy_decode.py", _A + "test_nsys_samples.py", _A + "test_samples_oracle.py"),
     "clef_prof/analyze/nvtx.py": (_A + "test_nvtx_ids.py", _A + "test_kineto.py", _A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
                                   _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE,
                                   _A + "test_validate_damaged.py", _A + "test_nested_batches.py",
