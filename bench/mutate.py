@@ -80,7 +80,7 @@ MODULE_TESTS = {
                                       "tests/compare/test_compare.py"),
     "clef_prof/analyze/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
     "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
-    "clef_prof/analyze/model.py": (_A + "test_model_figures.py", "tests/journey/test_journey_gpu.py", _A + "test_samples.py", _A + "test_kineto_python.py", _A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
+    "clef_prof/analyze/model.py": (_A + "test_model_figures.py", "tests/journey/test_journey_output.py", "tests/journey/test_journey_gpu.py", _A + "test_samples.py", _A + "test_kineto_python.py", _A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
                                    "tests/compare/test_interval_coverage.py", _A + "test_streaming.py"),
     "clef_prof/analyze/nsyspy.py": (_A + "test_nsyspy_decode.py", _A + "test_nsys_samples.py", _A + "test_samples_oracle.py"),
     "clef_prof/analyze/nvtx.py": (_A + "test_nvtx_ids.py", _A + "test_kineto.py", _A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
@@ -115,7 +115,7 @@ MODULE_TESTS = {
                                       _A + "test_nvtx_reading.py", *_CORE,
                                       _A + "test_capture_edges.py", _A + "test_validate_damaged.py",
                                       _A + "test_stages_edges.py"),
-    "clef_prof/analyze/window.py": (_A + "test_window.py", *_CORE, _A + "test_outside_batch.py", "tests/explore"),
+    "clef_prof/analyze/window.py": (_A + "test_model_figures.py", _A + "test_window.py", *_CORE, _A + "test_outside_batch.py", "tests/explore"),
     "clef_prof/analyze/termtable.py": (_A + "test_termtable.py", "tests/explore", "tests/cli/test_demo.py", _A + "test_hostile_numbers.py",
                                        "tests/journey/test_journey_output.py", "tests/compare/test_gates.py",
                                        _A + "test_findings.py"),
@@ -616,7 +616,7 @@ def main(argv=None) -> int:
                          "mutant replaces an earlier one's) with the current equivalent list, running nothing")
     a = ap.parse_args(argv)
     if a.report:
-        return report_from(a.report, a.equivalent, a.show_survivors, a.markdown)
+        return report_from(a.report, a.equivalent, a.show_survivors, a.markdown, a.json)
 
     files = target_files(a.targets)
     muts: list[Mutant] = []
@@ -823,7 +823,8 @@ def load_equivalent(path: str | None) -> dict:
     return {(e["file"], e["before"].strip(), e["after"].strip()): e["why"] for e in json.loads(Path(path).read_text())}
 
 
-def report_from(files: list[str], equivalent: str | None, show: bool, markdown: bool = False) -> int:
+def report_from(files: list[str], equivalent: str | None, show: bool, markdown: bool = False,
+                merged: str | None = None) -> int:
     eq = load_equivalent(equivalent)
     by_key: dict = {}
     for f in files:
@@ -840,7 +841,22 @@ def report_from(files: list[str], equivalent: str | None, show: bool, markdown: 
             if m.key in eq:
                 m.status, m.why = "equivalent", eq[m.key]
             by_key[(m.key, m.kind, nth)] = m
+    # only the mutants the modules still have: an edit of a line changed or removed since is stale
+    current = set()
+    for path in {k[0][0] for k in by_key}:
+        seen = defaultdict(int)
+        for m in mutants_of(ROOT / path, path) if (ROOT / path).exists() else []:
+            current.add((m.key, m.kind, seen[(m.key, m.kind)]))
+            seen[(m.key, m.kind)] += 1
+    stale = [k for k in by_key if k not in current]
+    for k in stale:
+        del by_key[k]
+    if stale:
+        print(f"mutate: {len(stale)} results left out: their edits are no longer in the modules", file=sys.stderr)
     muts = list(by_key.values())
+    if merged:                          # the combined outcomes as one result file
+        Path(merged).write_text(json.dumps([m.record() for m in sorted(muts, key=lambda m: (m.path, m.line))],
+                                           indent=1))
     if markdown:
         return survivors_markdown(muts)
     report(muts, show, sum(m.seconds for m in muts))

@@ -52,3 +52,27 @@ def test_figure_by_its_dotted_name(pinned):
     assert r.figure("requests") == r.requests
     for missing in ("nope", "per_request.nope", "requests.more", "path.p", "capture.threads.0", "stages.head.instances.x"):
         assert r.figure(missing) is None, missing
+
+
+def test_journey_and_samples_blocks_of_the_json(capture):
+    j = analyze(str(capture("gpu25-journey"))).result
+    block = j.to_json()["journey"]
+    assert block["client"] is None and block["complete"] == j.journey.complete > 0
+    assert set(block["segments"]) == set(j.journey.segments) and block["listed"].keys() == j.journey.listed.keys()
+    s = analyze(str(capture("cpu23-sampled"))).result
+    block = s.to_json()["samples"]
+    assert block["samples"] == s.samples.samples > 0 and block["stages"]["head"] == s.samples.stages["head"].to_json()
+
+
+def test_no_kernel_of_a_launch_call_is_counted_from_a_graph(pinned):
+    """gpu25-q1c16-pr launches its kernels with cudaLaunchKernel (graphs are traced whole, not by
+    node): no kernel row is marked as a graph's, in the rows and in any window."""
+    from clef_prof.analyze.result import analyze as analyze_rows
+    path, _ = pinned
+    a = analyze_rows(str(path), rows=True)
+    (launched,), = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                             "ON r.correlationId = k.correlationId JOIN StringIds s ON s.id = r.nameId "
+                             "WHERE s.value LIKE 'cudaLaunchKernel%'")
+    k = a.rows("kernels")
+    assert launched == len(k) > 0 and not k["from_graph"].any()
+    assert not a.window(0, 1 << 62)["kernels"]["from_graph"].any()
