@@ -163,3 +163,21 @@ def test_missing_exports_and_folders_are_named_not_hashed(tmp_path):
     b = _capture_folder(tmp_path / "b", "y", b"run b")
     arms = collect([], [f"main={tmp_path / 'a'},{tmp_path / 'b'}", f"pr={b}"])
     assert len(arms.captures["main"]) == 2 and not arms.notes and a != b
+
+
+def test_a_copied_report_and_its_copied_export_are_one_run_said_once(tmp_path, monkeypatch):
+    """An arm naming two reports that are byte-identical copies, each with its export beside it
+    (identical too): one run, and one note, though both its files match."""
+    from clef_prof.analyze import inputs
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    reports = []
+    for d in ("r1", "r2"):
+        rep = tmp_path / d / "cap.nsys-rep"
+        _export(rep, b"the same report")
+        inputs._stamp(str(rep.with_suffix(".sqlite")), inputs.report_identity(str(rep)))
+        reports.append(str(rep))
+    other = _export(tmp_path / "other.sqlite", b"another run")
+    arms = collect([], [f"main={reports[0]},{reports[1]}", f"pr={other}"])
+    assert [r.source for r in arms.captures["main"]] == [reports[0]]
+    assert arms.notes == [f"arm main: {reports[1]} is a byte-identical copy of {reports[0]} (the same run, not "
+                          "another): counted once"]
