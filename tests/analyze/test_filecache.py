@@ -35,13 +35,6 @@ def test_no_key_for_what_cannot_be_read_as_a_file(tmp_path):
     assert FileCache.key(str(dangling)) is None
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
-def test_no_key_for_a_file_that_cannot_be_opened(tmp_path):
-    blocked = tmp_path / "blocked.sqlite"
-    _file(blocked, 10)
-    blocked.chmod(0)
-    assert FileCache.key(str(blocked)) is None
-
 
 def test_a_change_in_the_first_mib_is_a_new_file_even_with_size_and_mtime_kept(tmp_path):
     path = _file(tmp_path / "a.sqlite", 3 * MIB)
