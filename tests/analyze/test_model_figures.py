@@ -67,9 +67,8 @@ def test_journey_and_samples_blocks_of_the_json(capture):
 def test_no_kernel_of_a_launch_call_is_counted_from_a_graph(pinned):
     """gpu25-q1c16-pr launches its kernels with cudaLaunchKernel (graphs are traced whole, not by
     node): no kernel row is marked as a graph's, in the rows and in any window."""
-    from clef_prof.analyze.result import analyze as analyze_rows
     path, _ = pinned
-    a = analyze_rows(str(path), rows=True)
+    a = analyze(str(path), rows=True)
     (launched,), = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
                              "ON r.correlationId = k.correlationId JOIN StringIds s ON s.id = r.nameId "
                              "WHERE s.value LIKE 'cudaLaunchKernel%'")

@@ -3,14 +3,12 @@ capture of main and of the PR, and two windows cut from each), and every metric'
 arm mean, change, verdict word and arm facts read back from `analyze --format json` of each capture."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
 from clef_prof.analyze.slicing import slice_capture
-from clef_prof.cli.app import main
+from clicheck import run_main
 
 WINDOWS = ((150_000_000, 650_000_000), (700_000_000, 1_400_000_000))
 
@@ -33,10 +31,9 @@ def arms(capture, tmp_path_factory):
 def both(arms):
     """(compare JSON, {arm: [analyze JSON of each capture]}), run once for the module."""
     def run(argv):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-            assert main(argv) == 0
-        return json.loads(buf.getvalue())
+        p = run_main(*argv)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
 
     comp = run(["compare", "--arm", "main=" + ",".join(arms["main"]), "--arm", "pr=" + ",".join(arms["pr"]),
                 "--format", "json"])

@@ -3,14 +3,12 @@ way other servers' captures differ: batch ranges without sizes, a stage recorded
 capture has, a record manifest that marks its capture failed."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 
 import pytest
 
-from clef_prof.cli.app import main
+from clicheck import run_main
 from conftest import ROOT, edited_copy, sql
 
 MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"
@@ -19,10 +17,8 @@ BATCH_NAME = "COALESCE(text, (SELECT value FROM StringIds s WHERE s.id = textId)
 
 
 def _compare(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["compare", *map(str, argv), "--format", "json"])
-    return rc, (json.loads(out.getvalue()) if rc == 0 else None), err.getvalue()
+    p = run_main("compare", *argv, "--format", "json")
+    return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else None), p.stderr
 
 
 def _renamed(tmp_path, name, where, new_name):
