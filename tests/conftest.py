@@ -3,7 +3,7 @@ session into a temporary folder as read-only files.
 
 Markers name what a test needs from outside Python (registered in pyproject.toml): `nsys(*versions)`
 Nsight Systems under .nsys/ (2023.4 when no version is given), `chromium` a headless browser,
-`jupyter` a python3 Jupyter kernel. A test whose requirement is missing is skipped with the
+`jupyter` a python3 Jupyter kernel, `native` the C reader (clef_prof.analyze._scan). A test whose requirement is missing is skipped with the
 install command, except under CI=true, where it fails; under CI=true no test may be skipped at all.
 """
 from __future__ import annotations
@@ -103,6 +103,11 @@ def _missing(mark: pytest.Mark) -> str | None:
     elif mark.name == "chromium":
         if chromium() is None:
             return "Chromium is not installed (run: apt-get update && apt-get install -y chromium)"
+    elif mark.name == "native":
+        from clef_prof.analyze.export import _native_module
+        if _native_module() is None:
+            return ("the C reader is not built (run: apt-get install -y gcc libsqlite3-dev, then "
+                    "python3 -m pip install -e '.[test]')")
     elif mark.name == "jupyter":
         if not _python3_kernel():
             return "no python3 Jupyter kernel (run: python3 -m pip install -e '.[test]', which installs ipykernel)"

@@ -1,11 +1,13 @@
 """Open an Nsight Systems SQLite export read-only and read columns into NumPy arrays.
 
-Two columnar readers, chosen by the export's size. Small exports (below ADBC_BYTES): the
-standard library's `sqlite3`, each integer column aggregated in SQLite into one
-comma-separated text (`group_concat`) and parsed by NumPy in C, as fast as an Arrow fetch and
-without importing pyarrow. Big ones: ADBC into Arrow when `adbc-driver-sqlite` is
-installed. Both read on reader threads (SQLite runs without the GIL). The file is opened with
-`mode=ro&immutable=1`, so SQLite never writes to it, not even a journal or lock file.
+Three columnar readers. The C reader (`_scan`, built at install when a C compiler and sqlite3.h
+are there) steps each query in C without the GIL and hands its integer columns to NumPy without a
+copy: as fast as SQLite can decode the values, at every size. Without it, chosen by the export's
+size: small exports (below ADBC_BYTES) through the standard library's `sqlite3`, each integer
+column aggregated in SQLite into one comma-separated text (`group_concat`) and parsed by NumPy
+in C; big ones through ADBC into Arrow when `adbc-driver-sqlite` is installed. All read on
+reader threads. The file is opened with `mode=ro&immutable=1`, so SQLite never writes to it, not
+even a journal or lock file.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def _readers() -> int:
 READERS = _readers()
 # exports of this size and more are read through ADBC (its import costs more than it saves below)
 ADBC_BYTES = 256 << 20
-READER = os.environ.get("CLEF_PROF_READER", "")     # "sqlite" or "adbc" forces one (benchmarks)
+READER = os.environ.get("CLEF_PROF_READER", "")     # "native", "adbc" or "sqlite" forces one (benchmarks)
 
 
 class Query(NamedTuple):
@@ -71,6 +73,15 @@ class Query(NamedTuple):
             for name, value in self.fill.items():
                 cols[name] = np.full(n, value, dtype=(self.dtypes or {}).get(name, "int64"))
         return cols
+
+def _native_module():
+    """The C reader's module when it was built, else None."""
+    try:
+        from . import _scan
+    except ImportError:
+        return None
+    return _scan
+
 
 def _adbc_module():
     """`AdbcConnection` when adbc-driver-sqlite and pyarrow are installed, else None (their
@@ -161,6 +172,8 @@ class Export:
     _conn: sqlite3.Connection = field(repr=False, default=None)
     _adbc_conn: object = field(repr=False, default=None)
     _adbc: object = field(repr=False, default=None)       # AdbcConnection when ADBC reads this export
+    _native: object = field(repr=False, default=None)     # the C reader's module when it reads this export
+    _native_conn: object = field(repr=False, default=None)
     _local: threading.local = field(repr=False, default_factory=threading.local)
     _pool_conns: list = field(repr=False, default_factory=list)
     _rowid_ranges: dict = field(repr=False, default_factory=dict)
@@ -183,16 +196,22 @@ class Export:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
-        big = READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES)
-        return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None)
+        native = _native_module() if READER in ("", "native") else None
+        if READER == "native" and native is None:
+            conn.close()
+            raise ClefError("CLEF_PROF_READER=native: the C reader is not built (pip install needs a C compiler "
+                            "and sqlite3.h)")
+        big = native is None and (READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES))
+        return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None, _native=native)
 
     def close(self) -> None:
         for conn in self._pool_conns:
             conn.close()
         self._pool_conns.clear()
-        if self._adbc_conn is not None:
-            self._adbc_conn.close()
-            self._adbc_conn = None
+        for attr in ("_adbc_conn", "_native_conn"):
+            if getattr(self, attr) is not None:
+                getattr(self, attr).close()
+                setattr(self, attr, None)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -329,6 +348,8 @@ class Export:
                                f"column {exc.args[0]!r}: a damaged or edited export") from None
 
     def _read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
+        if self._native is not None:
+            return self._native_read(sql, names, dtypes, threaded)
         try:
             if self._adbc is not None:
                 try:
@@ -374,6 +395,26 @@ class Export:
                                     dtype=dt, count=len(col))
         return out
 
+    def _native_read(self, sql: str, names: list[str], dtypes: dict[str, str], threaded: bool) -> dict[str, np.ndarray]:
+        scan = self._native
+        kinds = "".join("s" if dtypes.get(n) == "str" else "i" for n in names)
+        try:
+            if threaded:
+                conn = self._thread_conn()
+            else:
+                if self._native_conn is None:
+                    self._native_conn = scan.Conn(readonly_uri(self.path, immutable=True))
+                conn = self._native_conn
+            _, cols = conn.read(sql, kinds)
+        except scan.Mismatch as exc:
+            raise _NotInteger(names[exc.args[0]], exc.args[1]) from None
+        except scan.Error as exc:
+            raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
+                               "corrupt") from None
+        return {name: (np.array(col, dtype=object) if kind == "s" else
+                       np.frombuffer(col, dtype=np.int64).astype(dtypes.get(name) or "int64", copy=False))
+                for name, kind, col in zip(names, kinds, cols)}
+
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
         return Stream(self, queries, READERS if workers is None else workers)
@@ -382,7 +423,8 @@ class Export:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             uri = readonly_uri(self.path, immutable=True)
-            conn = self._local.conn = (self._adbc(uri) if self._adbc is not None else
+            conn = self._local.conn = (self._native.Conn(uri) if self._native is not None else
+                                       self._adbc(uri) if self._adbc is not None else
                                        sqlite3.connect(uri, uri=True, check_same_thread=False))
             self._pool_conns.append(conn)
         return conn

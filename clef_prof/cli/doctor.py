@@ -79,6 +79,7 @@ class Report:
     nvtx: str | None = None           # version of the `nvtx` package; None when not installed
     nvtx_error: str | None = None
     client: str | None = None         # clef_prof's NVTX client: "ctypes NVTX v3 client" or why not
+    reader: str | None = None         # how analyze reads exports: the C reader, or why not
     cuda_driver_version: int | None = None   # cuDriverGetVersion's encoding (13000 = 13.0); None: no driver
     cuda_driver_source: str | None = None    # libcuda, nvidia-smi, or why there is none
     problems: list[str] = field(default_factory=list)
@@ -210,6 +211,15 @@ def _client_status() -> str:
     return "ctypes NVTX v3 client (recorded by every nsys >= 2022.4, whatever nvtx is installed)"
 
 
+def _reader_status() -> str:
+    try:
+        from ..analyze import _scan
+    except ImportError:
+        return ("no C reader: exports are read through ADBC or sqlite3, slower (reinstall with a C compiler and "
+                "sqlite3.h: apt-get install gcc libsqlite3-dev; pip install -e .)")
+    return f"C reader (SQLite {_scan.sqlite_version}): exports read at SQLite's own speed"
+
+
 def check(nsys: list[str] | None = None, python: str | None = None, env: dict | None = None) -> Report:
     """Find nsys and the Python nvtx, and judge them (see the module docstring)."""
     r = Report()
@@ -221,6 +231,7 @@ def check(nsys: list[str] | None = None, python: str | None = None, env: dict | 
     r.python = python or sys.executable
     r.python_version, r.nvtx, r.nvtx_error = probe_python(python)
     r.client = _client_status()
+    r.reader = _reader_status()
     for t in runs:
         t.join()
     nvtx_v = parse_version(r.nvtx) if r.nvtx else None
@@ -270,6 +281,7 @@ def render(r: Report) -> str:
         py += f": nvtx {r.nvtx}" if r.nvtx else ": nvtx not installed"
     lines.append(py)
     lines.append(f"clef_prof {r.client}")
+    lines.append(f"analyze   {r.reader}")
     lines.append(f"driver    CUDA {cupti.fmt_driver(r.cuda_driver_version)} ({r.cuda_driver_source}): each nsys's CUPTI "
                  "checked against it" if r.cuda_driver_version else
                  f"driver    {r.cuda_driver_source}: CUDA tracing not possible here, nsys's CUPTI not checked")

@@ -106,7 +106,7 @@ def test_session_length(capture, tmp_path):
         assert cap.duration_ns is None
 
 
-@pytest.fixture(params=["sqlite", "adbc"])
+@pytest.fixture(params=[pytest.param("native", marks=pytest.mark.native), "sqlite", "adbc"])
 def reader(request, monkeypatch):
     monkeypatch.setattr(ex, "READER", request.param)
     return request.param
@@ -121,8 +121,9 @@ def test_row_reader_nulls_and_refusals(tmp_path, reader):
         got = cap.read("SELECT a, b, s FROM t", ["a", "b", "s"], {"s": "str"})
         assert (got["a"].tolist(), got["b"].tolist(), got["s"].tolist()) == ([1, 0, 3], [0, 7, -2], ["x", "", "z"])
     _db(path, "UPDATE t SET b = 'oops' WHERE a = 3")
-    with Export.open(str(path)) as cap, pytest.raises(CaptureError, match="t holds str values in integer column 'b'"
-                                                      if reader == "sqlite" else "integer column 'b'"):
+    with Export.open(str(path)) as cap, pytest.raises(CaptureError, match={
+            "sqlite": "t holds str values in integer column 'b'", "native": "t holds text values in integer column 'b'"
+            }.get(reader, "integer column 'b'")):
         cap.read("SELECT a, b, s FROM t", ["a", "b", "s"], {"s": "str"})
 
 
@@ -216,18 +217,30 @@ def test_absent_and_empty_tables(tmp_path):
         assert (cap.strings, cap.export_meta, cap.capture_meta) == ({}, {}, {})     # no StringIds, no metadata
 
 
-def test_reader_chosen_by_size(tmp_path, monkeypatch):
-    """Without CLEF_PROF_READER, an export of ADBC_BYTES or more is read through ADBC, a smaller one
-    through sqlite3; CLEF_PROF_READER=sqlite keeps sqlite3 whatever the size."""
+@pytest.mark.native
+def test_reader_chosen(tmp_path, monkeypatch):
+    """Without CLEF_PROF_READER the C reader when it is built, whatever the size; without it an
+    export of ADBC_BYTES or more is read through ADBC, a smaller one through sqlite3.
+    CLEF_PROF_READER=sqlite, adbc or native forces one; native without the C reader is refused
+    in one line."""
     pytest.importorskip("adbc_driver_sqlite")
+    built = ex._native_module()
     path = _db(tmp_path / "r.sqlite", "CREATE TABLE t (x INTEGER)", "INSERT INTO t VALUES (5)")
     size = path.stat().st_size
-    for reader, limit, adbc in (("", size, True), ("", size + 1, False), ("sqlite", 0, False),
-                                ("adbc", size + 1, True)):
+    for reader, limit, module, want in (("", size + 1, built, "native"), ("", size, None, "adbc"),
+                                        ("", size + 1, None, "sqlite"), ("sqlite", 0, built, "sqlite"),
+                                        ("adbc", size + 1, built, "adbc"), ("native", 0, built, "native")):
         monkeypatch.setattr(ex, "READER", reader)
         monkeypatch.setattr(ex, "ADBC_BYTES", limit)
+        monkeypatch.setattr(ex, "_native_module", lambda: module)
         with Export.open(str(path)) as cap:
-            assert (cap._adbc is not None, cap.read("SELECT x FROM t", ["x"])["x"].tolist()) == (adbc, [5]), reader
+            chosen = "native" if cap._native is not None else "adbc" if cap._adbc is not None else "sqlite"
+            assert (chosen, cap.read("SELECT x FROM t", ["x"])["x"].tolist()) == (want, [5]), reader
+    monkeypatch.setattr(ex, "READER", "native")
+    monkeypatch.setattr(ex, "_native_module", lambda: None)
+    with pytest.raises(ClefError, match=r"^CLEF_PROF_READER=native: the C reader is not built \(pip install "
+                                        r"needs a C compiler and sqlite3.h\)$"):
+        Export.open(str(path))
 
 
 def _open_fds(path) -> int:

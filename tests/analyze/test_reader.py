@@ -1,6 +1,7 @@
-"""Both columnar readers, the small-export one (`group_concat` columns parsed by NumPy) and ADBC
-(Arrow buffers read by NumPy), read what the row reader reads, and refuse what it refuses: a
-value that is not a plain integer in an integer column."""
+"""Every columnar reader, the C reader (`_scan`: values straight from SQLite into int64 buffers),
+the small-export one (`group_concat` columns parsed by NumPy) and ADBC (Arrow buffers read by
+NumPy), reads what the row reader reads, and refuses what it refuses: a value that is not a plain
+integer in an integer column. An analysis is the same whichever reads it."""
 from __future__ import annotations
 
 import sqlite3
@@ -13,7 +14,7 @@ from clef_prof.analyze.export import Export
 from clef_prof.errors import CaptureError
 
 
-@pytest.fixture(params=["sqlite", "adbc"], autouse=True)
+@pytest.fixture(params=[pytest.param("native", marks=pytest.mark.native), "sqlite", "adbc"], autouse=True)
 def reader(request, monkeypatch):
     monkeypatch.setattr(export_module, "READER", request.param)
     return request.param
@@ -32,7 +33,7 @@ def export(tmp_path, values: list) -> Export:
 @pytest.mark.parametrize("values", [[0, -1, 2**63 - 1, -2**63, None], [7], [], [-5, -6]])
 def test_integers_read_alike(tmp_path, values, reader):
     with export(tmp_path, values) as cap:
-        assert (cap._adbc is not None) == (reader == "adbc")
+        assert ((cap._adbc is not None), (cap._native is not None)) == (reader == "adbc", reader == "native")
         got = cap.read("SELECT a, b FROM t", ["a", "b"])
         threaded = cap.read("SELECT a, b FROM t", ["a", "b"], {"a": "int32"}, threaded=True)
         rows = cap.rows("SELECT a, b FROM t")
@@ -51,3 +52,40 @@ def test_strings_read_as_rows(tmp_path):
     with export(tmp_path, [1, 2]) as cap:
         got = cap.read("SELECT s, a FROM t", ["s", "a"], {"s": "str"})
     assert got["s"].tolist() == ["n,0\x1f", "n,1\x1f"] and got["a"].tolist() == [0, 1]
+
+
+def test_strings_of_every_storage_class(tmp_path, reader):
+    """A text column read as text: NULL as '', text as stored. The C reader reads every storage
+    class as text (a number as SQLite writes it, a blob's bytes as UTF-8, U+FFFD for bytes that are
+    not); sqlite3 returns them as Python has them; ADBC types the column from its first value and
+    refuses the others."""
+    path = tmp_path / "s.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (i INTEGER, s)")
+    con.executemany("INSERT INTO t VALUES (?, ?)",
+                    [(0, "héllo"), (1, None), (2, ""), (3, "x" * 70000), (4, 7), (5, b"ab\xffc")])
+    con.commit()
+    con.close()
+    with Export.open(str(path)) as cap:
+        got = cap.read("SELECT s, i FROM t WHERE i < 4 ORDER BY i", ["s", "i"], {"s": "str"})["s"].tolist()
+        assert got == ["héllo", "", "", "x" * 70000]
+        if reader == "adbc":
+            with pytest.raises(CaptureError, match="cannot read"):
+                cap.read("SELECT s, i FROM t ORDER BY i", ["s", "i"], {"s": "str"})
+            return
+        mixed = cap.read("SELECT s, i FROM t WHERE i >= 4 ORDER BY i", ["s", "i"], {"s": "str"})["s"].tolist()
+    assert mixed == (["7", "ab\ufffdc"] if reader == "native" else [7, b"ab\xffc"])
+
+
+def test_every_reader_gives_the_same_analysis(capture, monkeypatch):
+    """The whole analysis of a real capture, its JSON, through each reader: the C reader against
+    ADBC and sqlite3 (each reads every query: integer columns, text columns, rowid windows on
+    reader threads and on the caller's)."""
+    from clef_prof.analyze.result import analyze
+
+    path = str(capture("gpu25-concurrent"))
+    got = {}
+    for name in ("native", "sqlite", "adbc"):
+        monkeypatch.setattr(export_module, "READER", name)
+        got[name] = analyze(path).result.to_json()
+    assert got["native"] == got["sqlite"] == got["adbc"] and got["native"]["requests"] > 0

@@ -147,3 +147,24 @@ def test_doctor_says_no_driver_on_this_machine():
         pytest.skip("this machine has an NVIDIA driver")
     p = run_main("doctor")
     assert "driver    no NVIDIA driver" in p.stdout and "Traceback" not in p.stderr
+
+
+@pytest.mark.native
+def test_says_how_analyze_reads_exports(tmp_path, monkeypatch):
+    """The C reader's line names the SQLite it was built against; without it, why analyze is
+    slower and how to build it. Neither is a problem: the verdict does not change."""
+    import sqlite3
+
+    monkeypatch.setattr(doctor, "probe_python", lambda python=None: ("3.11.7", None, None))
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
+    r = doctor.check([str(nsys)], env={})
+    assert f"\nanalyze   C reader (SQLite {sqlite3.sqlite_version}): exports read at SQLite's own speed\n" \
+        in doctor.render(r) and r.ok
+    import clef_prof.analyze
+
+    monkeypatch.setitem(sys.modules, "clef_prof.analyze._scan", None)      # import fails as if never built
+    monkeypatch.delattr(clef_prof.analyze, "_scan")
+    r = doctor.check([str(nsys)], env={})
+    line = next(x for x in doctor.render(r).splitlines() if x.startswith("analyze"))
+    assert r.ok and line.startswith("analyze   no C reader: exports are read through ADBC or sqlite3, slower") \
+        and "apt-get install gcc libsqlite3-dev" in line
