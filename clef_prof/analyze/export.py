@@ -193,6 +193,7 @@ class Export:
         check_file(path)
         try:
             conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
+            conn.set_progress_handler(_signals, 1 << 20)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
@@ -205,8 +206,12 @@ class Export:
         return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None, _native=native)
 
     def close(self) -> None:
+        self.interrupt()
         for conn in self._pool_conns:
-            conn.close()
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a C reader connection still reading closes when freed
+                pass
         self._pool_conns.clear()
         for attr in ("_adbc_conn", "_native_conn"):
             if getattr(self, attr) is not None:
@@ -329,6 +334,9 @@ class Export:
         """Small queries (metadata, names): plain rows."""
         try:
             return self._conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            _stopped(exc)
+            raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
 
@@ -373,8 +381,14 @@ class Export:
                 if cols is not None:
                     return cols
             rows = conn.execute(sql).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
+        except sqlite3.OperationalError as exc:
+            if not threaded:
+                _stopped(exc)
+            raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
+                               "corrupt") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:   # the latter: text that is not UTF-8, in Arrow
+            raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
+                               "corrupt") from None
         except Exception as exc:
             if type(exc).__module__.startswith(("adbc", "pyarrow")):
                 raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or corrupt") from None
@@ -385,7 +399,7 @@ class Export:
             dt = dtypes.get(name, "int64")
             types = set(map(type, col))
             if dt == "str":
-                out[name] = np.array(["" if v is None else v for v in col] if NoneType in types else col, dtype=object)
+                out[name] = np.array(col if types <= {str} else [_text(v) for v in col], dtype=object)
                 continue
             if types - {int, NoneType}:
                 bad = next((type(v).__name__ for v in col if not isinstance(v, (int, NoneType))), None)
@@ -405,15 +419,23 @@ class Export:
                 if self._native_conn is None:
                     self._native_conn = scan.Conn(readonly_uri(self.path, immutable=True))
                 conn = self._native_conn
-            _, cols = conn.read(sql, kinds)
+            _, cols = conn.read(sql, kinds, not threaded)
         except scan.Mismatch as exc:
             raise _NotInteger(names[exc.args[0]], exc.args[1]) from None
-        except scan.Error as exc:
+        except (scan.Error, ValueError) as exc:        # ValueError: a NUL in the SQL text
             raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
                                "corrupt") from None
         return {name: (np.array(col, dtype=object) if kind == "s" else
                        np.frombuffer(col, dtype=np.int64).astype(dtypes.get(name) or "int64", copy=False))
                 for name, kind, col in zip(names, kinds, cols)}
+
+    def interrupt(self) -> None:
+        """Stop the reads running on reader threads now (the C reader's and sqlite3's; an ADBC
+        read finishes its window)."""
+        for conn in list(self._pool_conns):
+            stop = getattr(conn, "interrupt", None)
+            if stop is not None:
+                stop()
 
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
@@ -489,9 +511,12 @@ class Stream:
         self.back.append((tag, columns))
 
     def close(self) -> None:
+        running = bool(self.pending)
         for _, fut in self.pending:
             fut.cancel()
         self.pending.clear()
+        if running and self.pool is not None:
+            self.cap.interrupt()            # reads no one will take: stopped, not waited for
         self.back.clear()
         if self.pool is not None:
             self.pool.shutdown(wait=True)
@@ -536,6 +561,26 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
 
 
 _MISMATCH = re.compile(r"Type mismatch in column (\d+): expected \w+ but got ([\w/]+)")
+
+
+def _signals() -> int:
+    """The caller's connection's progress handler: calling Python lets a signal's handler run
+    (Ctrl-C) during a long query; it then stops with 'interrupted' (see _stopped)."""
+    return 0
+
+
+def _stopped(exc: sqlite3.OperationalError) -> None:
+    """The caller's query stopped by a signal (the progress handler's exception is swallowed by
+    sqlite3): raise KeyboardInterrupt, as the C reader does."""
+    if str(exc) == "interrupted":
+        raise KeyboardInterrupt from None
+
+
+def _text(v) -> str:
+    """A value of a text column as the C reader reads it: NULL as '', a blob's bytes as UTF-8
+    (U+FFFD where they are not), a number as text."""
+    return "" if v is None else v if isinstance(v, str) else v.decode("utf-8", "replace") \
+        if isinstance(v, bytes) else str(v)
 
 
 class _NotInteger(Exception):
