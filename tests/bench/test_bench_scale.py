@@ -146,3 +146,25 @@ def test_compare_memory_benchmark_smoke_run(tmp_path):
     assert s["compare --jobs 1"]["processes"] == 1 and s["compare --jobs 1"]["tree_mb"] == s["compare --jobs 1"]["largest_mb"]
     assert s["compare --jobs 2"]["processes"] >= 3          # the command, the forkserver, workers
     assert "| `compare --jobs 2` |" in p.stdout
+
+
+@pytest.mark.native
+def test_readers_benchmark_smoke_run(capture, tmp_path):
+    """bench/bench_readers.py end to end on a real capture, one round (no timing asserted): the
+    queries are the ones analyze streams, and every reader reads the same rows: all the kernel
+    and memcpy rows, and the API calls of interest among the runtime rows."""
+    from conftest import sql
+
+    path = capture("gpu-q1c16-main")
+    out = tmp_path / "readers.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_readers.py"), str(path), "--repeat", "1",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    gpu = sum(sql(path, f"SELECT count(*) FROM {t}")[0][0] for t in ("CUPTI_ACTIVITY_KIND_KERNEL",
+                                                                      "CUPTI_ACTIVITY_KIND_MEMCPY"))
+    runtime = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")[0][0]
+    assert set(doc["thread_cpu_s"]) == {"floor", "native", "adbc", "sqlite"}
+    assert len(set(doc["rows"].values())) == 1 and gpu < doc["rows"]["floor"] < gpu + runtime
+    assert all(len(v) == 1 for v in doc["thread_cpu_s"].values())
+    assert "| native |" in p.stdout and "| floor |" in p.stdout
