@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import stat
 import threading
@@ -92,7 +91,7 @@ def atomic_output(path, inputs=()):
             # holds signals back in this thread only, and another one takes them)
             for _ in range(100):
                 tmp = os.path.join(os.path.dirname(real) or ".",
-                                   f".{os.path.basename(real)}.{secrets.token_hex(4)}.tmp")
+                                   f".{os.path.basename(real)}.{os.urandom(4).hex()}.tmp")
                 try:
                     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
                     break

@@ -18,7 +18,6 @@ and compare. Standard library only (the CLI imports it to build its parser).
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import sqlite3
 import stat
@@ -92,6 +91,8 @@ HASHED = 1 << 20            # bytes hashed at each end of a report
 def report_identity(report: str) -> tuple[int, str]:
     """(size, SHA-256 of the first and last MiB) of a report: what tells two reports apart
     without reading a multi-GB file, whatever their mtimes."""
+    import hashlib         # here: 5 ms of OpenSSL start-up that an export's analysis does without
+
     h = hashlib.sha256()
     with open(report, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
@@ -151,6 +152,8 @@ def export_report(report: str) -> str:
     """The SQLite export of an `.nsys-rep`: one beside it or in the cache that carries the
     report's identity, else a new one made with `nsys export` (said in one line on stderr),
     beside the report when clef-prof may write there, else in the cache."""
+    import hashlib
+
     import shlex
 
     from ..nsys import NsysMissing, locate, run_export

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -652,6 +651,8 @@ def _sid(strings: dict, s: str) -> int:
 
 # --- the converted export, cached -------------------------------------------------------
 def _fingerprint(paths: list[str]) -> str:
+    import hashlib         # here: 5 ms of OpenSSL start-up that an export's analysis does without
+
     h = hashlib.sha256(FORMAT_VERSION.encode())
     for p in paths:
         st = os.stat(p)

@@ -24,8 +24,6 @@ a cache is used only when its sample times are the SQLite export's, one for one.
 from __future__ import annotations
 
 import base64
-import hashlib
-import html
 import json
 import os
 import re
@@ -179,6 +177,8 @@ def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list
     """Decode base64 payloads (the layouts in the module docstring: the frame count at header word
     `count_word`) with NumPy over their concatenation: each payload padded to 8 bytes, headers read
     at once, frames gathered by index."""
+    import html
+
     raw = []
     for p in payloads:              # once per sample: base64 has no vectorised decoder in the standard library
         try:
@@ -219,6 +219,8 @@ def decode(t: np.ndarray, category: np.ndarray, payloads: list[str], table: list
 # ---------------------------------------------------------------- where the samples come from
 
 def _cache_paths(export: str) -> list[str]:
+    import hashlib         # here: 5 ms of OpenSSL start-up that an analysis without samples does without
+
     from .inputs import cache_dir
 
     stem = os.path.splitext(os.path.basename(export))[0]
