@@ -83,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     queries = stream_queries(path)
     runs = {"floor": floor, "native": through("native"), "adbc": through("adbc"), "sqlite": through("sqlite")}
     chosen = [r for r in args.only.split(",") if r]
-    if "native" in chosen and export._native_module() is None:
-        chosen.remove("native")
-        print("bench_readers: the C reader is not built; left out", file=sys.stderr)
+    for name, missing in (("native", export._native_module() is None), ("adbc", export._adbc_module() is None)):
+        if name in chosen and missing:
+            chosen.remove(name)
+            print(f"bench_readers: {name} is not installed here; left out", file=sys.stderr)
     times: dict[str, list[float]] = {r: [] for r in chosen}
     rows = {}
     for k in range(args.repeat):

@@ -16,12 +16,55 @@
  * without a copy; 's' a text column, a list of str (NULL read as '', a number as SQLite writes
  * it, a blob's bytes as UTF-8; bytes that are not UTF-8 as U+FFFD). One read-only statement:
  * a REAL, TEXT or BLOB value in an integer column raises Mismatch(column index, type name);
- * anything else SQLite or this module refuses raises Error(message). Optional: built when a C
- * compiler and sqlite3.h are there; without it clef-prof reads the same values through ADBC or
- * sqlite3. */
+ * anything else SQLite or this module refuses raises Error(message). Optional: built where a C
+ * compiler and Python's headers are (setup.py); without it clef-prof reads the same values
+ * through ADBC or sqlite3. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#if !defined(CLEF_SCAN_OWN_DECLS) && defined(__has_include)
+#if __has_include(<sqlite3.h>)
 #include <sqlite3.h>
+#define CLEF_SCAN_HAVE_HEADER 1
+#endif
+#endif
+#ifndef CLEF_SCAN_HAVE_HEADER
+/* Without sqlite3.h (no libsqlite3-dev: only the runtime library Python's sqlite3 links): the
+ * part of SQLite's C interface used here, as sqlite3.h declares it (stable since 3.7). */
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+typedef struct sqlite3_value sqlite3_value;
+typedef long long int sqlite3_int64;
+#define SQLITE_OK 0
+#define SQLITE_ROW 100
+#define SQLITE_DONE 101
+#define SQLITE_INTEGER 1
+#define SQLITE_FLOAT 2
+#define SQLITE_TEXT 3
+#define SQLITE_BLOB 4
+#define SQLITE_NULL 5
+#define SQLITE_OPEN_READONLY 0x00000001
+#define SQLITE_OPEN_URI 0x00000040
+#define SQLITE_OPEN_NOMUTEX 0x00008000
+int sqlite3_open_v2(const char *filename, sqlite3 **db, int flags, const char *vfs);
+int sqlite3_close(sqlite3 *db);
+const char *sqlite3_errmsg(sqlite3 *db);
+int sqlite3_prepare_v2(sqlite3 *db, const char *sql, int nbyte, sqlite3_stmt **stmt, const char **tail);
+int sqlite3_step(sqlite3_stmt *stmt);
+int sqlite3_finalize(sqlite3_stmt *stmt);
+int sqlite3_stmt_readonly(sqlite3_stmt *stmt);
+int sqlite3_column_count(sqlite3_stmt *stmt);
+sqlite3_value *sqlite3_column_value(sqlite3_stmt *stmt, int i);
+const unsigned char *sqlite3_column_text(sqlite3_stmt *stmt, int i);
+const void *sqlite3_column_blob(sqlite3_stmt *stmt, int i);
+int sqlite3_column_bytes(sqlite3_stmt *stmt, int i);
+int sqlite3_value_type(sqlite3_value *v);
+sqlite3_int64 sqlite3_value_int64(sqlite3_value *v);
+void sqlite3_progress_handler(sqlite3 *db, int n, int (*callback)(void *), void *arg);
+void sqlite3_interrupt(sqlite3 *db);
+const char *sqlite3_libversion(void);
+int sqlite3_threadsafe(void);
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
-"""The C reader's own refusals (one read-only statement; SQLite's messages as one line), and a
-read that never ends (a hostile export can make a table a view that never ends) stopped by
-Ctrl-C on the caller's thread and by closing the stream on reader threads."""
+"""The C reader against the others on a whole analysis, its own refusals (one read-only
+statement; SQLite's messages as one line), and a read that never ends (a hostile export can make
+a table a view that never ends) stopped by Ctrl-C on the caller's thread and by closing the
+stream on reader threads."""
 from __future__ import annotations
 
 import sqlite3
@@ -69,3 +70,18 @@ print("stream stopped")
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.stdout.splitlines() == ["caller stopped", "stream stopped"], p.stdout + p.stderr
+
+
+@pytest.mark.native
+def test_every_reader_gives_the_same_analysis(capture, monkeypatch):
+    """The whole analysis of a real capture, its JSON, through each reader: the C reader against
+    ADBC and sqlite3 (each reads every query: integer columns, text columns, rowid windows on
+    reader threads and on the caller's)."""
+    from clef_prof.analyze.result import analyze
+
+    path = str(capture("gpu25-concurrent"))
+    got = {}
+    for name in ("native", "sqlite", "adbc"):
+        monkeypatch.setattr(export_module, "READER", name)
+        got[name] = analyze(path).result.to_json()
+    assert got["native"] == got["sqlite"] == got["adbc"] and got["native"]["requests"] > 0
