@@ -106,7 +106,7 @@ def _missing(mark: pytest.Mark) -> str | None:
     elif mark.name == "native":
         from clef_prof.analyze.export import _native_module
         if _native_module() is None:
-            return ("the C reader is not built (run: apt-get install -y gcc libsqlite3-dev, then "
+            return ("the C reader is not built (run: apt-get install -y gcc, and python3-dev for Debian's Python, then "
                     "python3 -m pip install -e '.[test]')")
     elif mark.name == "jupyter":
         if not _python3_kernel():

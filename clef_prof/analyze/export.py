@@ -1,7 +1,7 @@
 """Open an Nsight Systems SQLite export read-only and read columns into NumPy arrays.
 
-Three columnar readers. The C reader (`_scan`, built at install when a C compiler and sqlite3.h
-are there) steps each query in C without the GIL and hands its integer columns to NumPy without a
+Three columnar readers. The C reader (`_scan`, built at install where a C compiler and Python's
+headers are) steps each query in C without the GIL and hands its integer columns to NumPy without a
 copy: as fast as SQLite can decode the values, at every size. Without it, chosen by the export's
 size: small exports (below ADBC_BYTES) through the standard library's `sqlite3`, each integer
 column aggregated in SQLite into one comma-separated text (`group_concat`) and parsed by NumPy
@@ -201,7 +201,7 @@ class Export:
         if READER == "native" and native is None:
             conn.close()
             raise ClefError("CLEF_PROF_READER=native: the C reader is not built (pip install needs a C compiler "
-                            "and sqlite3.h)")
+                            "and Python's headers)")
         big = native is None and (READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES))
         return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None, _native=native)
 

@@ -216,7 +216,7 @@ def _reader_status() -> str:
         from ..analyze import _scan
     except ImportError:
         return ("no C reader: exports are read through ADBC or sqlite3, slower (reinstall with a C compiler and "
-                "sqlite3.h: apt-get install gcc libsqlite3-dev; pip install -e .)")
+                "Python's headers: apt-get install gcc python3-dev; pip install -e .)")
     return f"C reader (SQLite {_scan.sqlite_version}): exports read at SQLite's own speed"
 
 

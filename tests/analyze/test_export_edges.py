@@ -239,7 +239,7 @@ def test_reader_chosen(tmp_path, monkeypatch):
     monkeypatch.setattr(ex, "READER", "native")
     monkeypatch.setattr(ex, "_native_module", lambda: None)
     with pytest.raises(ClefError, match=r"^CLEF_PROF_READER=native: the C reader is not built \(pip install "
-                                        r"needs a C compiler and sqlite3.h\)$"):
+                                        r"needs a C compiler and Python's headers\)$"):
         Export.open(str(path))
 
 
