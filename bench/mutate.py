@@ -63,8 +63,8 @@ MODULE_TESTS = {
     "clef_prof/analyze/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
                                   _A + "test_ranks_capture.py", *_CORE,
                                   _A + "test_kineto.py"),
-    "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_bad_input.py", _A + "test_hostile_numbers.py",
-                                    _A + "test_streaming.py", *_CORE,
+    "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_reader_stops.py", _A + "test_bad_input.py",
+                                    _A + "test_hostile_numbers.py", _A + "test_streaming.py", *_CORE,
                                     _A + "test_export_edges.py"),
     "clef_prof/analyze/filecache.py": (_A + "test_filecache.py", _A + "test_reader.py", _A + "test_streaming.py", "tests/compare/test_compare.py",
                                        "tests/explore", "tests/cli/test_report_identity.py"),
@@ -414,7 +414,8 @@ def mutants_of(path: Path, rel: str) -> list[Mutant]:
 
 
 def copy_tree(dest: Path) -> Path:
-    """The tracked and untracked-not-ignored files of the checkout, copied; .nsys linked."""
+    """The tracked and untracked-not-ignored files of the checkout and the extension modules built
+    in it (the C reader: ignored by git, but what the tests run), copied; .nsys linked."""
     try:
         names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                                capture_output=True).stdout.decode().split("\0")
@@ -422,6 +423,7 @@ def copy_tree(dest: Path) -> Path:
         skip = {".git", ".nsys", ".cache", ".device", ".venv", ".whl", ".pytest_cache", "__pycache__", "build"}
         names = [str(f.relative_to(ROOT)) for f in ROOT.rglob("*") if f.is_file()
                  and not skip & set(f.relative_to(ROOT).parts[:-1])]
+    names += [str(f.relative_to(ROOT)) for f in (ROOT / "clef_prof").rglob("*.so")]
     for n in filter(None, names):
         s = ROOT / n
         if s.is_file() and not s.is_symlink():
