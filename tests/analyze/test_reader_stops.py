@@ -66,8 +66,8 @@ def test_a_read_that_never_ends_can_be_stopped(tmp_path, monkeypatch, reader):
     dog = threading.Timer(30, watchdog, [lambda: (cap._native_conn or cap._conn).interrupt()])
     dog.start()
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(KeyboardInterrupt):
+            signal.setitimer(signal.ITIMER_REAL, 0.3)      # set in here: it cannot land outside
             cap.read(INFINITE, ["x"], {"x": "str"})
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
