@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import warnings
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import NoneType
@@ -193,7 +193,6 @@ class Export:
         check_file(path)
         try:
             conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
-            conn.set_progress_handler(_signals, 1 << 20)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
@@ -334,9 +333,6 @@ class Export:
         """Small queries (metadata, names): plain rows."""
         try:
             return self._conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            _stopped(exc)
-            raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{self.path}: cannot read ({exc}); the capture may be truncated or corrupt") from None
 
@@ -381,11 +377,6 @@ class Export:
                 if cols is not None:
                     return cols
             rows = conn.execute(sql).fetchall()
-        except sqlite3.OperationalError as exc:
-            if not threaded:
-                _stopped(exc)
-            raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
-                               "corrupt") from None
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:   # the latter: text that is not UTF-8, in Arrow
             raise CaptureError(f"{self.path}: cannot read ({_one_line(exc)}); the capture may be truncated or "
                                "corrupt") from None
@@ -511,12 +502,13 @@ class Stream:
         self.back.append((tag, columns))
 
     def close(self) -> None:
-        running = bool(self.pending)
-        for _, fut in self.pending:
-            fut.cancel()
+        running = [fut for _, fut in self.pending if not fut.cancel()]
         self.pending.clear()
-        if running and self.pool is not None:
-            self.cap.interrupt()            # reads no one will take: stopped, not waited for
+        # reads no one will take: stopped, not waited for (again until they end: a read can start
+        # just after an interrupt, which SQLite forgets when no statement runs)
+        while self.pool is not None and not all(fut.done() for fut in running):
+            self.cap.interrupt()
+            wait(running, timeout=0.05)
         self.back.clear()
         if self.pool is not None:
             self.pool.shutdown(wait=True)
@@ -561,19 +553,6 @@ def _concat_read(conn: sqlite3.Connection, sql: str, names: list[str], dtypes: d
 
 
 _MISMATCH = re.compile(r"Type mismatch in column (\d+): expected \w+ but got ([\w/]+)")
-
-
-def _signals() -> int:
-    """The caller's connection's progress handler: calling Python lets a signal's handler run
-    (Ctrl-C) during a long query; it then stops with 'interrupted' (see _stopped)."""
-    return 0
-
-
-def _stopped(exc: sqlite3.OperationalError) -> None:
-    """The caller's query stopped by a signal (the progress handler's exception is swallowed by
-    sqlite3): raise KeyboardInterrupt, as the C reader does."""
-    if str(exc) == "interrupted":
-        raise KeyboardInterrupt from None
 
 
 def _text(v) -> str:

@@ -45,43 +45,70 @@ def test_the_c_reader_refuses_in_one_line(tmp_path, monkeypatch, sql, why):
         assert cap.read("SELECT a FROM t; -- a comment\n;", ["a"])["a"].tolist() == [7]
 
 
-@pytest.mark.parametrize("reader", [pytest.param("native", marks=pytest.mark.native), "sqlite"])
-def test_a_read_that_never_ends_can_be_stopped(tmp_path, monkeypatch, reader):
-    """Ctrl-C (here SIGALRM raising KeyboardInterrupt) stops the caller's read, and closing a stream
-    stops its reader threads' reads. In this process, so that a mutation pass traces it; a
-    watchdog stops what would otherwise hang the suite, and then the test fails. (An ADBC read
-    cannot be stopped: it finishes its window.)"""
-    monkeypatch.setattr(export_module, "READER", reader)
-    cap = Export.open(str(_export(tmp_path)))
-    fired = []
+class Watchdog:
+    """After `after` seconds, calls `stop` every 0.1 s until cancelled: what would otherwise hang
+    the suite is stopped, and `fired` makes the test fail."""
 
-    def watchdog(stop):
-        fired.append(True)
-        stop()
+    def __init__(self, stop, after: float = 30):
+        self.fired = False
+        self._done = threading.Event()
+        self._stop, self._after = stop, after
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        if self._done.wait(self._after):
+            return
+        self.fired = True
+        while not self._done.wait(0.1):
+            self._stop()
+
+    def cancel(self):
+        self._done.set()
+        self._thread.join()
+
+
+@pytest.mark.native
+def test_ctrl_c_stops_the_callers_read(tmp_path, monkeypatch):
+    """Ctrl-C (here SIGALRM raising KeyboardInterrupt) stops a read on the caller's thread: the C
+    reader lets signal handlers run while it reads. In this process, so that a mutation pass
+    traces it. (sqlite3 and ADBC run a query to its end before a signal handler runs.)"""
+    monkeypatch.setattr(export_module, "READER", "native")
+    cap = Export.open(str(_export(tmp_path)))
 
     def raise_interrupt(*_):
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGALRM, raise_interrupt)
-    dog = threading.Timer(30, watchdog, [lambda: (cap._native_conn or cap._conn).interrupt()])
-    dog.start()
+    dog = Watchdog(lambda: cap._native_conn.interrupt())
     try:
         with pytest.raises(KeyboardInterrupt):
             signal.setitimer(signal.ITIMER_REAL, 0.3)      # set in here: it cannot land outside
-            cap.read(INFINITE, ["x"], {"x": "str"})
+            cap.read(INFINITE, ["x"])
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         dog.cancel()
-    assert not fired
-    stream = cap.stream([export_module.Query(i, INFINITE, ["x"]) for i in range(3)], workers=2)
-    time.sleep(0.3)
-    dog = threading.Timer(30, watchdog, [cap.interrupt])
-    dog.start()
-    stream.close()
-    dog.cancel()
+        cap.close()
+    assert not dog.fired
+
+
+@pytest.mark.parametrize("reader", [pytest.param("native", marks=pytest.mark.native), "sqlite"])
+@pytest.mark.parametrize("wait", [0, 0.3], ids=["at once", "reading"])
+def test_closing_a_stream_stops_its_reads(tmp_path, monkeypatch, reader, wait):
+    """Closing a stream stops the reads on its reader threads, also one that starts just as it
+    closes (an interrupt SQLite forgets when no statement runs). (An ADBC read cannot be
+    stopped: it finishes its window.)"""
+    monkeypatch.setattr(export_module, "READER", reader)
+    cap = Export.open(str(_export(tmp_path)))
+    for _ in range(5 if wait == 0 else 1):
+        stream = cap.stream([export_module.Query(i, INFINITE, ["x"]) for i in range(3)], workers=2)
+        time.sleep(wait)
+        dog = Watchdog(cap.interrupt)
+        stream.close()
+        dog.cancel()
+        assert not dog.fired
     cap.close()
-    assert not fired
 
 
 @pytest.mark.native
