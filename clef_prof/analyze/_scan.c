@@ -152,6 +152,14 @@ typedef struct {
     int busy;
 } Conn;
 
+/* A connection serves one thread at a time: true, with Error set, while it reads on another. */
+static int refused_busy(const Conn *self)
+{
+    if (self->busy)
+        PyErr_SetString(ScanError, "the connection is reading on another thread");
+    return self->busy;
+}
+
 static const char *type_name(int t)
 {
     switch (t) {
@@ -330,10 +338,8 @@ static PyObject *Conn_read(Conn *self, PyObject *args)
         PyErr_SetString(ScanError, "the connection is closed");
         return NULL;
     }
-    if (self->busy) {
-        PyErr_SetString(ScanError, "the connection is reading on another thread");
+    if (refused_busy(self))
         return NULL;
-    }
     if (nkinds < 1 || nkinds > 32767 || strspn(kinds, "is") != nkinds) {
         PyErr_SetString(ScanError, "kinds: one letter a column, 'i' (integer) or 's' (text)");
         return NULL;
@@ -414,10 +420,8 @@ static PyObject *Conn_interrupt(Conn *self, PyObject *Py_UNUSED(ignored))
 
 static PyObject *Conn_close(Conn *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->busy) {
-        PyErr_SetString(ScanError, "the connection is reading on another thread");
+    if (refused_busy(self))
         return NULL;
-    }
     if (self->db != NULL) {
         sqlite3_close(self->db);
         self->db = NULL;
@@ -431,10 +435,8 @@ static int Conn_init(Conn *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"uri", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "s", kwlist, &uri))
         return -1;
-    if (self->busy) {
-        PyErr_SetString(ScanError, "the connection is reading on another thread");
+    if (refused_busy(self))
         return -1;
-    }
     if (self->db != NULL) {
         sqlite3_close(self->db);
         self->db = NULL;

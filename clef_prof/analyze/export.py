@@ -170,10 +170,9 @@ class Export:
 
     path: str
     _conn: sqlite3.Connection = field(repr=False, default=None)
-    _adbc_conn: object = field(repr=False, default=None)
     _adbc: object = field(repr=False, default=None)       # AdbcConnection when ADBC reads this export
     _native: object = field(repr=False, default=None)     # the C reader's module when it reads this export
-    _native_conn: object = field(repr=False, default=None)
+    _main_conn: object = field(repr=False, default=None)  # the C reader's or ADBC's on the caller's thread
     _local: threading.local = field(repr=False, default_factory=threading.local)
     _pool_conns: list = field(repr=False, default_factory=list)
     _rowid_ranges: dict = field(repr=False, default_factory=dict)
@@ -212,10 +211,9 @@ class Export:
             except Exception:  # noqa: BLE001 - a C reader connection still reading closes when freed
                 pass
         self._pool_conns.clear()
-        for attr in ("_adbc_conn", "_native_conn"):
-            if getattr(self, attr) is not None:
-                getattr(self, attr).close()
-                setattr(self, attr, None)
+        if self._main_conn is not None:
+            self._main_conn.close()
+            self._main_conn = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -357,7 +355,7 @@ class Export:
         try:
             if self._adbc is not None:
                 try:
-                    table = self._arrow(sql, threaded)
+                    table = self._reader_conn(threaded).arrow_table(sql)
                 except OSError as exc:
                     # the driver types each column from the first record batch of a query: a
                     # value of another type in a later batch is this error
@@ -371,7 +369,7 @@ class Export:
                     col = table.column(i)
                     out[name] = _to_numpy(col, dtypes.get(name), name)
                 return out
-            conn = self._thread_conn() if threaded else self._conn
+            conn = self._reader_conn(threaded)
             if not any(dtypes.get(n) == "str" for n in names):
                 cols = _concat_read(conn, sql, names, dtypes)
                 if cols is not None:
@@ -404,13 +402,7 @@ class Export:
         scan = self._native
         kinds = "".join("s" if dtypes.get(n) == "str" else "i" for n in names)
         try:
-            if threaded:
-                conn = self._thread_conn()
-            else:
-                if self._native_conn is None:
-                    self._native_conn = scan.Conn(readonly_uri(self.path, immutable=True))
-                conn = self._native_conn
-            _, cols = conn.read(sql, kinds, not threaded)
+            _, cols = self._reader_conn(threaded).read(sql, kinds, not threaded)
         except scan.Mismatch as exc:
             raise _NotInteger(names[exc.args[0]], exc.args[1]) from None
         except (scan.Error, ValueError) as exc:        # ValueError: a NUL in the SQL text
@@ -432,24 +424,26 @@ class Export:
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
         return Stream(self, queries, READERS if workers is None else workers)
 
-    def _thread_conn(self):
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            uri = readonly_uri(self.path, immutable=True)
-            conn = self._local.conn = (self._native.Conn(uri) if self._native is not None else
-                                       self._adbc(uri) if self._adbc is not None else
-                                       sqlite3.connect(uri, uri=True, check_same_thread=False))
-            self._pool_conns.append(conn)
-        return conn
+    def _new_conn(self):
+        uri = readonly_uri(self.path, immutable=True)
+        return (self._native.Conn(uri) if self._native is not None else self._adbc(uri) if self._adbc is not None
+                else sqlite3.connect(uri, uri=True, check_same_thread=False))
 
-    def _arrow(self, sql: str, threaded: bool = False):
+    def _reader_conn(self, threaded: bool):
+        """The connection a columnar read runs on: a reader thread's own (kept per thread, for
+        close and interrupt), else the caller's: the C reader's or ADBC's, made on first use, or
+        the metadata connection under sqlite3."""
         if threaded:
-            conn = self._thread_conn()
-        else:
-            if self._adbc_conn is None:
-                self._adbc_conn = self._adbc(readonly_uri(self.path, immutable=True))
-            conn = self._adbc_conn
-        return conn.arrow_table(sql)
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = self._local.conn = self._new_conn()
+                self._pool_conns.append(conn)
+            return conn
+        if self._native is None and self._adbc is None:
+            return self._conn
+        if self._main_conn is None:
+            self._main_conn = self._new_conn()
+        return self._main_conn
 
 
 class Stream:

@@ -153,7 +153,6 @@ def export_report(report: str) -> str:
     report's identity, else a new one made with `nsys export` (said in one line on stderr),
     beside the report when clef-prof may write there, else in the cache."""
     import hashlib
-
     import shlex
 
     from ..nsys import NsysMissing, locate, run_export

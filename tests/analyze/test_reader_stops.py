@@ -80,7 +80,7 @@ def test_ctrl_c_stops_the_callers_read(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGALRM, raise_interrupt)
-    dog = Watchdog(lambda: cap._native_conn.interrupt())
+    dog = Watchdog(lambda: cap._main_conn.interrupt())
     try:
         with pytest.raises(KeyboardInterrupt):
             signal.setitimer(signal.ITIMER_REAL, 0.3)      # set in here: it cannot land outside
