@@ -17,6 +17,10 @@ DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
 ENV_PY_SAMPLING_HZ = "CLEF_PROF_PY_SAMPLING_HZ"
 DEFAULT_PY_SAMPLING_HZ = 100
 MAX_PY_SAMPLING_HZ = 10_000
+# clef-prof's clock marks (annotate.clock): the variable, "1", that asks for them in the server,
+# and the registered message of each mark (its int64 payload: the server's time.time_ns())
+ENV_CLOCK_MARKS = "CLEF_PROF_CLOCK_MARKS"
+CLOCK_MARK_MESSAGE = "clef-prof clock"
 
 
 @dataclass(frozen=True)

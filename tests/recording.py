@@ -56,9 +56,10 @@ def profile(argv: list, stem: Path, version: str, env: dict, cwd: Path, nsys_arg
     shared one another nsys on the machine may remove the session's event files, and the export
     then held nothing at all from the target (no NVTX_EVENTS, no OSRT_API).
 
-    Recorded again (3 tries) on one known nsys failure under load and on nothing else: nsys
-    failing at start-up (its agent's sem_open ENOENT race with nsys-launcher, 2022.4's
-    "Failed to probe the process (sync)": see clef_prof.record.session.nsys_crash).
+    Recorded again (3 tries) on known nsys failures under load, with no report, and on nothing
+    else: nsys failing at start-up (its agent's sem_open ENOENT race with nsys-launcher, 2022.4's
+    "Failed to probe the process (sync)") or losing its agent (2022.4's "Connection to the Agent
+    lost."): see clef_prof.record.session.nsys_crash.
     """
     nsys = nsys_path(version)
     db = None
@@ -94,7 +95,7 @@ def _profile_once(nsys, argv, stem, env, cwd, nsys_args, timeout, trace) -> Path
         shutil.rmtree(tmp, ignore_errors=True)
         assert not left, f"could not end nsys' processes: {procs.describe(left)}"
     rep = stem.parent / f"{stem.name}.nsys-rep"
-    if not rep.exists() and p.returncode != 0 and nsys_crash(out + err):
+    if not rep.exists() and nsys_crash(out + err):
         return None
     # with --duration nsys ends the app and passes on its signal exit: the report is what counts
     assert rep.exists(), out[-2000:] + err[-2000:]

@@ -12,7 +12,8 @@ RANGE_TYPES = (59, 60, 70, 71)          # push/pop, start/end, and their NVTXT t
 PUSH_POP = (59, 70)                     # ranges that nest per thread (a call inside a call)
 MARK_TYPES = (34,)                      # NvtxMark (nsys 2022.4 to 2025.3), end NULL
 DOMAIN_CREATE = 75
-SAMPLING_DOMAINS = ("Python Backtrace", "Python Periodic Sampling")
+# domains that hold no user annotation: nsys' own Python sampling, clef-prof's sampler and clock marks
+TOOL_DOMAINS = ("Python Backtrace", "Python Periodic Sampling", "clef-prof samples", "clef-prof clock")
 PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
 
 
@@ -148,17 +149,17 @@ class NvtxCensus:
     """What NVTX the capture holds at all, for validation messages."""
 
     ranges: int                 # range rows in any domain
-    user_domains: list[str]     # domain names created, sampling domains excluded
-    marks: int                  # user marks (sampling domains excluded)
+    user_domains: list[str]     # domain names created, tool domains (TOOL_DOMAINS) excluded
+    marks: int                  # user marks (tool domains excluded)
 
 
 def census(cap: Export) -> NvtxCensus:
     doms = domains(cap)
-    user = sorted({name for _, _, name in doms} - set(SAMPLING_DOMAINS))
-    sampling_ids = sorted({int(did) for did, _, name in doms if name in SAMPLING_DOMAINS and did is not None})
+    user = sorted({name for _, _, name in doms} - set(TOOL_DOMAINS))
+    tool_ids = sorted({int(did) for did, _, name in doms if name in TOOL_DOMAINS and did is not None})
     user_mark = "eventType = 34"
-    if sampling_ids:
-        user_mark += f" AND COALESCE(domainId, 0) NOT IN ({','.join(str(i) for i in sampling_ids)})"
+    if tool_ids:
+        user_mark += f" AND COALESCE(domainId, 0) NOT IN ({','.join(str(i) for i in tool_ids)})"
     # both counts in one scan (count(*) WHERE c == sum(c): NULL and false rows add nothing)
     n_ranges, marks = cap.rows(f"SELECT sum(eventType IN {RANGE_TYPES}), sum({user_mark}) FROM NVTX_EVENTS")[0]
     return NvtxCensus(int(n_ranges or 0), user, int(marks or 0))

@@ -170,6 +170,9 @@ def _initialize() -> None:
     if attached and os.environ.get("CLEF_PROF_PY_SAMPLING_HZ"):    # config.ENV_PY_SAMPLING_HZ
         from . import sampler       # clef-prof's Python sampler, when asked for (annotate.sampler)
         sampler.start_from_env()
+    if attached and os.environ.get("CLEF_PROF_CLOCK_MARKS") == "1":  # annotate.clock.ENV
+        from . import clock         # the wall clock in the capture, for record (annotate.clock)
+        clock.start_from_env()
 
 
 def _attach() -> None:

@@ -11,8 +11,10 @@ and of clef-prof, and:
 - "report": the .nsys-rep; "status": "ok", "server died", "interrupted" or "failed";
 - "arm" and "round" when `clef-prof ab` made it;
 - "client"/"capture": the span of the export in which the server was recorded ("recorded_ns",
-  wall clock; see collected_span), the completions inside it, and the client's bounds on the
-  requests the server handled in it ("requests_inside", "requests_overlapping").
+  wall clock; see collected_span and place_span), the completions inside it, and the client's
+  bounds on the requests the server handled in it ("requests_inside", "requests_overlapping");
+  "clock": how the span was placed on record's clock, and why there are no bounds when the
+  placement failed its check.
 
 clef_prof.analyze.manifest reads it and holds an analyze result against it (warnings only).
 Standard library only.
@@ -24,7 +26,7 @@ import os
 import sys
 import tempfile
 
-from ..config import MANIFEST as NAME, MANIFEST_SCHEMA as SCHEMA, STATUS_DIED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_OK  # noqa: F401 - record's names
+from ..config import CLOCK_MARK_MESSAGE, MANIFEST as NAME, MANIFEST_SCHEMA as SCHEMA, STATUS_DIED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_OK  # noqa: F401 - record's names
 
 
 def git_info(path: str) -> dict | None:
@@ -93,6 +95,64 @@ def collected_span(sqlite_path: str) -> tuple[int, int, int, int] | None:
         return None
     duration = int(dur[0])
     return int(t0[0]), int(first), min(int(last), duration), duration
+
+
+CLOCK_NEAR_NS = 1_000_000_000   # the clock marks that place an edge of the span: those this near it
+CLOCK_SLACK_NS = 2_000_000      # how far a placed span may cross record's own window before it is refused
+
+
+def clock_marks(sqlite_path: str) -> list[tuple[int, int]]:
+    """(start, wall-clock ns) of each of clef-prof's clock marks in the export (annotate.clock),
+    by start; [] when there is none or the export cannot be read."""
+    import sqlite3
+
+    from ..safeio import readonly_uri
+    sql = ("SELECT e.start, e.int64Value FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+           "WHERE e.eventType = 34 AND e.start >= 0 AND e.int64Value IS NOT NULL "
+           "AND COALESCE(e.text, s.value) = ? ORDER BY e.start")
+    try:
+        db = sqlite3.connect(readonly_uri(sqlite_path), uri=True)
+        try:
+            return [(int(a), int(b)) for a, b in db.execute(sql, (CLOCK_MARK_MESSAGE,))]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+
+
+def place_span(t0: int, first: int, last: int, marks: list[tuple[int, int]], lower: int | None,
+               upper: int | None) -> tuple[int | None, int | None, dict]:
+    """The span [first, last] of the export's clock on this machine's wall clock: (a, b, how).
+
+    With clock marks, each edge is placed by the marks within CLOCK_NEAR_NS of it: a mark's
+    (wall - start) is the offset of the two clocks less the delay between its two reads, so the
+    largest is kept. Without them, by nsys' session start `t0`, a pairing nsys takes once.
+    Either way the placed span must lie between `lower` (when record asked for the window) and
+    `upper` (when nsys confirmed it had stopped), within CLOCK_SLACK_NS: a span placed outside
+    cannot be the one recorded, and (None, None, how) says by how much it missed. The lower edge
+    is tight (nsys starts collecting within a fraction of a second of being asked); the upper one
+    is seconds loose (nsys confirms after writing its buffers)."""
+    if marks:
+        def offset(t: int) -> int:
+            near = [w - s for s, w in marks if abs(s - t) <= CLOCK_NEAR_NS]
+            return max(near or [w - s for s, w in marks])
+        oa, ob = offset(first), offset(last)
+        a, b = first + oa, last + ob
+        how = {"source": "clef-prof clock marks", "marks": len(marks),
+               "session_start_error_ms": round((t0 - oa) / 1e6, 3)}
+    else:
+        a, b = t0 + first, t0 + last
+        how = {"source": "nsys session start", "marks": 0}
+    early = lower - a if lower is not None else 0
+    late = b - upper if upper is not None else 0
+    if max(early, late) > CLOCK_SLACK_NS:
+        where = (f"begins {early / 1e6:.1f} ms before record asked for the window" if early >= late
+                 else f"ends {late / 1e6:.1f} ms after nsys confirmed the window closed")
+        how["refused"] = (f"the recorded span, placed on this machine's clock by the {how['source']}, {where}: "
+                          "the placement is off by at least that much, so the client's requests are not "
+                          "counted inside it")
+        return None, None, how
+    return a, b, how
 
 
 def count_rows(sqlite_path: str, table: str) -> int | None:

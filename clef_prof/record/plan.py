@@ -9,7 +9,7 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 
-from ..config import DEFAULT_PY_SAMPLING_HZ, ENV_PY_SAMPLING_HZ as ENV_HZ
+from ..config import DEFAULT_PY_SAMPLING_HZ, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ as ENV_HZ
 from ..errors import ClefError
 from .load import LoadSettings
 from ..nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
@@ -134,12 +134,17 @@ _OWNED = {"output": "--out and --name", "force-overwrite": None, "session-new": 
           "capture-range-end": "--capture-range-end", "nvtx-capture": "--nvtx-capture"}
 
 
-def sampling_env(cfg: RecordConfig) -> dict:
-    """The variable that starts clef-prof's Python sampler in the server (annotate.sampler), when
-    asked for and not given by --env; added to the server's environment at its start."""
-    if cfg.py_sampling_hz <= 0 or cfg.profiler != "nsys" or ENV_HZ in cfg.env:
+def server_env(cfg: RecordConfig) -> dict:
+    """The variables added to the server's environment at its start under nsys, unless given by
+    --env: the one that starts clef-prof's Python sampler (annotate.sampler) when asked for, and
+    the one that starts its clock marks (annotate.clock), which place the capture on record's
+    clock."""
+    if cfg.profiler != "nsys":
         return {}
-    return {ENV_HZ: f"{cfg.py_sampling_hz:g}"}
+    env = {} if ENV_CLOCK_MARKS in cfg.env else {ENV_CLOCK_MARKS: "1"}
+    if cfg.py_sampling_hz > 0 and ENV_HZ not in cfg.env:
+        env[ENV_HZ] = f"{cfg.py_sampling_hz:g}"
+    return env
 
 
 def plan(cfg: RecordConfig, nsys: Nsys | None = None) -> Plan:

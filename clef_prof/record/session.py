@@ -56,7 +56,7 @@ from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, import_command, import
                    start_command)
 from ..redact import redact_text
 from .control import http, port_in_use
-from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands, sampling_env
+from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands, server_env
 from .presets import VLLM_HINT, max_iterations
 
 AGENT_EXIT_S = 10.0     # how long nsys' agent gets to exit by itself after nsys, before it is ended
@@ -81,6 +81,7 @@ class NsysCrashed(CaptureFailed):
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
 _NSYS_RESUMER = re.compile(r"^(Failed to (?:probe|resume) the process\b.*)$", re.M)   # nsys' ProcessResumer
+_NSYS_AGENT_LOST = re.compile(r"^(Connection to the Agent lost\.?)[ \t]*$", re.M)      # nsys' CLI and its agent
 _NSYS_USAGE = re.compile(r"^usage: nsys \w+ \[<args>\]", re.M)     # after nsys' line on a switch it refused
 
 
@@ -90,11 +91,14 @@ def nsys_crash(text: str) -> str | None:
     ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
     semaphore before nsys-launcher has created it. 2022.4 also fails its handshake with the launched
     process now and then under load, with one line of its ProcessResumer ("Failed to probe the
-    process (sync)") and no report."""
+    process (sync)") and no report, or loses its agent ("Connection to the Agent lost.")."""
     m = _NSYS_THROW.search(text)
     if m is None:
         r = _NSYS_RESUMER.search(text)
-        return f"ProcessResumer: {r.group(1).strip()}" if r else None
+        if r:
+            return f"ProcessResumer: {r.group(1).strip()}"
+        lost = _NSYS_AGENT_LOST.search(text)
+        return lost.group(1) if lost else None
     info = {(k or api): v.strip() for k, api, v in _NSYS_ERRINFO.findall(text[m.end():])}
     why = info.get("errno_text") or info.get("message")
     if why and "api_function" in info:
@@ -168,7 +172,7 @@ class Recording:
         """The environment of this capture's processes; nsys' (and so the server's, which
         plan.keep_tmpdir gives its own TMPDIR back) with the capture's private TMPDIR."""
         env = dict(os.environ)
-        env.update(sampling_env(self.cfg))
+        env.update(server_env(self.cfg))
         env.update(self.pl.env)
         env[procs.ENV_MARK] = self.pl.token
         if nsys and self.pl.nsys_tmp:
@@ -637,12 +641,16 @@ class Recording:
             span = mf.collected_span(exported)
             if span:
                 t0, first, last, duration = span
-                a, b = t0 + first, t0 + last
-                inside, overlapping = self.load.bounds(a, b)
-                self.capture_client = self.load.summary(a, b)
-                self.capture_client.update(start_ns=t0, duration_s=duration / 1e9, recorded_ns=[a, b],
-                                           recorded_s=(b - a) / 1e9, requests_inside=inside,
-                                           requests_overlapping=overlapping)
+                a, b, clock = mf.place_span(t0, first, last, mf.clock_marks(exported), self.outer[0], self.outer[1])
+                if a is None:
+                    self.capture_client = {"start_ns": t0, "duration_s": duration / 1e9, "clock": clock}
+                    self.notes.append(f"no client bounds on the capture's request count: {clock['refused']}")
+                else:
+                    inside, overlapping = self.load.bounds(a, b)
+                    self.capture_client = self.load.summary(a, b)
+                    self.capture_client.update(start_ns=t0, duration_s=duration / 1e9, recorded_ns=[a, b],
+                                               recorded_s=(b - a) / 1e9, requests_inside=inside,
+                                               requests_overlapping=overlapping, clock=clock)
         path = mf.write(self.manifest(exported), self.out)
         if error is not None:
             raise error

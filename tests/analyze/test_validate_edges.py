@@ -227,7 +227,14 @@ def test_cuda_traced_or_not(capture, tmp_path, how, statements, manifest, asked)
     (("DELETE FROM NVTX_EVENTS",), "no NVTX at all: NVTX was traced"),
     (("DELETE FROM NVTX_EVENTS WHERE eventType != 34",
       "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid) VALUES (1, 34, 'a mark', 1)"),
-     "NVTX domains were created (none) but no range was recorded")])
+     "NVTX domains were created (none) but no range was recorded"),
+    # only the tools' own domains and marks (nsys' Python sampling, clef-prof's clock marks): no user NVTX
+    (("DELETE FROM NVTX_EVENTS WHERE eventType != 75 OR domainId IN (SELECT e.domainId FROM NVTX_EVENTS e "
+      "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = 75 AND COALESCE(e.text, s.value) = 'clef')",
+      "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (1, 75, 'clef-prof clock', 1, 77)",
+      "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId, int64Value) "
+      "VALUES (2, 34, 'clef-prof clock', 1, 77, 5)"),
+     "no NVTX at all: NVTX was traced")])
 def test_nvtx_present_or_not(capture, tmp_path, statements, says):
     r = analyze(_variant(capture, tmp_path / "v", *statements)).result
     assert r.batches == 0 and any(w.startswith(says) for w in r.warnings), r.warnings

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ from clef_prof.cli import app as cli
 from clef_prof.cli.record import config_from
 from clef_prof.errors import ClefError
 from clef_prof.nsys import Nsys
-from clef_prof.record.plan import plan, sampling_env
+from clef_prof.record.plan import plan, server_env
 from clef_prof.record.presets import DEFAULT_NVTX_CAPTURE
 from clef_prof.record.session import Recording
 from clicheck import assert_one_line, run_main
@@ -71,8 +72,19 @@ def test_profiler_api_window_has_the_documented_switches(monkeypatch, tmp_path):
     assert pl.server == SERVER and pl.env == {}
     assert pl.lines() == ["# window: profiler-api", f"TMPDIR={pl.nsys_tmp} " + shlex.join(pl.main),
                           shlex.join(pl.export)]
-    assert sampling_env(cfg) == {"CLEF_PROF_PY_SAMPLING_HZ": "100"}      # clef-prof's sampler, in the server's env
+    # clef-prof's sampler and clock marks, in the server's env
+    assert server_env(cfg) == {"CLEF_PROF_PY_SAMPLING_HZ": "100", "CLEF_PROF_CLOCK_MARKS": "1"}
     assert not (tmp_path / "out").exists()                                   # a plan writes nothing
+
+
+def test_server_env_under_nsys_only_and_never_over_env(monkeypatch, tmp_path):
+    """The sampler's rate and the clock marks are added to the server's environment under nsys;
+    --env wins over each; --python-sampling 0 drops the sampler only; the torch profiler gets none."""
+    cfg, _ = build(monkeypatch, tmp_path, "--python-sampling", "0")
+    assert server_env(cfg) == {"CLEF_PROF_CLOCK_MARKS": "1"}
+    cfg, _ = build(monkeypatch, tmp_path, "--env", "CLEF_PROF_CLOCK_MARKS=0", "--env", "CLEF_PROF_PY_SAMPLING_HZ=7")
+    assert server_env(cfg) == {}
+    assert server_env(replace(cfg, env={}, profiler="torch")) == {}
 
 
 def test_nvtx_window(monkeypatch, tmp_path):

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from clef_prof.analyze.manifest import check_manifest
+from clef_prof.record import manifest as mf
 from httpcheck import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,10 +103,12 @@ def one_line(p: subprocess.CompletedProcess, code: int, *needles: str) -> str:
 def assert_within_client_bounds(r: dict, m: dict, concurrency: int) -> None:
     """The batch ranges count at least the requests the client sent and got answered inside the
     span the server was recorded in, at most those in flight during it; closed-loop clients keep
-    at most `concurrency` in flight, so the two differ by the requests crossing the two edges."""
+    at most `concurrency` in flight, so the two differ by the requests crossing the two edges.
+    clef-prof's annotations in the server placed the span on the client's clock (annotate.clock)."""
     cap = m["client"]["capture"]
+    assert cap["clock"]["source"] == "clef-prof clock marks", cap["clock"]    # the server's pairing of the clocks
     lo, hi = cap["requests_inside"], cap["requests_overlapping"]
-    assert 0 < lo <= r["requests"] <= hi <= lo + 2 * concurrency, (r["requests"], cap)
+    assert 0 < lo <= r["requests"] <= hi <= lo + 2 * concurrency, (r["requests"], lo, hi, cap.get("clock"))
     assert 0 < cap["recorded_s"] <= cap["duration_s"]
 
 
@@ -189,6 +192,9 @@ def test_nsys_crash_is_read_from_its_log():
     # 2022.4 under load, verbatim (tests/recording.py's nsys profile of a small program, no report)
     assert nsys_crash("Failed to probe the process (sync)\n") == "ProcessResumer: Failed to probe the process (sync)"
     assert nsys_crash("my server: Failed to probe the process\n") is None
+    # 2022.4 under load, verbatim twice on stdout and stderr of an nsys profile in CI, no report
+    assert nsys_crash("Connection to the Agent lost.\n") == "Connection to the Agent lost."
+    assert nsys_crash("my server: Connection to the Agent lost.\n") is None
 
 
 @pytest.mark.nsys("2023.4")
@@ -282,6 +288,50 @@ def test_record_demo_then_analyze(tmp_path, mark):
     assert q["batches"] == r["batches"] - len(gone) and q["requests"] == r["requests"] - removed
     assert q["requests"] < client["capture"]["requests_inside"]
     assert any(f"batch ranges count {q['requests']} requests" in w and "were lost" in w for w in q["warnings"])
+    assert_clock_placement(out / "capture.sqlite", m, tmp_path)
+
+
+def assert_clock_placement(export: Path, m: dict, tmp_path: Path) -> None:
+    """The recorded span was placed on record's clock by the server's clock marks (annotate.clock),
+    which pair the two clocks every 0.25 s; nsys' own session start is only compared with them. A
+    copy of the export whose session start is 2 s early (a pairing nsys got wrong) places the span
+    the same through its marks; without marks too, the span would begin before record asked for the
+    window: refused, with by how much, instead of bounds that count the wrong 2 s of the client's
+    requests."""
+    cap, win = m["client"]["capture"], m["window"]
+    clock = cap["clock"]
+    assert clock["source"] == "clef-prof clock marks" and clock["marks"] >= 4, clock
+    span = mf.collected_span(str(export))
+    marks = mf.clock_marks(str(export))
+    assert len(marks) == clock["marks"] and all(s1 > s0 for (s0, _), (s1, _) in zip(marks, marks[1:]))
+    a, b, how = mf.place_span(*span[:3], marks, *win["outer_ns"])
+    assert ([a, b], how) == (cap["recorded_ns"], clock)
+    assert win["outer_ns"][0] <= a < b <= win["outer_ns"][1]
+    # each mark's offset is the clocks' offset less the delay between its two reads: apart by little
+    offsets = [w - s for s, w in marks]
+    assert 0 <= max(offsets) - min(offsets) < 50_000_000, (min(offsets), max(offsets))
+
+    early = tmp_path / "early.sqlite"
+    shutil.copy(export, early)
+    con = sqlite3.connect(early)
+    con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs - 2000000000")
+    con.commit()
+    span2 = mf.collected_span(str(early))
+    assert span2[0] == span[0] - 2_000_000_000
+    a2, b2, how2 = mf.place_span(*span2[:3], mf.clock_marks(str(early)), *win["outer_ns"])
+    assert (a2, b2) == (a, b) and how2["session_start_error_ms"] == pytest.approx(clock["session_start_error_ms"] - 2000)
+    con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 34 AND int64Value IS NOT NULL AND textId IN "
+                "(SELECT id FROM StringIds WHERE value = 'clef-prof clock')")
+    con.commit()
+    con.close()
+    assert mf.clock_marks(str(early)) == []
+    a3, b3, how3 = mf.place_span(*span2[:3], [], *win["outer_ns"])
+    assert (a3, b3) == (None, None) and how3["source"] == "nsys session start"
+    early_ms = (win["outer_ns"][0] - span2[0] - span2[1]) / 1e6
+    assert 1000 < early_ms <= 2000 and f"begins {early_ms:.1f} ms before record asked for the window" in how3["refused"]
+    # the export as nsys wrote it, without its marks: its session start places the span inside the window
+    a4, b4, how4 = mf.place_span(*span[:3], [], *win["outer_ns"])
+    assert "refused" not in how4 and abs(a4 - a) < 50_000_000 and abs(b4 - b) < 50_000_000
 
 
 @pytest.mark.nsys("2023.4")
