@@ -13,6 +13,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
+from ..glyphs import ascii_mode, ascii_text
+
 GAP = 2
 
 
@@ -33,7 +35,10 @@ class Column:
 
 
 def wrap(text: str, cols: int, indent: str = "", first: str = "") -> list[str]:
-    """`text` as lines of at most `cols` characters, broken at spaces only (a number is never split)."""
+    """`text` as lines of at most `cols` characters, broken at spaces only (a number is never split);
+    in ASCII, glyphs as their stand-ins, when the report comes out in ASCII (glyphs.ascii_mode)."""
+    if ascii_mode():
+        text = ascii_text(text)
     return textwrap.wrap(text, cols, initial_indent=first, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 

@@ -85,6 +85,8 @@ def run_command(func, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..glyphs import fit_streams
+    fit_streams()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     return run_command(args.func, args)
