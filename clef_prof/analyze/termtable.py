@@ -11,9 +11,9 @@ import os
 import shutil
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..glyphs import ascii_mode, ascii_text
+from ..glyphs import plain
 
 GAP = 2
 
@@ -36,10 +36,8 @@ class Column:
 
 def wrap(text: str, cols: int, indent: str = "", first: str = "") -> list[str]:
     """`text` as lines of at most `cols` characters, broken at spaces only (a number is never split);
-    in ASCII, glyphs as their stand-ins, when the report comes out in ASCII (glyphs.ascii_mode)."""
-    if ascii_mode():
-        text = ascii_text(text)
-    return textwrap.wrap(text, cols, initial_indent=first, subsequent_indent=indent,
+    clef-prof's glyphs as their ASCII stand-ins when $CLEF_PROF_ASCII asks for them (glyphs.plain)."""
+    return textwrap.wrap(plain(text), cols, initial_indent=first, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 
@@ -63,7 +61,7 @@ def _block(cols: list[Column], widths: list[int], rows: list[list[str]]) -> list
         return (" " * GAP).join(parts).rstrip()
 
     out = [line([h[i] for h in heads]) for i in range(depth)]
-    out.append((" " * GAP).join("─" * w for w in widths))
+    out.append((" " * GAP).join(plain("─") * w for w in widths))
     out += [line(r) for r in rows]
     return out
 
@@ -71,7 +69,10 @@ def _block(cols: list[Column], widths: list[int], rows: list[list[str]]) -> list
 def table(columns: list[Column], rows: list[list[str]], cols: int, labels: int = 1,
           title: str | None = None) -> list[str]:
     """Lines of a table at most `cols` wide. The first `labels` columns name the row; the others
-    are split into as many blocks as needed, each repeating the labels."""
+    are split into as many blocks as needed, each repeating the labels. Headers and cells are
+    laid out as printed: with $CLEF_PROF_ASCII, in ASCII stand-ins (glyphs.plain)."""
+    columns = [replace(c, header=plain(c.header)) for c in columns]
+    rows = [[plain(x) for x in r] for r in rows]
     widths = [_col_width(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
     out = wrap(title, cols) if title else []
     lab_w = sum(widths[:labels]) + GAP * labels
@@ -120,7 +121,7 @@ def _stacked(columns: list[Column], widths: list[int], rows: list[list[str]], co
     for n, chunk in enumerate(_chunks(figs, widths, cols - GAP) if figs else [[]]):
         if n:
             out.append("")
-        out.append(" · ".join(c.header for c in columns[:labels]))
+        out.append(plain(" · ").join(c.header for c in columns[:labels]))
         if chunk:
             out += [pad + h for h in _block([columns[i] for i in chunk], [widths[i] for i in chunk], [])]
         for r in rows:

@@ -17,6 +17,7 @@ never more (record keeps the largest). Standard library only: this runs inside t
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -31,12 +32,15 @@ _pid = 0
 
 
 def _run() -> None:
-    domain = _nc.Domain(DOMAIN)
-    msg = domain.register(MESSAGE)
-    mark, now = domain.mark, time.time_ns
-    while True:
-        mark(msg, payload=now())
-        time.sleep(PERIOD_S)
+    try:
+        domain = _nc.Domain(DOMAIN)
+        msg = domain.register(MESSAGE)
+        mark, now = domain.mark, time.time_ns
+        while True:
+            mark(msg, payload=now())
+            time.sleep(PERIOD_S)
+    except Exception as exc:        # never break the server: say once, stop marking
+        sys.stderr.write(f"clef-prof clock[{os.getpid()}]: stopped: {type(exc).__name__}: {exc}\n")
 
 
 def start_from_env() -> bool:

@@ -124,7 +124,8 @@ def place_span(t0: int, first: int, last: int, marks: list[tuple[int, int]], low
                upper: int | None) -> tuple[int | None, int | None, dict]:
     """The span [first, last] of the export's clock on this machine's wall clock: (a, b, how).
 
-    With clock marks, each edge is placed by the marks within CLOCK_NEAR_NS of it: a mark's
+    With clock marks, each edge is placed by the marks within CLOCK_NEAR_NS of it (all of them
+    when none is that near): a mark's
     (wall - start) is the offset of the two clocks less the delay between its two reads, so the
     largest is kept. Without them, by nsys' session start `t0`, a pairing nsys takes once.
     Either way the placed span must lie between `lower` (when record asked for the window) and

@@ -644,7 +644,7 @@ class Recording:
                 a, b, clock = mf.place_span(t0, first, last, mf.clock_marks(exported), self.outer[0], self.outer[1])
                 if a is None:
                     self.capture_client = {"start_ns": t0, "duration_s": duration / 1e9, "clock": clock}
-                    self.notes.append(f"no client bounds on the capture's request count: {clock['refused']}")
+                    self.note(f"no client bounds on the capture's request count: {clock['refused']}")
                 else:
                     inside, overlapping = self.load.bounds(a, b)
                     self.capture_client = self.load.summary(a, b)

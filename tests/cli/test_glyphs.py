@@ -1,9 +1,11 @@
-"""Reports on terminals that cannot show clef-prof's few glyphs outside ASCII (─ · → … Σ ±): the
-report comes out whole, in ASCII stand-ins, instead of stopping halfway at a UnicodeEncodeError;
-CLEF_PROF_ASCII=1 asks for the same on any terminal, with wrapped lines inside the width."""
+"""Reports on terminals that cannot show clef-prof's few glyphs outside ASCII (─ · → … ±): the
+report comes out whole, each glyph the stream cannot encode as its ASCII stand-in, instead of
+stopping halfway at a UnicodeEncodeError. CLEF_PROF_ASCII=1 lays the table format out with the
+stand-ins on any terminal, within the width, and leaves every other character and format alone."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +17,17 @@ from clef_prof.glyphs import ASCII_FOR, ascii_text
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "traces" / "gpu25-pr-slice.sqlite"
 MAIN, PR = ROOT / "traces" / "gpu-main-slice.sqlite", ROOT / "traces" / "gpu-pr-slice.sqlite"
+COMPARE = ("compare", "--arm", f"main={MAIN}", "--arm", f"pr={PR}")
 
 
 def cli(*args, **env) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "CLEF_PROF_ASCII", "COLUMNS")}
     return subprocess.run([sys.executable, "-m", "clef_prof", *map(str, args)], capture_output=True, cwd=ROOT,
-                          env={**base, **env}, timeout=120)
+                          env={**base, "PYTHONIOENCODING": "utf-8", **env}, timeout=120)
+
+
+def widest(out: bytes) -> int:
+    return max(len(line) for line in out.split(b"\n"))
 
 
 def test_stand_ins():
@@ -30,30 +37,52 @@ def test_stand_ins():
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 def test_analyze_on_a_terminal_without_the_glyphs(encoding):
-    """Wide enough that nothing wraps, the report is the UTF-8 one with each glyph as its stand-in."""
-    utf8 = cli("analyze", TRACE, COLUMNS="1000", PYTHONIOENCODING="utf-8")
+    """Wide enough that nothing wraps, the report is the UTF-8 one with each character the
+    encoding cannot encode as its stand-in (latin-1 keeps its own · and ×)."""
+    utf8 = cli("analyze", TRACE, COLUMNS="1000")
     assert utf8.returncode == 0 and any(b > 127 for b in utf8.stdout), utf8.stderr
     p = cli("analyze", TRACE, COLUMNS="1000", PYTHONIOENCODING=encoding)
-    assert p.returncode == 0 and p.stderr == utf8.stderr.decode().encode(encoding, "strict"), p.stderr[-500:]
-    assert p.stdout.decode("ascii") == ascii_text(utf8.stdout.decode())
-
-
-def test_ascii_asked_for_keeps_80_columns():
-    """Under CLEF_PROF_ASCII=1 on a UTF-8 stream, every line is ASCII and within 80 bytes: the
-    renderer wraps the ASCII form, whose → is two characters."""
-    utf8 = cli("analyze", TRACE, COLUMNS="80")
-    p = cli("analyze", TRACE, COLUMNS="80", CLEF_PROF_ASCII="1")
-    assert p.returncode == 0, p.stderr
-    lines = p.stdout.split(b"\n")
-    assert p.stdout.isascii() and max(map(len, lines)) <= 80 and b"->" in p.stdout
-    assert max(map(len, utf8.stdout.split(b"\n"))) > 80          # the glyphs' UTF-8 bytes
-    assert len(lines) >= len(utf8.stdout.split(b"\n"))
+    assert p.returncode == 0 and b"internal error" not in p.stderr, p.stderr[-500:]
+    want = "".join(ch if ch.encode(encoding, "ignore") else ascii_text(ch) for ch in utf8.stdout.decode())
+    assert p.stdout.decode(encoding) == want
 
 
 def test_compare_and_its_warnings_on_an_ascii_terminal():
-    """compare's report (main → pr, figure · unit, ±X%) and its warnings on stderr (→)."""
-    p = cli("compare", "--arm", f"main={MAIN}", "--arm", f"pr={PR}", PYTHONIOENCODING="ascii", COLUMNS="100")
+    """compare's report (main → pr, figure · unit, ±X%) and its warnings on stderr."""
+    p = cli(*COMPARE, PYTHONIOENCODING="ascii", COLUMNS="100")
     assert p.returncode == 0, p.stderr[-800:]
     assert p.stdout.isascii() and p.stderr.isascii() and b"internal error" not in p.stderr
     assert b"main -> pr: host time, ms per request" in p.stdout and b"detects +/-X%" in p.stdout
     assert b"(9 -> 0 per request)" in p.stdout
+
+
+@pytest.mark.parametrize("args", [("analyze", TRACE), ("analyze", TRACE, "--wide"), COMPARE, (*COMPARE, "--wide")],
+                         ids=["analyze", "analyze-wide", "compare", "compare-wide"])
+@pytest.mark.parametrize("cols", [40, 60, 79, 100])
+def test_ascii_asked_for_keeps_the_width(args, cols):
+    """Under CLEF_PROF_ASCII=1 every line is ASCII and, counted in bytes, no wider than the
+    UTF-8 report counted in characters (which fits the width unless one word is wider): tables
+    and paragraphs are laid out in the stand-ins, whose → is two characters."""
+    utf8 = cli(*args, COLUMNS=str(cols))
+    p = cli(*args, COLUMNS=str(cols), CLEF_PROF_ASCII="1")
+    assert p.returncode == 0 == utf8.returncode, p.stderr
+    assert p.stdout.isascii() and any(b > 127 for b in utf8.stdout)
+    assert widest(p.stdout) <= max(len(line) for line in utf8.stdout.decode().split("\n"))
+    if args[0] == "analyze" and cols >= 60:      # narrower, the capture's path is one word wider
+        assert widest(p.stdout) <= cols
+    if cols == 79:
+        assert widest(utf8.stdout) > cols          # in bytes, the glyphs' UTF-8 overflows
+
+
+def test_ascii_asked_for_keeps_names_and_other_formats(tmp_path):
+    """A capture under a folder named in Japanese: the table's header keeps the path, and CSV and
+    JSON are byte for byte what they are without the variable."""
+    folder = tmp_path / "データ"
+    folder.mkdir()
+    cap = shutil.copy(MAIN, folder / "c.sqlite")
+    table = cli("analyze", cap, CLEF_PROF_ASCII="1")
+    assert table.returncode == 0 and str(cap).encode() in table.stdout
+    for fmt in ("csv", "json"):
+        a, b = cli("analyze", cap, "-f", fmt), cli("analyze", cap, "-f", fmt, CLEF_PROF_ASCII="1")
+        assert a.returncode == 0 and a.stdout == b.stdout
+        assert ("データ".encode() if fmt == "csv" else b"\\u30c7\\u30fc\\u30bf") in a.stdout
