@@ -4,6 +4,8 @@ stopping halfway at a UnicodeEncodeError. CLEF_PROF_ASCII=1 lays the table forma
 stand-ins on any terminal, within the width, and leaves every other character and format alone."""
 from __future__ import annotations
 
+import ast
+import io
 import os
 import shutil
 import subprocess
@@ -12,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.glyphs import ASCII_FOR, ascii_text
+from clef_prof.glyphs import ASCII_FOR, HANDLER, ascii_text, fit_streams
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "traces" / "gpu25-pr-slice.sqlite"
-MAIN, PR = ROOT / "traces" / "gpu-main-slice.sqlite", ROOT / "traces" / "gpu-pr-slice.sqlite"
+# relative to ROOT, where the commands run: the report's first lines hold the path, whose width
+# then does not depend on where the checkout lies
+TRACE = "traces/gpu25-pr-slice.sqlite"
+MAIN, PR = "traces/gpu-main-slice.sqlite", "traces/gpu-pr-slice.sqlite"
 COMPARE = ("compare", "--arm", f"main={MAIN}", "--arm", f"pr={PR}")
 
 
@@ -31,8 +35,57 @@ def widest(out: bytes) -> int:
 
 
 def test_stand_ins():
-    assert ascii_text("a ─ b · c → d … e Σ f ± g ✓") == "a - b | c -> d ... e sum f +/- g ?"
+    assert ascii_text("a ─ b · c → d … e Σ f ± g ✓ \x7f\x80") == "a - b | c -> d ... e sum f +/- g ? \x7f?"
     assert all(ch >= "\x80" and v.isascii() and v for ch, v in ASCII_FOR.items())
+    with pytest.raises(UnicodeDecodeError):         # the handler is for encoding only
+        fit_streams()
+        b"\xff".decode("ascii", errors=HANDLER)
+
+
+def test_every_glyph_in_the_code_has_a_stand_in():
+    """The characters outside ASCII in clef_prof's string literals (docstrings aside; the lone
+    surrogates of surrogateescape are no glyphs) are exactly those with a stand-in."""
+    used = set()
+    for path in (ROOT / "clef_prof").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        if path.name != "glyphs.py":
+            used |= {ch for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in docs for ch in n.value if ch >= "\x80" and not "\ud800" <= ch <= "\udfff"}
+    assert used == set(ASCII_FOR)
+
+
+class Fixed(io.StringIO):
+    """A text stream with an encoding of its choosing, which cannot be reconfigured."""
+
+    def __init__(self, encoding):
+        super().__init__()
+        self._enc, self.changes = encoding, []
+
+    @property
+    def encoding(self):
+        return self._enc
+
+
+class Stream(Fixed):
+    """One that can, and records what it is reconfigured to."""
+
+    def reconfigure(self, **kw):
+        self.changes.append(kw)
+
+
+@pytest.mark.parametrize("encoding, reconfigurable, changes", [
+    ("ascii", True, [{"errors": HANDLER}]), ("latin-1", True, [{"errors": HANDLER}]), ("utf-8", True, []),
+    (None, True, []), ("no-such-codec", True, [{"errors": HANDLER}]), ("ascii", False, [])])
+def test_fit_streams_changes_only_what_would_raise(monkeypatch, encoding, reconfigurable, changes):
+    """Only a stream that cannot encode the glyphs gets the handler; one without an encoding
+    (a StringIO) counts as UTF-8; one that cannot be reconfigured is left alone."""
+    for name in ("stdout", "stderr"):
+        monkeypatch.setattr(sys, name, (Stream if reconfigurable else Fixed)(encoding))
+    fit_streams()
+    assert [getattr(sys, n).changes for n in ("stdout", "stderr")] == [changes, changes]
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
@@ -79,7 +132,7 @@ def test_ascii_asked_for_keeps_names_and_other_formats(tmp_path):
     JSON are byte for byte what they are without the variable."""
     folder = tmp_path / "データ"
     folder.mkdir()
-    cap = shutil.copy(MAIN, folder / "c.sqlite")
+    cap = shutil.copy(ROOT / MAIN, folder / "c.sqlite")
     table = cli("analyze", cap, CLEF_PROF_ASCII="1")
     assert table.returncode == 0 and str(cap).encode() in table.stdout
     for fmt in ("csv", "json"):
