@@ -104,20 +104,11 @@ CLOCK_SLACK_NS = 2_000_000      # how far a placed span may cross record's own w
 def clock_marks(sqlite_path: str) -> list[tuple[int, int]]:
     """(start, wall-clock ns) of each of clef-prof's clock marks in the export (annotate.clock),
     by start; [] when there is none or the export cannot be read."""
-    import sqlite3
-
-    from ..safeio import readonly_uri
     sql = ("SELECT e.start, e.int64Value FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
            "WHERE e.eventType = 34 AND e.start >= 0 AND e.int64Value IS NOT NULL "
            "AND COALESCE(e.text, s.value) = ? ORDER BY e.start")
-    try:
-        db = sqlite3.connect(readonly_uri(sqlite_path), uri=True)
-        try:
-            return [(int(a), int(b)) for a, b in db.execute(sql, (CLOCK_MARK_MESSAGE,))]
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return []
+    rows = _on_export(sqlite_path, lambda db: db.execute(sql, (CLOCK_MARK_MESSAGE,)).fetchall())
+    return [(int(a), int(b)) for a, b in rows or ()]
 
 
 def place_span(t0: int, first: int, last: int, marks: list[tuple[int, int]], lower: int | None,
@@ -163,15 +154,21 @@ def count_rows(sqlite_path: str, table: str) -> int | None:
 
 
 def _first_rows(sqlite_path: str, *queries: str) -> list | None:
-    """The first row of each query on the export, opened read-only; None when a table is
-    missing or the file unreadable."""
+    """The first row of each query on the export; None when a table is missing or the file
+    unreadable."""
+    return _on_export(sqlite_path, lambda db: [db.execute(q).fetchone() for q in queries])
+
+
+def _on_export(sqlite_path: str, read):
+    """read(connection) on the export, opened read-only; None when a table is missing or the
+    file unreadable."""
     import sqlite3
 
     from ..safeio import readonly_uri
     try:
         db = sqlite3.connect(readonly_uri(sqlite_path), uri=True)
         try:
-            return [db.execute(q).fetchone() for q in queries]
+            return read(db)
         finally:
             db.close()
     except sqlite3.Error:
