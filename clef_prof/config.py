@@ -5,12 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .defaults import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES
 from .errors import ClefError
 
-VERSION = "0.1.0"           # clef_prof.__version__, kept here so that no layer imports the package root
-DEFAULT_DOMAIN = "clef"
-DEFAULT_BATCH = "pooler"
-DEFAULT_STAGES = ("parse", "index", "transfer", "head", "encode")
 
 # clef-prof's Python sampler (annotate.sampler): the variable that asks for it in the server, and
 # record's default rate (docs/sampling.md: its cost measured at 100 and 1,000 Hz)

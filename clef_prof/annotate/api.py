@@ -61,13 +61,12 @@ import functools
 import sys
 import threading
 
+from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
 from . import nvtx_client as _nc
 
 __all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "torch_refresh", "DEFAULT_DOMAIN",
            "DEFAULT_BATCH"]
 
-DEFAULT_DOMAIN = "clef"
-DEFAULT_BATCH = "pooler"
 RID_MAX_CHARS = 4000    # request ids beyond this are cut and marked with ",..." (16 UUIDs take 592)
 REQUEST = "request"     # a request range: `request rid=ID`
 ENQUEUED = "enqueued"   # the mark where a request joins the batcher's queue: `enqueued rid=ID`

@@ -58,7 +58,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, StageConfig, with_overrides
+from ..config import StageConfig, with_overrides
+from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
 from ..errors import SpecError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")

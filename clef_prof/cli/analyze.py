@@ -5,7 +5,7 @@ import os
 import sys
 
 from ..errors import EXIT_STRICT
-from .options import check_jobs, emit, stage_config
+from .options import check_jobs, emit, import_numpy, stage_config
 
 
 def cmd_analyze(args) -> int:
@@ -50,20 +50,6 @@ def cmd_analyze(args) -> int:
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)
         return EXIT_STRICT
     return 0
-
-
-def import_numpy() -> None:
-    """Import NumPy with OpenBLAS on one thread. The analysis does no linear algebra, and the
-    thread pool OpenBLAS starts when NumPy is imported costs as much CPU as the import itself
-    (40 ms on a 2-core machine, a fifth of a small capture's analysis). The variable is set for
-    the import only: processes started later get the environment as it was."""
-    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        import numpy  # noqa: F401
-    finally:
-        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def _analyze_one(path, cfg, args):

@@ -17,11 +17,11 @@ COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with `argv` naming a command, only that command's module is imported."""
-    from .. import __version__
+    from ..defaults import VERSION
 
     p = argparse.ArgumentParser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
                                 "from Nsight Systems captures.")
-    p.add_argument("--version", action="version", version=f"clef-prof {__version__}")
+    p.add_argument("--version", action="version", version=f"clef-prof {VERSION}")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

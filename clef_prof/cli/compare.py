@@ -6,7 +6,7 @@ import sys
 
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
-from .options import add_threshold_option, check_jobs, emit, stage_config
+from .options import add_threshold_option, check_jobs, emit, import_numpy, stage_config
 
 
 def add_parser(sub) -> None:
@@ -66,6 +66,7 @@ def run(args) -> int:
             print(f"{alias}\t= {target}")
         return 0
     check_jobs(args.jobs)
+    import_numpy()
     if args.bootstrap < 100:
         raise CompareError(f"--bootstrap {args.bootstrap}: at least 100 replicates are needed for an interval")
     if not 0.5 <= args.confidence < 1:

@@ -8,7 +8,7 @@ from ..errors import ClefError
 
 
 def add_parser(sub) -> None:
-    from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN
+    from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
 
     p = sub.add_parser(
         "export", help="request journeys as Chrome trace JSON (Perfetto) with flow arrows to their batches, or CSV",
@@ -32,8 +32,7 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
-    from .analyze import import_numpy
-    from .options import stage_config
+    from .options import import_numpy, stage_config
     from ..analyze.inputs import resolve
     from ..safeio import check_output, write_text
 

@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..config import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES, StageConfig
+from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES
+
+if TYPE_CHECKING:
+    from ..config import StageConfig
 
 
 def stage_config(args) -> StageConfig:
     """--spec, --domain, --batch, --stages and --threshold, resolved as annotate.spec.stage_config
     resolves them (whose module, 3 ms of dataclasses, is imported only with --spec)."""
-    from ..config import parse_threshold, with_overrides
+    from ..config import StageConfig, parse_threshold, with_overrides
 
     cfg = StageConfig()
     if getattr(args, "spec", None):
@@ -50,3 +55,18 @@ def emit(text: str, output: str | None, inputs=()) -> None:
         write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
+
+
+def import_numpy() -> None:
+    """Import NumPy with OpenBLAS on one thread. The analysis does no linear algebra, and the
+    thread pool OpenBLAS starts when NumPy is imported costs as much CPU as the import itself
+    (40 ms on a 2-core machine, a fifth of a small capture's analysis); compare's bootstrap
+    multiplies small matrices, one arm per thread, where OpenBLAS's own threads would only spin.
+    The variable is set for the import only: processes started later get the environment as it was."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]

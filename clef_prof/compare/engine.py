@@ -264,7 +264,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     """The comparison as the JSON contract (docs/json.md, compare)."""
     from . import welch
     from .functions import verdict_fields
-    from .resample import arm_rngs, percentile_interval, ratio, resampled_sums
+    from .resample import arm_rngs, percentile_interval, ratio, resampled_sums_of_arms
 
     stages = tuple(config.stages)
     metrics = check_comparable(arms, data, stages)
@@ -279,7 +279,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     pooled = {n: np.concatenate(blocks[n]) for n in names}
     ints = {n: {c: np.concatenate([np.asarray(d.table[c]) for d in data[n]]) for c in columns} for n in names}
     rngs = arm_rngs(seed, len(names))
-    boot = {n: resampled_sums(rng, blocks[n], n_boot) for n, rng in zip(names, rngs)}
+    boot = dict(zip(names, resampled_sums_of_arms(rngs, [blocks[n] for n in names], n_boot)))
 
     arms_out = {}
     for n in names:

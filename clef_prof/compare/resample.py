@@ -11,12 +11,16 @@ from the per-capture values (`welch`): resampling a few captures understates the
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
-# at most this many weights (replicates x batches of one capture) are held at once
+# at most this many weights (replicates x batches) are held at once, shared by the arms' threads
 _CHUNK_CELLS = 4_000_000
-# replicates counted by one bincount: its counts (rows x batches) stay in the CPU's cache, where one
-# bincount over the whole chunk scatters across 32 MB (half the bootstrap's time at 17,766 batches)
+# replicates drawn and counted at once: the draws and their counts (rows x batches) stay in the
+# CPU's cache, where one bincount over a whole chunk scatters across 32 MB (half the bootstrap's
+# time at 17,766 batches); NumPy's generator gives the same stream however its draws are split
 _COUNT_ROWS = 16
 
 
@@ -25,13 +29,14 @@ def arm_rngs(seed: int, n_arms: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n_arms)]
 
 
-def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: int) -> np.ndarray:
+def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: int,
+                   cells: int = _CHUNK_CELLS) -> np.ndarray:
     """(n_boot, K) column sums of within-capture bootstrap replicates.
 
     blocks: one (n_c, K) float array per capture (rows: batch instances, columns: per-batch values).
-    The replicate sums are `W @ X` with W the draw counts, in float64 (BLAS). The per-batch columns
-    are whole numbers (counts, bytes, ns), so the sums are exact below 2**53 whatever the order of
-    summation: the same on every machine for one seed.
+    The replicate sums are `W @ X` with W the draw counts, in float64 (BLAS), at most `cells`
+    counts at a time. The per-batch columns are whole numbers (counts, bytes, ns), so the sums are
+    exact below 2**53 whatever the order of summation: the same on every machine for one seed.
     """
     k = blocks[0].shape[1]
     sums = np.zeros((n_boot, k), dtype=np.float64)
@@ -39,19 +44,32 @@ def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: i
         n = len(x)
         if n == 0:
             continue
-        step = max(1, _CHUNK_CELLS // n)
+        step = max(1, cells // n)
         rows = min(step, _COUNT_ROWS)
         offsets = (np.arange(rows) * n)[:, None]
+        w = np.empty((min(step, n_boot), n), dtype=np.float64)
         for lo in range(0, n_boot, step):
             hi = min(n_boot, lo + step)
-            idx = rng.integers(0, n, size=(hi - lo, n))
-            w = np.empty((hi - lo, n), dtype=np.float64)
-            for a in range(0, hi - lo, rows):
-                b = min(hi - lo, a + rows)
-                w[a:b] = np.bincount((idx[a:b] + offsets[:b - a]).reshape(-1), minlength=(b - a) * n).reshape(b - a, n)
-            del idx
-            sums[lo:hi] += w @ x
+            for a in range(lo, hi, rows):
+                b = min(hi, a + rows)
+                idx = rng.integers(0, n, size=(b - a, n))
+                idx += offsets[:b - a]
+                w[a - lo:b - lo] = np.bincount(idx.reshape(-1), minlength=(b - a) * n).reshape(b - a, n)
+            sums[lo:hi] += w[:hi - lo] @ x
     return sums
+
+
+def resampled_sums_of_arms(rngs: list[np.random.Generator], arms: list[list[np.ndarray]],
+                           n_boot: int) -> list[np.ndarray]:
+    """`resampled_sums` of each arm (its generator, its captures' blocks), the arms on threads:
+    NumPy draws, counts and multiplies without the GIL, and each arm has its own stream, so the
+    sums are those of one arm after the other. The threads share `_CHUNK_CELLS` between them."""
+    workers = max(1, min(len(arms), os.cpu_count() or 1))
+    cells = max(1, _CHUNK_CELLS // workers)
+    if workers == 1:
+        return [resampled_sums(rng, blocks, n_boot, cells) for rng, blocks in zip(rngs, arms)]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda job: resampled_sums(job[0], job[1], n_boot, cells), zip(rngs, arms)))
 
 
 def ratio(sums: np.ndarray, num: int, den: int, scale: float = 1.0) -> np.ndarray:

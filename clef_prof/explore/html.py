@@ -90,7 +90,7 @@ def _batch_columns(analysis) -> dict[str, np.ndarray]:
 def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
     """The report of one capture as one HTML string: `cap` is an `Analysis`, a `Capture` of the
     data model (its analysis is used) or a path (analyzed here, without row-level tables)."""
-    from ..config import VERSION as __version__
+    from ..defaults import VERSION as __version__
     from . import svg
     from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
 

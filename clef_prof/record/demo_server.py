@@ -591,7 +591,7 @@ class DemoServer:
             return f"r{self._rid}"
 
     def version_info(self) -> dict:
-        from ..config import VERSION as __version__
+        from ..defaults import VERSION as __version__
         info = {"server": "clef-prof demo-server", "version": __version__, "variant": self.variant,
                 "sync": self.pooler.sync, "device": self.pooler.device, "python": sys.version.split()[0], "max_batch": self.max_batch}
         if self.pooler.device == "cuda":

@@ -771,7 +771,7 @@ class Recording:
             outer = self.load.summary(self.outer[0], self.outer[1])
         whole = self.load.summary() if self.load is not None else None
         before = self.before_window()
-        from ..config import VERSION as __version__
+        from ..defaults import VERSION as __version__
         commands = {
             "clef_prof": cfg.argv,
             "server": pl.server,

@@ -1,17 +1,18 @@
 """The within-capture bootstrap's sums when a capture has more batches than one chunk holds, and at
-the smallest captures: against the same seeded draws counted by hand, replicate by replicate."""
+the smallest captures, and of several arms on threads: against the same seeded draws counted by
+hand, replicate by replicate."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from clef_prof.compare.resample import ratio, resampled_sums
+from clef_prof.compare import resample
+from clef_prof.compare.resample import arm_rngs, ratio, resampled_sums, resampled_sums_of_arms
 
 
-def by_hand(seed, blocks, n_boot):
+def by_hand(rng, blocks, n_boot):
     """Each replicate: every capture's batches drawn with replacement (the generator's stream in order,
     capture after capture), each batch's values summed as often as it was drawn."""
-    rng = np.random.default_rng(seed)
     sums = np.zeros((n_boot, blocks[0].shape[1]))
     for x in blocks:
         if len(x) == 0:
@@ -22,18 +23,32 @@ def by_hand(seed, blocks, n_boot):
     return sums
 
 
+@pytest.mark.parametrize("cells", [resample._CHUNK_CELLS, 1000, 1])
 @pytest.mark.parametrize("sizes", [(2500, 30), (0, 1, 7), (4001,), (1,)])
-def test_sums_are_the_drawn_batches_whatever_the_chunks(sizes):
+def test_sums_are_the_drawn_batches_whatever_the_chunks(sizes, cells):
     """2,500 and 4,001 batches at 2,000 replicates: more cells than one chunk (4 million) holds, so
-    the draws are made in several chunks; an empty capture draws nothing; one batch is always itself."""
+    the draws are made in several chunks (and in many more, or one replicate at a time, with fewer
+    cells); an empty capture draws nothing; one batch is always itself."""
     gen = np.random.default_rng(5)
     blocks = [gen.integers(0, 10_000, size=(n, 3)).astype(np.float64) for n in sizes]
     n_boot = 2000
-    got = resampled_sums(np.random.default_rng(11), blocks, n_boot)
+    got = resampled_sums(np.random.default_rng(11), blocks, n_boot, cells)
     assert got.shape == (n_boot, 3)
-    assert np.array_equal(got, by_hand(11, blocks, n_boot))
+    assert np.array_equal(got, by_hand(np.random.default_rng(11), blocks, n_boot))
     if sizes == (1,):
         assert (got == blocks[0][0]).all()
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 8])
+def test_arms_on_threads_are_the_arms_one_after_the_other(monkeypatch, cpus):
+    """Each arm from its own stream, whatever the threads and the share of the chunk each gets."""
+    monkeypatch.setattr(resample.os, "cpu_count", lambda: cpus)
+    gen = np.random.default_rng(6)
+    arms = [[gen.integers(0, 1000, size=(n, 2)).astype(np.float64) for n in sizes]
+            for sizes in [(3000, 40), (7,), (0, 1200)]]
+    got = resampled_sums_of_arms(arm_rngs(4, 3), arms, 1500)
+    want = [by_hand(rng, blocks, 1500) for rng, blocks in zip(arm_rngs(4, 3), arms)]
+    assert len(got) == 3 and all(np.array_equal(g, w) for g, w in zip(got, want))
 
 
 def test_ratio_of_sums_with_its_scale():
