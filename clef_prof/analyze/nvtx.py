@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -151,6 +151,7 @@ class NvtxCensus:
     ranges: int                 # range rows in any domain
     user_domains: list[str]     # domain names created, tool domains (TOOL_DOMAINS) excluded
     marks: int                  # user marks (tool domains excluded)
+    orphans: dict[int, int] = field(default_factory=dict)   # pid -> ranges in a domain it never created
 
 
 def census(cap: Export) -> NvtxCensus:
@@ -162,7 +163,26 @@ def census(cap: Export) -> NvtxCensus:
         user_mark += f" AND COALESCE(domainId, 0) NOT IN ({','.join(str(i) for i in tool_ids)})"
     # both counts in one scan (count(*) WHERE c == sum(c): NULL and false rows add nothing)
     n_ranges, marks = cap.rows(f"SELECT sum(eventType IN {RANGE_TYPES}), sum({user_mark}) FROM NVTX_EVENTS")[0]
-    return NvtxCensus(int(n_ranges or 0), user, int(marks or 0))
+    return NvtxCensus(int(n_ranges or 0), user, int(marks or 0), _orphans(cap, doms) if n_ranges else {})
+
+
+def _orphans(cap: Export, doms) -> dict[int, int]:
+    """pid -> range rows in a named domain whose id that process never created: a domain is known
+    per process (its create row), and a child forked after its parent created a domain, which nsys
+    traces afresh, sends ranges under the parent's handle. Such rows belong to no domain."""
+    if cap.export_meta.get("CLEF_SOURCE") == "kineto":
+        return {}
+    created = {(int(did), int(pk)) for did, pk, _ in doms if did is not None and pk is not None}
+    used = cap.rows(f"SELECT DISTINCT domainId, globalTid >> 24 FROM NVTX_EVENTS "
+                    f"WHERE eventType IN {RANGE_TYPES} AND COALESCE(domainId, 0) != 0")
+    lost = sorted({(int(d), int(p)) for d, p in used if d is not None and p is not None} - created)
+    if not lost:
+        return {}
+    values = ", ".join(f"({d}, {p})" for d, p in lost)
+    rows = cap.rows(f"WITH lost(did, pk) AS (VALUES {values}) SELECT e.globalTid >> 24, count(*) FROM NVTX_EVENTS e "
+                    f"JOIN lost ON e.domainId = lost.did AND (e.globalTid >> 24) = lost.pk "
+                    f"WHERE e.eventType IN {RANGE_TYPES} GROUP BY 1")
+    return {int(pk) & 0xFFFFFF: int(n) for pk, n in rows}
 
 
 def names_seen(cap: Export, limit: int = 12) -> list[tuple[str, str, int]]:

@@ -85,6 +85,12 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
         return [f"no range named {cfg.batch!r} or {', '.join(cfg.stages)} in {dom}; ranges seen "
                 f"(domain:name (count)): {listing}; set --domain/--batch/--stages or --spec"]
     out = []
+    if nv.orphans:
+        who = ", ".join(f"pid {p}: {n:,}" for p, n in sorted(nv.orphans.items()))
+        out.append(f"NVTX ranges in a domain their process never created ({who}), so they belong to no domain and "
+                   "are not counted: a worker forked after its parent created the domain, which nsys traces "
+                   "afresh, still uses the parent's handle. Create the domain again in each worker (clef-prof's "
+                   "annotations do) or start workers with spawn")
     if stages.duplicates:
         out.append(f"{stages.duplicates} NVTX ranges repeat another exactly (thread, start, end, name): duplicated "
                    "rows, counted once")

@@ -149,12 +149,30 @@ def _load_injection():
         return None, None
 
 
-def _new_lock_in_child() -> None:
+def _after_fork_in_child() -> None:
+    """A new lock (a fork while another thread held it would leave it held forever), then every
+    domain created and every string registered again, in the parent's order, their handles
+    updated in place.
+
+    Why: a tool that traces a forked child (nsys with --trace-fork-before-exec, as record runs
+    it) starts the child's domains and registered strings afresh. A handle the parent got names
+    nothing in the child (its domain has no create event there, so its ranges belong to no
+    domain) or, once the child registers strings of its own, another string (a stage named as a
+    sampler frame). The objects callers hold (a Stage's bound push, a StringHandle) keep working:
+    their handles are the same ctypes objects, with new values. Strings registered with
+    `replay=False` (the sampler's, stamped with the parent's pid) are dropped instead."""
     global _lock
-    _lock = threading.Lock()    # a fork while another thread held it would leave it held forever
+    _lock = threading.Lock()
+    if not _ON:
+        return
+    for d in list(_domains.values()):
+        d._handle.value = (_create(d.name.encode()) or None) if _create and d.name else None
+        d._strings = {t: h for t, h in d._strings.items() if h.replay}
+        for h in d._strings.values():
+            h._set(_register(d._handle, h.text.encode()) if _register else None)
 
 
-os.register_at_fork(after_in_child=_new_lock_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _initialize() -> None:
@@ -249,17 +267,22 @@ class StringHandle:
     value is the tool's handle; 0 when the client is off or the tool does not register
     strings, and then the struct carries the text as an ASCII message instead."""
 
-    __slots__ = ("text", "value", "attr")
+    __slots__ = ("text", "value", "attr", "replay")
 
-    def __init__(self, text: str, value: int | None):
+    def __init__(self, text: str, value: int | None, replay: bool = True):
         self.text = text
-        self.value = value or 0
+        self.replay = replay
         self.attr = EventAttributes(NVTX_VERSION, ATTR_SIZE)
+        self._set(value)
+
+    def _set(self, value: int | None) -> None:
+        """Name the string by `value` (registered again after a fork), in the same struct."""
+        self.value = value or 0
         self.attr.messageType = MESSAGE_TYPE_REGISTERED if value else MESSAGE_TYPE_ASCII
         if value:
             self.attr.message.registered = value
         else:
-            self.attr.message.ascii = text.encode()
+            self.attr.message.ascii = self.text.encode()
 
     def __repr__(self) -> str:
         return f"StringHandle({self.text!r}, 0x{self.value:x})"
@@ -292,7 +315,7 @@ class Domain:
     nest per thread; they must be balanced on the thread that pushed.
     """
 
-    __slots__ = ("name", "handle", "_strings")
+    __slots__ = ("name", "_handle", "_strings")
 
     def __new__(cls, name: str):
         d = _domains.get(name)
@@ -305,18 +328,26 @@ class Domain:
                 d = object.__new__(cls)
                 d.name = name
                 d._strings = {}
-                d.handle = (_create(name.encode()) or None) if _create and name else None
+                # one ctypes object for the domain's life: bound calls hold it, a fork updates it
+                d._handle = c_void_p((_create(name.encode()) or None) if _create and name else None)
                 _domains[name] = d
         return d
 
-    def register(self, text: str) -> StringHandle:
-        """The registered handle of `text` in this domain (registered once, then cached)."""
+    @property
+    def handle(self) -> int | None:
+        """The tool's handle of this domain (None: the default domain, or no tool)."""
+        return self._handle.value
+
+    def register(self, text: str, replay: bool = True) -> StringHandle:
+        """The registered handle of `text` in this domain (registered once, then cached).
+        replay=False: a string that means nothing in a forked child (one stamped with this
+        process's pid), dropped there instead of registered again."""
         h = self._strings.get(text)
         if h is None:
             with _lock:
                 h = self._strings.get(text)
                 if h is None:
-                    h = StringHandle(text, _register(self.handle, text.encode()) if _register else None)
+                    h = StringHandle(text, _register(self._handle, text.encode()) if _register else None, replay)
                     self._strings[text] = h
         return h
 
@@ -325,42 +356,42 @@ class Domain:
         a negative value when it does not track levels; -2 when off)."""
         if not _ON:
             return -2
-        return _push(self.handle, _attributes(message, payload, color))
+        return _push(self._handle, _attributes(message, payload, color))
 
-    def bind(self, message: "str | StringHandle", payload: int | None = None, color: int | None = None):
+    def bind(self, message: "str | StringHandle"):
         """(push, pop): zero-argument callables that open a range of `message` and close it.
 
-        The attributes are built once and the callables are C-level partials of the
-        injection's functions, so a range costs the two foreign calls and nothing more.
-        Both are no-ops when the client is off.
+        The attributes are built once (a StringHandle's own struct, which a fork updates) and
+        the callables are C-level partials of the injection's functions, so a range costs the
+        two foreign calls and nothing more. Both are no-ops when the client is off.
         """
         if not _ON:
             return _noop, _noop
-        return (functools.partial(_push, self.handle, _attributes(message, payload, color)),
-                functools.partial(_pop, self.handle))
+        return (functools.partial(_push, self._handle, _attributes(message, None, None)),
+                functools.partial(_pop, self._handle))
 
     def pop(self) -> int:
         """Close this thread's innermost range of this domain."""
         if not _ON:
             return -2
-        return _pop(self.handle)
+        return _pop(self._handle)
 
     def mark(self, message: "str | StringHandle", payload: int | None = None, color: int | None = None) -> None:
         """An instantaneous marker."""
         if not _ON:
             return
-        _mark(self.handle, _attributes(message, payload, color))
+        _mark(self._handle, _attributes(message, payload, color))
 
     def start(self, message: "str | StringHandle", payload: int | None = None, color: int | None = None) -> int:
         """Open a range that may end on another thread; returns its id for end() (0 when off)."""
         if not _ON:
             return 0
-        return _start(self.handle, _attributes(message, payload, color))
+        return _start(self._handle, _attributes(message, payload, color))
 
     def end(self, range_id: int) -> None:
         """Close a range opened by start()."""
         if _ON and range_id:
-            _end(self.handle, range_id)
+            _end(self._handle, range_id)
 
     def __repr__(self) -> str:
         return f"Domain({self.name!r})"

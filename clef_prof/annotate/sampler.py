@@ -72,7 +72,7 @@ class Sampler(threading.Thread):
         fid = len(self.frames)
         code, line = key
         name = getattr(code, "co_qualname", code.co_name)
-        self.domain.register(f"{FRAME_PREFIX}{self.pid}:{fid}\t{name}\t{code.co_filename}\t{line}")
+        self.domain.register(f"{FRAME_PREFIX}{self.pid}:{fid}\t{name}\t{code.co_filename}\t{line}", replay=False)
         self.frames[key] = fid
         return fid
 
@@ -80,7 +80,7 @@ class Sampler(threading.Thread):
         frames = self.frames
         ids = [frames[k] if k in frames else self._frame_id(k) for k in keys]
         sid = len(self.stacks) + 1
-        self.domain.register(f"{STACK_PREFIX}{self.pid}:{sid}\t{' '.join(map(str, ids))}")
+        self.domain.register(f"{STACK_PREFIX}{self.pid}:{sid}\t{' '.join(map(str, ids))}", replay=False)
         self.stacks[keys] = sid
         return sid
 
@@ -91,7 +91,7 @@ class Sampler(threading.Thread):
                 native = t.native_id
         if native is None:      # a thread threading does not know (started from C): not attributable
             return None
-        h = self.domain.register(f"t {self.pid} {native}")
+        h = self.domain.register(f"t {self.pid} {native}", replay=False)
         self.threads[ident] = h
         return h
 
@@ -119,7 +119,7 @@ class Sampler(threading.Thread):
             self.taken += 1
 
     def run(self) -> None:
-        self.domain.register(f"{SAMPLER_PREFIX}{self.pid} hz={1.0 / self.period:g} depth={MAX_DEPTH}")
+        self.domain.register(f"{SAMPLER_PREFIX}{self.pid} hz={1.0 / self.period:g} depth={MAX_DEPTH}", replay=False)
         clock = time.monotonic
         due = clock() + self.period
         while not self.stopping.wait(max(due - clock(), 0.0)):

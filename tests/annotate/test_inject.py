@@ -65,20 +65,23 @@ def nvtx_events(monkeypatch):
     def payload(a):
         return a.payload.llValue if a.payloadType == nc.PAYLOAD_TYPE_INT64 else None
 
+    def dom(d):
+        return domains[d.value]         # the client passes its domain's ctypes handle, as to a C function
+
     def push(d, a):
-        events.append(("push", domains[d], text(a), payload(a)))
+        events.append(("push", dom(d), text(a), payload(a)))
         return 0
 
     def pop(d):
-        events.append(("pop", domains[d]))
+        events.append(("pop", dom(d)))
         return 0
 
     def start(d, a):
-        events.append(("start", domains[d], text(a), payload(a)))
+        events.append(("start", dom(d), text(a), payload(a)))
         return next(ids)
 
     def end(d, _rid):
-        events.append(("end", domains[d]))
+        events.append(("end", dom(d)))
 
     for name, value in (("_state", "done"), ("_ON", True), ("_create", create), ("_register", register),
                         ("_push", push), ("_pop", pop), ("_start", start), ("_end", end), ("_domains", {})):
