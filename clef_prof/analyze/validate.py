@@ -91,6 +91,7 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
                    "are not counted: a worker forked after its parent created the domain, which nsys traces "
                    "afresh, still uses the parent's handle. Create the domain again in each worker (clef-prof's "
                    "annotations do) or start workers with spawn")
+    out += _replicas_without_ids(stages)
     if stages.duplicates:
         out.append(f"{stages.duplicates} NVTX ranges repeat another exactly (thread, start, end, name): duplicated "
                    "rows, counted once")
@@ -120,6 +121,30 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
     missing = [s for i, s in enumerate(cfg.stages) if not present[i]]
     if missing:
         out.append(f"stages with no range in the capture: {', '.join(missing)}")
+    return out
+
+
+def _replicas_without_ids(stages: Stages) -> list[str]:
+    """Replica ranks matched by batch size and time alone (analyze.ranks): independent workers
+    that run back-to-back batches of one size match that way too, and their requests would be
+    missing from the count; request ids tell the two apart, so say which were judged without."""
+    reps = stages.replicas
+    if reps is None or len(reps) == 0:
+        return []
+    b = stages.batches
+    with_ids = {int(p) for p in np.unique(b["gtid"][b["rid"] != ""] >> 24)} if len(b) else set()
+    with_ids |= {int(p) for p in np.unique(reps["gtid"][reps["rid"] != ""] >> 24)}
+    out = []
+    for pk in np.unique(reps["gtid"] >> 24):
+        mine = reps[(reps["gtid"] >> 24) == pk]
+        lead = int(mine["lead"][0])
+        if int(pk) in with_ids or lead in with_ids:
+            continue
+        out.append(f"pid {int(pk) & 0xFFFFFF} was taken for a replica rank of pid {lead & 0xFFFFFF} (the same "
+                   f"batches, as with tensor parallelism) by batch sizes and times alone: no request ids. If they "
+                   f"are independent workers, its {len(mine):,} batches ({int(mine['size'].sum()):,} requests) "
+                   "are missing from the count; batch ranges with request ids (clef_prof.batch(request_ids=...), "
+                   "`rid=` in the message) tell the two apart")
     return out
 
 

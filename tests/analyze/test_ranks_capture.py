@@ -71,6 +71,11 @@ def test_replica_ranks_count_once_and_data_parallel_ranks_all(result, phases):
     for pid, n, req, _ in dp:
         assert ranks[pid].counted and ranks[pid].first_rank_pid == pid
         assert (ranks[pid].batches, ranks[pid].requests) == (n, req)
+    # matched without request ids (by sizes and times): said, with what the count would lack
+    judged = [w for w in result.warnings if "taken for a replica rank" in w]
+    (first, n, req, _), (second, *_) = tp_sizes
+    assert judged == [w for w in judged if w.startswith(f"pid {second} was taken for a replica rank of pid {first} ")]
+    assert len(judged) == 1 and f"its {n:,} batches ({req:,} requests) are missing from the count" in judged[0]
 
 
 def _copy(capture, tmp_path, *statements) -> str:
