@@ -71,9 +71,9 @@ def named(text: str) -> str:
     return f"AND COALESCE(e.text, s.value) = '{text}'"
 
 
-@pytest.mark.nsys("2023.4")
-def test_forked_workers_keep_their_domains_names_clock_and_samples(tmp_path):
-    db_path = record(PROGRAM, tmp_path, env={ENV_CLOCK_MARKS: "1", ENV_PY_SAMPLING_HZ: "100"},
+@pytest.mark.parametrize("version", [pytest.param(v, marks=pytest.mark.nsys(v)) for v in ("2023.4", "2022.4")])
+def test_forked_workers_keep_their_domains_names_clock_and_samples(tmp_path, version):
+    db_path = record(PROGRAM, tmp_path, version, env={ENV_CLOCK_MARKS: "1", ENV_PY_SAMPLING_HZ: "100"},
                      nsys_args=("--trace-fork-before-exec=true",))
     pids = json.loads((tmp_path / "pids.json").read_text())
     parent, children = pids["parent"], pids["children"]
