@@ -129,16 +129,17 @@ def _replicas_without_ids(stages: Stages) -> list[str]:
     that run back-to-back batches of one size match that way too, and their requests would be
     missing from the count; request ids tell the two apart, so say which were judged without."""
     reps = stages.replicas
-    if reps is None or len(reps) == 0:
+    if reps is None:
         return []
+    # ids are compared only where both batches have one: a process with a batch without is matched
+    # by size and time, at least in part
     b = stages.batches
-    with_ids = {int(p) for p in np.unique(b["gtid"][b["rid"] != ""] >> 24)} if len(b) else set()
-    with_ids |= {int(p) for p in np.unique(reps["gtid"][reps["rid"] != ""] >> 24)}
+    no_ids = {int(p) for t in (b, reps) for p in np.unique(t["gtid"][t["rid"] == ""] >> 24)}
     out = []
     for pk in np.unique(reps["gtid"] >> 24):
         mine = reps[(reps["gtid"] >> 24) == pk]
         lead = int(mine["lead"][0])
-        if int(pk) in with_ids or lead in with_ids:
+        if int(pk) not in no_ids and lead not in no_ids:
             continue
         out.append(f"pid {int(pk) & 0xFFFFFF} was taken for a replica rank of pid {lead & 0xFFFFFF} (the same "
                    f"batches, as with tensor parallelism) by batch sizes and times alone: no request ids. If they "

@@ -78,6 +78,25 @@ def test_replica_ranks_count_once_and_data_parallel_ranks_all(result, phases):
     assert len(judged) == 1 and f"its {n:,} batches ({req:,} requests) are missing from the count" in judged[0]
 
 
+@pytest.mark.parametrize("side", [0, 1])
+def test_a_replica_pair_with_ids_on_one_side_is_judged_without_ids(capture, tmp_path, phases, side):
+    """One process of the pair with request ids loses them (its messages cut before `rid=`), the
+    first rank or its replica: ids are compared only where both batches have one, so the pair is
+    matched by sizes and times, and that is said."""
+    (first, n, req, _), (second, *_) = phases[0]
+    gone, kept = (first, second) if side == 0 else (second, first)
+    f = _copy(capture, tmp_path, "UPDATE NVTX_EVENTS SET text = substr(text, 1, instr(text, ' rid=') - 1) "
+              f"WHERE text LIKE 'pooler n=% rid=%' AND (globalTid >> 24 & 16777215) = {gone}")
+    assert sql(f, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'pooler n=% rid=%' "
+                  f"AND (globalTid >> 24 & 16777215) = {kept}") == [(n,)]
+    r = analyze(f).result
+    assert (r.requests, r.batches) == (51, 18)
+    judged = sorted(w.split(" was taken")[0] for w in r.warnings if "taken for a replica rank" in w)
+    assert judged == sorted([f"pid {second}", f"pid {phases[1][1][0]}"])
+    said = next(w for w in r.warnings if w.startswith(f"pid {second} was taken for a replica rank of pid {first} "))
+    assert f"its {n:,} batches ({req:,} requests)" in said
+
+
 def _copy(capture, tmp_path, *statements) -> str:
     f = tmp_path / "changed.sqlite"
     shutil.copyfile(capture(NAME), f)
