@@ -141,11 +141,14 @@ def _replicas_without_ids(stages: Stages) -> list[str]:
         lead = int(mine["lead"][0])
         if int(pk) not in no_ids and lead not in no_ids:
             continue
+        theirs = b[(b["gtid"] >> 24) == lead]
+        bare, lead_bare = int((mine["rid"] == "").sum()), int((theirs["rid"] == "").sum())
         out.append(f"pid {int(pk) & 0xFFFFFF} was taken for a replica rank of pid {lead & 0xFFFFFF} (the same "
-                   f"batches, as with tensor parallelism) by batch sizes and times alone: no request ids. If they "
-                   f"are independent workers, its {len(mine):,} batches ({int(mine['size'].sum()):,} requests) "
-                   "are missing from the count; batch ranges with request ids (clef_prof.batch(request_ids=...), "
-                   "`rid=` in the message) tell the two apart")
+                   f"batches, as with tensor parallelism) by batch sizes and times where request ids are missing "
+                   f"({bare:,} of its {len(mine):,} batches and {lead_bare:,} of pid {lead & 0xFFFFFF}'s "
+                   f"{len(theirs):,} have none). If they are independent workers, its {len(mine):,} batches "
+                   f"({int(mine['size'].sum()):,} requests) are missing from the count; batch ranges with request "
+                   "ids (clef_prof.batch(request_ids=...), `rid=` in the message) tell the two apart")
     return out
 
 

@@ -76,6 +76,7 @@ def test_replica_ranks_count_once_and_data_parallel_ranks_all(result, phases):
     (first, n, req, _), (second, *_) = tp_sizes
     assert judged == [w for w in judged if w.startswith(f"pid {second} was taken for a replica rank of pid {first} ")]
     assert len(judged) == 1 and f"its {n:,} batches ({req:,} requests) are missing from the count" in judged[0]
+    assert f"({n:,} of its {n:,} batches and {n:,} of pid {first}'s {n:,} have none)" in judged[0]
 
 
 @pytest.mark.parametrize("side", [0, 1])
@@ -95,6 +96,8 @@ def test_a_replica_pair_with_ids_on_one_side_is_judged_without_ids(capture, tmp_
     assert judged == sorted([f"pid {second}", f"pid {phases[1][1][0]}"])
     said = next(w for w in r.warnings if w.startswith(f"pid {second} was taken for a replica rank of pid {first} "))
     assert f"its {n:,} batches ({req:,} requests)" in said
+    bare = (0, n) if side == 0 else (n, 0)          # batches without ids: the replica's, the first rank's
+    assert f"({bare[0]:,} of its {n:,} batches and {bare[1]:,} of pid {first}'s {n:,} have none)" in said
 
 
 def _copy(capture, tmp_path, *statements) -> str:
