@@ -131,18 +131,18 @@ def _replicas_without_ids(stages: Stages) -> list[str]:
     reps = stages.replicas
     if reps is None:
         return []
-    # ids are compared only where both batches have one: a process with a batch without is matched
-    # by size and time, at least in part
+    # ids are compared only where both batches have one: a pair with a batch without (on either
+    # side: the replica's batches are in `reps`, its first rank's in the counted batches) is
+    # matched by size and time, at least in part
     b = stages.batches
-    no_ids = {int(p) for t in (b, reps) for p in np.unique(t["gtid"][t["rid"] == ""] >> 24)}
     out = []
     for pk in np.unique(reps["gtid"] >> 24):
         mine = reps[(reps["gtid"] >> 24) == pk]
         lead = int(mine["lead"][0])
-        if int(pk) not in no_ids and lead not in no_ids:
-            continue
         theirs = b[(b["gtid"] >> 24) == lead]
         bare, lead_bare = int((mine["rid"] == "").sum()), int((theirs["rid"] == "").sum())
+        if not bare and not lead_bare:
+            continue
         out.append(f"pid {int(pk) & 0xFFFFFF} was taken for a replica rank of pid {lead & 0xFFFFFF} (the same "
                    f"batches, as with tensor parallelism) by batch sizes and times where request ids are missing "
                    f"({bare:,} of its {len(mine):,} batches and {lead_bare:,} of pid {lead & 0xFFFFFF}'s "
