@@ -1,20 +1,25 @@
 """ASCII stand-ins for the few glyphs outside ASCII that clef-prof's text reports use.
 
-Reports use ─ · → — × µ ≥ and a few more. On a stream whose encoding cannot encode them
-(PYTHONIOENCODING=ascii, a legacy console), printing one raised UnicodeEncodeError halfway
-through a report. `fit_streams()` (the CLI's first step) gives such a stdout or stderr an error
-handler that writes each character it cannot encode as its ASCII stand-in (anything else as `?`),
-so the report comes out whole; a stand-in longer than its glyph (→ as `->`) may then push a
-line one column past the width. $CLEF_PROF_ASCII=1 asks for the stand-ins of those glyphs, and
-only those, in the table format's reports (on the terminal and in -o files alike): they are of
-ambiguous East Asian width, drawn two columns wide by CJK terminals, which then overflow the
-width. The table renderer (analyze.termtable) lays out the ASCII form, so lines keep their
-width; paths and names keep their own characters; CSV, JSON and Markdown are left as they are.
-Standard library only.
+Reports use ─ · → — × µ ≥ and a few more. The table format's reports draw them only where a
+terminal whose encoding is UTF-8 reads the report; into a pipe, a file (`-o`) or another
+encoding they go as their ASCII stand-ins, so that a line that fits the width fits it in bytes
+too (`wc -L`, `awk length` in the C locale, an editor's ruler) and in every encoding; the
+table renderer (analyze.termtable) lays out the form it prints, so lines keep their width.
+$CLEF_PROF_ASCII=1 asks for the stand-ins on a UTF-8 terminal too (CJK terminals draw these
+glyphs, of ambiguous East Asian width, two columns wide), =0 for the glyphs anywhere. Paths
+and names keep their own characters; CSV, JSON and Markdown are left as they are. The Python
+API draws the glyphs unless the variable says otherwise.
+
+Where the glyphs are drawn on a stream whose encoding cannot encode them (CLEF_PROF_ASCII=0
+with PYTHONIOENCODING=ascii; a warning on stderr), `fit_streams()` (the CLI's first step)
+gives the stream an error handler that writes each character it cannot encode as its ASCII
+stand-in (anything else as `?`), so the output comes out whole instead of stopping at a
+UnicodeEncodeError. Standard library only.
 """
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import sys
 
@@ -26,6 +31,7 @@ _GLYPHS = "".join(ASCII_FOR)
 
 
 _TABLE = str.maketrans(ASCII_FOR)
+_ascii_default = False     # the CLI's choice within report_to
 
 
 def ascii_text(text: str) -> str:
@@ -34,8 +40,8 @@ def ascii_text(text: str) -> str:
 
 
 def plain(text: str) -> str:
-    """`text` with clef-prof's glyphs as their stand-ins when $CLEF_PROF_ASCII asks for them;
-    every other character kept."""
+    """`text` with clef-prof's glyphs as their stand-ins in ASCII mode (`ascii_mode`); every
+    other character kept."""
     return text.translate(_TABLE) if ascii_mode() else text
 
 
@@ -54,8 +60,30 @@ def _encodes(stream) -> bool:
 
 
 def ascii_mode() -> bool:
-    """Whether $CLEF_PROF_ASCII asks for the glyphs' stand-ins in text reports."""
-    return os.environ.get(ENV) == "1"
+    """Whether text reports use the glyphs' stand-ins: $CLEF_PROF_ASCII=1 (or any value but 0)
+    yes, =0 no, else as `report_to` chose (the Python API: no)."""
+    value = os.environ.get(ENV, "")
+    return value != "0" if value else _ascii_default
+
+
+@contextlib.contextmanager
+def report_to(stream, to_file: bool):
+    """Within it, text reports are for a file (`to_file`) or for `stream`: glyphs drawn only on
+    a terminal whose encoding is UTF-8. The CLI runs each command in it."""
+    global _ascii_default
+    try:
+        terminal = not to_file and stream.isatty()
+    except (ValueError, OSError, AttributeError):     # closed or detached
+        terminal = False
+    try:
+        utf8 = codecs.lookup(getattr(stream, "encoding", None) or "ascii").name == "utf-8"
+    except LookupError:
+        utf8 = False
+    before, _ascii_default = _ascii_default, not (terminal and utf8)
+    try:
+        yield
+    finally:
+        _ascii_default = before
 
 
 def fit_streams() -> None:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from clef_prof.glyphs import ascii_text
+
 from conftest import ROOT
 
 
@@ -43,14 +45,22 @@ def test_ci_runs_the_readmes_test_command():
 
 
 def test_readme_example_is_the_real_output():
-    """The README's first command, at 80 columns, prints exactly the block under it."""
+    """The README's first command, at 80 columns on a UTF-8 terminal (glyphs drawn, as
+    CLEF_PROF_ASCII=0 asks), prints exactly the block under it; piped, the same words with the
+    glyphs' ASCII stand-ins, within 80 columns, as the README says."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     m = re.search(r"clef-prof analyze (traces/\S+\.sqlite)\n```\n.*?```text\n(.*?)```", readme, re.S)
     assert m, "the README's first command and its output block"
-    r = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", m.group(1)], cwd=ROOT, capture_output=True,
-                       text=True, env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout == m.group(2), "stale: python3 scripts/readme-example.py"
+    env = {k: v for k, v in os.environ.items() if k != "CLEF_PROF_ASCII"}
+    runs = [subprocess.run([sys.executable, "-m", "clef_prof", "analyze", m.group(1)], cwd=ROOT, capture_output=True,
+                           env={**env, "COLUMNS": "80", "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8", **more})
+            for more in ({"CLEF_PROF_ASCII": "0"}, {})]
+    assert all(r.returncode == 0 and r.stderr == b"" for r in runs), runs
+    assert runs[0].stdout.decode() == m.group(2), "stale: python3 scripts/readme-example.py"
+    piped = runs[1].stdout.decode()        # laid out in the stand-ins: → is two columns, lines break elsewhere
+    assert piped.isascii() and max(map(len, piped.splitlines())) <= 80
+    assert piped.split() == ascii_text(m.group(2)).split() and "-> fix:" in piped
+    assert "piped or written to a file (`-o`) the glyphs are ASCII" in " ".join(readme.split())
 
 
 def test_paths_the_docs_name_exist():

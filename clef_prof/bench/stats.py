@@ -268,16 +268,20 @@ def render_markdown(result: dict) -> str:
 
 
 def render_terminal(result: dict, console=None) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
+    from ..glyphs import ascii_mode, plain
+
     console = console or Console()
-    t = Table(title=f"clef-prof bench: {' → '.join(result['arms'])}")
+    t = Table(title=plain(f"clef-prof bench: {' → '.join(result['arms'])}"),
+              box=box.ASCII if ascii_mode() else box.HEAVY_HEAD)
     lead = 3 if _many(result) else 2
     for i, h in enumerate(header(result)):
-        t.add_column(h, justify="right" if lead <= i < lead + 6 else "left")
+        t.add_column(plain(h), justify="right" if lead <= i < lead + 6 else "left")
     for r in rows(result):
-        t.add_row(*r)
+        t.add_row(*map(plain, r))
     console.print(t)
     for line in footer_lines(result):
-        console.print(line, highlight=False)
+        console.print(plain(line), highlight=False)

@@ -41,10 +41,24 @@ def cmd_analyze(args) -> int:
             for r in results:
                 for w in r.warnings:
                     print(f"warning: {r.path}: {w}", file=sys.stderr)
+    elif args.output:
+        import io
+
+        from rich.console import Console
+
+        from ..explore import text as report
+        buf = io.StringIO()
+        for r in results:
+            report.render_terminal(r, Console(file=buf, color_system=None, soft_wrap=True), wide=args.wide)
+        emit(buf.getvalue(), args.output, [*args.captures, *([args.spec] if args.spec else [])])
     else:
         from ..explore import text as report
         for r in results:
             report.render_terminal(r, wide=args.wide)
+    if args.format == "table" and args.output:
+        for r in results:
+            for w in r.warnings:
+                print(f"warning: {r.path}: {w}", file=sys.stderr)
     if args.strict and any(r.warnings for r in results):
         n = sum(len(r.warnings) for r in results)
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)

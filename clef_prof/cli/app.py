@@ -85,11 +85,12 @@ def run_command(func, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..glyphs import fit_streams
+    from ..glyphs import fit_streams, report_to
     fit_streams()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
-    return run_command(args.func, args)
+    with report_to(sys.stdout, to_file=bool(getattr(args, "output", None))):
+        return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -119,8 +120,9 @@ def cmd_bench(args) -> int:
         emit(bs.render_markdown(result), args.output)
     elif args.output:
         from rich.console import Console
-        with open(args.output, "w") as fh:
-            bs.render_terminal(result, Console(file=fh, width=180, color_system=None))
+        buf = io.StringIO()
+        bs.render_terminal(result, Console(file=buf, width=180, color_system=None))
+        emit(buf.getvalue(), args.output)
     else:
         bs.render_terminal(result)
     code = 0

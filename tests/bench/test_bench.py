@@ -373,6 +373,18 @@ def test_three_arms_name_their_arm(ab, tmp_path, capsys):
     assert bs.header(r)[:3] == ["C", "words / questions", "req/s main → slow"]         # two arms: as before
 
 
+def test_table_report_to_a_file(ab, tmp_path):
+    """The table format re-judged into a file (-o): the terminal report in ASCII (a box of
+    `-`/`|`/`+`, `main -> slow`), the same figures as -f json gives on stdout."""
+    _, r, tmp = ab
+    p = bench("--from", tmp / "run", "-o", tmp_path / "bench.txt", mark=uuid.uuid4().hex, timeout=60)
+    assert p.returncode == 0 and p.stdout == "", p.stderr          # no --fail-if given again: no gate
+    text = (tmp_path / "bench.txt").read_text(encoding="utf-8")
+    assert text.isascii() and "clef-prof bench: main -> slow" in text and "+-" in text
+    closed = next(c for c in r["cases"][0]["changes"] if c["metric"] == "throughput_rps")
+    assert f"{closed['change_pct']:+.2f}%" in text
+
+
 def test_from_refusals(ab, tmp_path):
     _, r, tmp = ab
     failed = tmp_path / "failed.json"

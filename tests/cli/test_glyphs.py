@@ -1,12 +1,15 @@
-"""Reports on terminals that cannot show clef-prof's few glyphs outside ASCII (─ · → … ±): the
-report comes out whole, each glyph the stream cannot encode as its ASCII stand-in, instead of
-stopping halfway at a UnicodeEncodeError. CLEF_PROF_ASCII=1 lays the table format out with the
-stand-ins on any terminal, within the width, and leaves every other character and format alone."""
+"""clef-prof's few glyphs outside ASCII (─ · → … ±) in the table format: drawn only on a UTF-8
+terminal; into a pipe, a file or another encoding the report is laid out in their ASCII
+stand-ins, so that it fits the width in bytes too. CLEF_PROF_ASCII=1 asks for the stand-ins on
+any terminal, =0 for the glyphs anywhere; a stream that cannot encode what is written to it
+gets each glyph as its stand-in instead of stopping halfway at a UnicodeEncodeError. Every
+other character and format is left alone."""
 from __future__ import annotations
 
 import ast
 import io
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -28,6 +31,28 @@ def cli(*args, **env) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "CLEF_PROF_ASCII", "COLUMNS")}
     return subprocess.run([sys.executable, "-m", "clef_prof", *map(str, args)], capture_output=True, cwd=ROOT,
                           env={**base, "PYTHONIOENCODING": "utf-8", **env}, timeout=120)
+
+
+def on_terminal(*args, **env) -> tuple[int, bytes]:
+    """Run the CLI with a pseudo-terminal as stdout (TERM=dumb: no styles; stderr to /dev/null): exit status and what
+    the terminal got (its line discipline writes each newline as CR LF; given back as LF)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "CLEF_PROF_ASCII", "COLUMNS")}
+    leader, follower = pty.openpty()
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen([sys.executable, "-m", "clef_prof", *map(str, args)], cwd=ROOT, stdout=follower,
+                                stderr=null, env={**base, "PYTHONIOENCODING": "utf-8", "TERM": "dumb", **env})
+    os.close(follower)
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:                               # EIO: the terminal's last writer is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.wait(timeout=120), bytes(out).replace(b"\r\n", b"\n")
 
 
 def widest(out: bytes) -> int:
@@ -89,12 +114,13 @@ def test_fit_streams_changes_only_what_would_raise(monkeypatch, encoding, reconf
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
-def test_analyze_on_a_terminal_without_the_glyphs(encoding):
-    """Wide enough that nothing wraps, the report is the UTF-8 one with each character the
-    encoding cannot encode as its stand-in (latin-1 keeps its own · and ×)."""
-    utf8 = cli("analyze", TRACE, COLUMNS="1000")
+def test_glyphs_asked_for_on_a_terminal_without_them(encoding):
+    """With the glyphs asked for (=0) and wide enough that nothing wraps, the report is the UTF-8
+    one with each character the encoding cannot encode as its stand-in (latin-1 keeps its own ·
+    and ×)."""
+    utf8 = cli("analyze", TRACE, COLUMNS="1000", CLEF_PROF_ASCII="0")
     assert utf8.returncode == 0 and any(b > 127 for b in utf8.stdout), utf8.stderr
-    p = cli("analyze", TRACE, COLUMNS="1000", PYTHONIOENCODING=encoding)
+    p = cli("analyze", TRACE, COLUMNS="1000", PYTHONIOENCODING=encoding, CLEF_PROF_ASCII="0")
     assert p.returncode == 0 and b"internal error" not in p.stderr, p.stderr[-500:]
     want = "".join(ch if ch.encode(encoding, "ignore") else ascii_text(ch) for ch in utf8.stdout.decode())
     assert p.stdout.decode(encoding) == want
@@ -112,12 +138,13 @@ def test_compare_and_its_warnings_on_an_ascii_terminal():
 @pytest.mark.parametrize("args", [("analyze", TRACE), ("analyze", TRACE, "--wide"), COMPARE, (*COMPARE, "--wide")],
                          ids=["analyze", "analyze-wide", "compare", "compare-wide"])
 @pytest.mark.parametrize("cols", [40, 60, 79, 100])
-def test_ascii_asked_for_keeps_the_width(args, cols):
-    """Under CLEF_PROF_ASCII=1 every line is ASCII and, counted in bytes, no wider than the
-    UTF-8 report counted in characters (which fits the width unless one word is wider): tables
-    and paragraphs are laid out in the stand-ins, whose → is two characters."""
-    utf8 = cli(*args, COLUMNS=str(cols))
-    p = cli(*args, COLUMNS=str(cols), CLEF_PROF_ASCII="1")
+@pytest.mark.parametrize("asked", [True, False], ids=["asked", "piped"])
+def test_stand_ins_keep_the_width(args, cols, asked):
+    """Piped, or under CLEF_PROF_ASCII=1, every line is ASCII and, counted in bytes, no wider
+    than the report with the glyphs counted in characters (which fits the width unless one word
+    is wider): tables and paragraphs are laid out in the stand-ins, whose → is two characters."""
+    utf8 = cli(*args, COLUMNS=str(cols), CLEF_PROF_ASCII="0")
+    p = cli(*args, COLUMNS=str(cols), **({"CLEF_PROF_ASCII": "1"} if asked else {}))
     assert p.returncode == 0 == utf8.returncode, p.stderr
     assert p.stdout.isascii() and any(b > 127 for b in utf8.stdout)
     assert widest(p.stdout) <= max(len(line) for line in utf8.stdout.decode().split("\n"))
@@ -125,6 +152,23 @@ def test_ascii_asked_for_keeps_the_width(args, cols):
         assert widest(p.stdout) <= cols
     if cols == 79:
         assert widest(utf8.stdout) > cols          # in bytes, the glyphs' UTF-8 overflows
+
+
+@pytest.mark.skipif(not hasattr(pty, "openpty"), reason="needs a pseudo-terminal")
+def test_glyphs_by_where_the_report_goes(tmp_path):
+    """On a UTF-8 terminal the report draws the glyphs, and is the piped report once they are
+    mapped to their stand-ins (wide enough that nothing wraps); on a terminal of another encoding,
+    under CLEF_PROF_ASCII=1, or written to a file with -o from a terminal, it is the piped report."""
+    piped = cli("analyze", TRACE, COLUMNS="1000")
+    assert piped.returncode == 0 and piped.stdout.isascii() and b" -> fix:" in piped.stdout
+    rc, drawn = on_terminal("analyze", TRACE, COLUMNS="1000")
+    assert rc == 0 and "→ fix:" in drawn.decode()
+    assert ascii_text(drawn.decode()).encode() == piped.stdout
+    for env in ({"PYTHONIOENCODING": "latin-1"}, {"CLEF_PROF_ASCII": "1"}):
+        rc, out = on_terminal("analyze", TRACE, COLUMNS="1000", **env)
+        assert (rc, out) == (0, piped.stdout), env
+    rc, out = on_terminal("analyze", TRACE, "-o", tmp_path / "r.txt", COLUMNS="1000")
+    assert (rc, out) == (0, b"") and (tmp_path / "r.txt").read_bytes() == piped.stdout
 
 
 def test_ascii_asked_for_keeps_names_and_other_formats(tmp_path):

@@ -137,9 +137,11 @@ def test_every_renderer_carries_the_function_rows(paths, tmp_path, capsys):
     assert lines and any("beyond noise" in line for line in text.splitlines() if "three (sampled" in line)
 
 
-def test_two_captures_an_arm_give_no_interval_and_never_read_exact(paths, tmp_path):
-    """With 2 captures an arm a function's change has no interval: the text and Markdown say so
-    ("—", "too few captures to judge"), never "exact" (which is for deterministic counts only)."""
+def test_two_captures_an_arm_give_no_interval_and_never_read_exact(paths, tmp_path, monkeypatch):
+    """With 2 captures an arm a function's change has no interval: the text (its glyphs asked
+    for) and Markdown say so ("—", "too few captures to judge"), never "exact" (which is for
+    deterministic counts only)."""
+    monkeypatch.setenv("CLEF_PROF_ASCII", "0")
     args = ["compare", "--stages", "head"] + [x for arm, p in paths.items() for x in ("--arm", f"{arm}={','.join(p[:2])}")]
     assert main(args + ["-o", str(tmp_path / "c.txt")]) == 0
     text = (tmp_path / "c.txt").read_text().splitlines()

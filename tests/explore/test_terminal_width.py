@@ -1,4 +1,4 @@
-"""The terminal output of analyze and compare at 80 columns: no line wider, nothing cut ('…'),
+"""The output of analyze and compare at 80 columns, piped: ASCII, no line wider in bytes, nothing cut ('…'),
 every figure whole. The host ms per request of each stage is checked against plain SQL over the
 export (Σ range duration / Σ n=K of the batch ranges), as printed at 80 columns."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ TRACES = sorted((ROOT / "traces").glob("*.sqlite"))
 
 def _fits(text: str, width: int = 80) -> None:
     # a line may be wider only where it is a path, which is never split (a checkout in a deep folder)
-    wide = [line for line in text.splitlines() if len(line) > width and not
+    wide = [line for line in text.splitlines() if len(line.encode()) > width and not
             (" " not in line.strip() and "/" in line)]
     assert not wide, wide
-    assert "…" not in text
+    assert "…" not in text and text.isascii()
 
 
 def _sql_host_ms_per_request(path):
@@ -47,7 +47,7 @@ def test_analyze_fits_80_columns(trace, wide, monkeypatch):
     assert "requests in" in lines[1]
     order = [lines.index(h) for h in ("Details",)] + [next(i for i, x in enumerate(lines) if x.startswith("Findings"))]
     assert order[1] < order[0]
-    rule = next(i for i, x in enumerate(lines) if x.startswith("──"))
+    rule = next(i for i, x in enumerate(lines) if x.startswith("--"))
     key = lines[rule + 1:lines.index("", rule)]
     assert lines[rule - 1].split()[:3] == ["stage", "/request", "span"]      # host ms /request, % of batch span
     for stage, ms in _sql_host_ms_per_request(trace).items():
