@@ -50,7 +50,7 @@ def stream_queries(path: str) -> list[tuple[str, list[str]]]:
 
 
 def floor(path: str, queries) -> int:
-    con = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
+    con = sqlite3.connect(readonly_uri(path), uri=True)
     rows = 0
     for sql, names in queries:
         cols = ", ".join(f"c{i}" for i in range(len(names)))

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args(argv)
     cap = Export.open(args.export)
-    uri = readonly_uri(args.export, immutable=True)
+    uri = readonly_uri(args.export)
     con, adbc = cap._conn, AdbcConnection(uri)
 
     def arrow(sql: str) -> None:

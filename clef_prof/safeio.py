@@ -13,10 +13,11 @@ import urllib.parse
 from .errors import ClefError, shown
 
 
-def readonly_uri(path, immutable: bool = False) -> str:
-    """An SQLite URI that opens `path` read-only (never a journal or lock file with `immutable`);
-    the path is percent-quoted, since '?', '#' and '%' in a folder name would otherwise end it."""
-    return "file:" + urllib.parse.quote(os.path.abspath(path)) + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+def readonly_uri(path) -> str:
+    """An SQLite URI that opens `path` read-only and immutable: no journal, WAL index or lock file
+    is ever made beside it (an export in WAL mode would otherwise get -wal and -shm files); the
+    path is percent-quoted, since '?', '#' and '%' in a folder name would otherwise end it."""
+    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
 
 
 def check_regular(path, what: str = "input") -> None:

@@ -198,9 +198,9 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
     modes = []
     stream = analysis._gpu_stream
 
-    def spy(*args, ordered, keep):
+    def spy(*args, ordered, **kw):
         modes.append(ordered)
-        return stream(*args, ordered=ordered, keep=keep)
+        return stream(*args, ordered=ordered, **kw)
 
     monkeypatch.setattr(analysis, "_gpu_stream", spy)
     monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)

@@ -29,6 +29,9 @@ from ..errors import CaptureError, ClefError, shown
 from ..safeio import check_regular, readonly_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# nsys's table names (with StringIds and ThreadNames): a view of such a name is refused
+NSYS_PREFIXES = ("NVTX_", "CUPTI_", "OSRT_", "TARGET_INFO_", "META_DATA_", "ANALYSIS_", "PROCESSES", "PYTHON_",
+                 "COMPOSITE_", "SCHED_", "ENUM_", "CLEF_")
 NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
 CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
 BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
@@ -191,10 +194,20 @@ class Export:
         path = os.fspath(path)
         check_file(path)
         try:
-            conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
+            conn = sqlite3.connect(readonly_uri(path), uri=True)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            views = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")
+                     if r[0] in ("StringIds", "ThreadNames") or r[0].startswith(NSYS_PREFIXES)]
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
+        except UnicodeDecodeError:      # SQLite's message quotes the damaged schema's bytes
+            raise CaptureError(f"{shown(path)}: not a readable SQLite database (malformed schema: bytes that are "
+                               "not UTF-8)") from None
+        if views:
+            conn.close()
+            raise CaptureError(f"{shown(path)}: {', '.join(sorted(views)[:3])} "
+                               f"{'is a view, not a table' if len(views) == 1 else 'are views, not tables'}: an edited export "
+                               "(a view runs whatever query it holds; clef-prof reads tables only)")
         native = _native_module() if READER in ("", "native") else None
         if READER == "native" and native is None:
             conn.close()
@@ -227,7 +240,9 @@ class Export:
     # --- schema -----------------------------------------------------------------------
     @cached_property
     def tables(self) -> frozenset[str]:
-        rows = self.rows("SELECT name FROM sqlite_master WHERE type IN ('table','view')")
+        """The export's tables. A view is not one: nsys writes none, and a view in a table's place
+        runs whatever query it holds (an endless recursive one would hang every read)."""
+        rows = self.rows("SELECT name FROM sqlite_master WHERE type = 'table'")
         return frozenset(r[0] for r in rows)
 
     def has(self, table: str) -> bool:
@@ -314,7 +329,11 @@ class Export:
         if self.has("ANALYSIS_DETAILS") and "duration" in self.columns("ANALYSIS_DETAILS"):
             row = self.rows("SELECT max(duration) FROM ANALYSIS_DETAILS")
             if row and row[0][0] is not None:
-                return int(row[0][0])
+                value = row[0][0]
+                if type(value) is not int or value < 0:
+                    raise CaptureError(f"{shown(self.path)}: ANALYSIS_DETAILS.duration holds {str(value)[:40]!r}, "
+                                       "not a length in ns: a damaged or edited export")
+                return value
         return None
 
     @cached_property
@@ -425,7 +444,7 @@ class Export:
         return Stream(self, queries, READERS if workers is None else workers)
 
     def _new_conn(self):
-        uri = readonly_uri(self.path, immutable=True)
+        uri = readonly_uri(self.path)
         return (self._native.Conn(uri) if self._native is not None else self._adbc(uri) if self._adbc is not None
                 else sqlite3.connect(uri, uri=True, check_same_thread=False))
 

@@ -188,7 +188,9 @@ def _tx_graph(ev, s):
 
 
 def _dominant(r: Result) -> tuple[str | None, float | None]:
-    shares = [(b.share.mean_pct, n) for n, b in r.stages.items() if b.share.mean_pct is not None]
+    """The stage with the largest mean share of the batch span; none when no stage has any time
+    (a stage named but never recorded is no place to look)."""
+    shares = [(b.share.mean_pct, n) for n, b in r.stages.items() if b.share.mean_pct]
     if not shares:
         return None, None
     v, n = max(shares)

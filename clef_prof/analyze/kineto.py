@@ -37,6 +37,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import math
 import os
 import re
 import sqlite3
@@ -49,7 +50,7 @@ from ..errors import CaptureError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "3"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "4"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
@@ -279,8 +280,17 @@ def _array(t: _Text, allow_open: bool):
 
 
 # --- conversion -------------------------------------------------------------------------
+_LIMIT = 1 << 62       # beyond it a value is no time, id or size (and sums of two would leave int64)
+
+
 def _ns(v) -> int | None:
-    """Microseconds (int, or the decimal text of a float) to integer ns, exactly."""
+    """Microseconds (int, or the decimal text of a float) to integer ns, exactly; None for what is
+    not a finite number of microseconds within int64's reach."""
+    ns = _us_to_ns(v)
+    return ns if ns is not None and -_LIMIT < ns < _LIMIT else None
+
+
+def _us_to_ns(v) -> int | None:
     if type(v) is str:
         whole, _, frac = v.partition(".")
         if len(frac) == 3 and frac.isdecimal() and whole.isdecimal():     # Kineto's "123.456": the common case
@@ -295,7 +305,7 @@ def _ns(v) -> int | None:
             from decimal import Decimal, InvalidOperation
             try:
                 return int((Decimal(v) * 1000).to_integral_value())
-            except InvalidOperation:
+            except (InvalidOperation, ValueError, OverflowError):      # nan, inf
                 return None
         try:
             if not dot:
@@ -309,7 +319,7 @@ def _ns(v) -> int | None:
         except ValueError:
             return None
     if isinstance(v, float):
-        return round(v * 1000)
+        return round(v * 1000) if math.isfinite(v * 1000) else None
     return None
 
 
@@ -333,6 +343,7 @@ class _File:
     processes: dict = field(default_factory=dict)   # pid -> name
     no_ts: int = 0
     no_dur: int = 0
+    no_thread: int = 0      # ranges and runtime calls without an integer pid and tid, or a string name
     fractional: bool = False
     events: int = 0
     first: int | None = None
@@ -340,7 +351,8 @@ class _File:
 
 
 def _int(v):
-    return v if type(v) is int else None       # the decoder makes no int subclass but bool
+    # the decoder makes no int subclass but bool
+    return v if type(v) is int and -_LIMIT < v < _LIMIT else None
 
 
 def read_file(path: str) -> _File:
@@ -383,12 +395,12 @@ def read_file(path: str) -> _File:
             name = names.setdefault(name, name) if type(name) is str else ""   # one copy of each name
             args = ev.get("args")
             args = args if isinstance(args, dict) else {}
-            if kind == 1:
-                if pid is not None and tid is not None:
-                    ranges.append((ts, end, pid, tid, name))
+            if kind in (1, 2) and (pid is None or tid is None or not name):
+                f.no_thread += 1
+            elif kind == 1:
+                ranges.append((ts, end, pid, tid, name))
             elif kind == 2:
-                if pid is not None and tid is not None:
-                    calls.append((ts, end, pid, tid, _int(args.get("correlation")), name))
+                calls.append((ts, end, pid, tid, _int(args.get("correlation")), name))
             elif kind == 4:
                 py = _int(args.get("Python id"))
                 if pid is not None and tid is not None and py is not None:
@@ -446,7 +458,12 @@ def _runs(files: list[_File]) -> list[list[_File]]:
 def convert(paths: list[str], out: str, source: str) -> list[str]:
     """Read the trace files `paths` into a new nsys-schema SQLite file `out`; returns the warnings
     (also stored in the file, table CLEF_WARNINGS, and read by analyze)."""
-    files = [read_file(p) for p in paths]
+    files = []
+    for p in paths:
+        try:
+            files.append(read_file(p))
+        except RecursionError:          # the JSON decoder recurses per nesting level
+            raise TraceError(f"{p}: JSON nested too deeply to be a PyTorch profiler trace") from None
     warnings: list[str] = []
     runs = _runs(files)
     if len(runs) > 1:
@@ -462,10 +479,15 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     no_ts = sum(f.no_ts for f in files)
     no_dur = sum(f.no_dur for f in files)
     if no_ts:
-        warnings.append(f"{no_ts} trace events of interest have no ts: a damaged trace; they are left out")
+        warnings.append(f"{no_ts} trace events of interest have no ts (or one that is no finite number of µs "
+                        "within int64 ns): a damaged trace; they are left out")
     if no_dur:
-        warnings.append(f"{no_dur} complete ('X') trace events of interest have no dur: a damaged trace; they are "
-                        "left out")
+        warnings.append(f"{no_dur} complete ('X') trace events of interest have no dur (or one that is no finite "
+                        "number of µs within int64 ns): a damaged trace; they are left out")
+    no_thread = sum(f.no_thread for f in files)
+    if no_thread:
+        warnings.append(f"{no_thread} user_annotation or CUDA runtime events have no integer pid and tid, or no "
+                        "name: a damaged trace; they are left out")
 
     strings: dict[str, int] = {}
 
@@ -651,12 +673,17 @@ def _sid(strings: dict, s: str) -> int:
 
 # --- the converted export, cached -------------------------------------------------------
 def _fingerprint(paths: list[str]) -> str:
+    """The cache key of a conversion: each trace's path, mtime, size and a hash of its first and
+    last MiB (as a report's: a trace edited in place and given its old mtime back is read anew)."""
     import hashlib         # here: 5 ms of OpenSSL start-up that an export's analysis does without
+
+    from .inputs import report_identity
 
     h = hashlib.sha256(FORMAT_VERSION.encode())
     for p in paths:
         st = os.stat(p)
-        h.update(f"{os.path.abspath(p)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        size, head_tail = report_identity(p)
+        h.update(f"{os.path.abspath(p)}\0{size}\0{st.st_mtime_ns}\0{head_tail}\n".encode())
     return h.hexdigest()
 
 

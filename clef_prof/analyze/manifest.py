@@ -29,6 +29,8 @@ def read(path: str) -> dict:
         raise ManifestError(f"{path}: no such manifest") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: not a readable JSON manifest ({exc})") from None
+    except RecursionError:
+        raise ManifestError(f"{path}: not a readable JSON manifest (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: a manifest must be a JSON object with an \"export\" key")
     return data
@@ -45,6 +47,8 @@ def find_for(export: str) -> str | None:
     except ManifestError:
         return None
     named = m.get("export")
+    if named is not None and not isinstance(named, str):
+        return None
     if named and os.path.normpath(os.path.join(folder, named)) != os.path.normpath(os.path.abspath(export)):
         return None
     return path

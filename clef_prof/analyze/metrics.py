@@ -128,6 +128,18 @@ def safe_div(a, b):
 BATCH_FIXED = ("start", "end", "gtid", "size", "host_ns", *BATCH_KEYS, "gpu_busy_ns", "gpu_own_ns")
 
 
+def check_name_lengths(config) -> None:
+    """Refuse a stage, batch or domain name longer than names are read (NAME_CHARS): it could match
+    no range, and a pattern of it would exceed SQLite's limits."""
+    from .export import NAME_CHARS
+
+    for what, name in (("batch range", config.batch), ("domain", config.domain),
+                       *(("stage", s) for s in config.stages)):
+        if len(name) > NAME_CHARS:
+            raise SpecError(f"{what} name {name[:40]!r}... of {len(name):,} characters: range names are read cut to "
+                            f"{NAME_CHARS}, so it could name no range; shorten it")
+
+
 def check_stage_names(stages: tuple[str, ...]) -> None:
     """Refuse stage names whose per-batch columns (`<stage>_ns`, `<stage>_<count>`) would be another
     column of the table (a stage named `host` would overwrite the batch's own `host_ns`)."""

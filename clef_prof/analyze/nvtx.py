@@ -26,11 +26,13 @@ def _glob_escape(s: str) -> str:
 
 
 def _name_expr(cap: Export, alias: str, chars: int = NAME_CHARS) -> tuple[str, str]:
-    """SQL for a row's message, cut to `chars`: a registered string (textId) wins over ASCII text."""
+    """SQL for a row's message, cut to `chars`: a registered string (textId) wins over ASCII text;
+    a string stored as a BLOB is read as text (a BLOB equals no text in SQL: its range would match
+    no stage name)."""
     if cap.has("StringIds") and "textId" in cap.columns("NVTX_EVENTS"):
-        return (f"substr(COALESCE(s_{alias}.value, {alias}.text, ''), 1, {int(chars)})",
+        return (f"substr(CAST(COALESCE(s_{alias}.value, {alias}.text, '') AS TEXT), 1, {int(chars)})",
                 f"LEFT JOIN StringIds s_{alias} ON s_{alias}.id = {alias}.textId")
-    return f"substr(COALESCE({alias}.text, ''), 1, {int(chars)})", ""
+    return f"substr(CAST(COALESCE({alias}.text, '') AS TEXT), 1, {int(chars)})", ""
 
 
 def domains(cap: Export) -> list[tuple[int | None, int | None, str]]:

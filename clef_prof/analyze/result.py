@@ -27,7 +27,7 @@ from .export import Export
 from .arrays import percentile, unique
 from .columns import Table
 from ..errors import CaptureError, shown
-from .metrics import NS_PER_MS, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
+from .metrics import NS_PER_MS, check_name_lengths, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
 from .nvtx import census
 from . import kineto
 from .overlap import BusyStream, Unordered, span_union
@@ -145,6 +145,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
     if requests is not None and requests <= 0:
         raise CaptureError(f"--requests must be a positive number of requests, not {requests}")
     check_stage_names(tuple(config.stages))
+    check_name_lengths(config)
     with Export.open(path) as cap:
         step("schema")
         if not cap.has("NVTX_EVENTS"):
@@ -155,6 +156,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
             raise CaptureError(f"{shown(path)}: {validate.no_nvtx_table(cap)}")
         cap.require("NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "domainId"), "NVTX ranges need them")
         try:
+            validate.impossible_times(cap)
             analysis = _analyze(cap, config, requests, step, rows)
         except CaptureError as exc:
             if str(exc).startswith(shown(path)):
@@ -175,17 +177,24 @@ def _check_manifest(analysis: Analysis) -> None:
     if found is None:
         return
     r = analysis.result
+    client = r.journey.client if r.journey is not None else None
     try:
         manifest = mf.read(found)
         warnings = mf.check_manifest(r, manifest)
         if r.journey is not None:
             r.journey.client, more = mf.client_check(r, manifest)
             warnings += more
+        by_record = mf.window_by_record(manifest)
     except (OSError, ValueError) as exc:
-        manifest, warnings = {}, [f"the manifest beside the export cannot be read ({exc})"]
+        by_record, warnings = False, [f"the manifest beside the export cannot be read ({exc})"]
+    except (TypeError, AttributeError, KeyError, OverflowError) as exc:     # a value of another type
+        if r.journey is not None:
+            r.journey.client = client
+        by_record, warnings = False, [f"the manifest beside the export is not one record wrote ({type(exc).__name__}: "
+                                      f"{exc}): not used"]
     r.manifest = found
     r.warnings.extend(warnings)
-    if mf.window_by_record(manifest) and analysis.stages.cut:
+    if by_record and analysis.stages.cut:
         # record opened and closed the window: ranges cut at its edges are expected, neither a
         # warning nor a finding (their count stays in `excluded.cut_at_edges`)
         r.window_by_record = True
@@ -194,7 +203,7 @@ def _check_manifest(analysis: Analysis) -> None:
 
 
 def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep: bool = False) -> Analysis:
-    warnings: list[str] = kineto.warnings_of(cap)
+    warnings: list[str] = kineto.warnings_of(cap) + validate.threadless_ranges(cap)
     traced = cu.cuda_traced(cap)
     n_slots = len(config.stages) + 2
     stream = plan = None
@@ -209,7 +218,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         step("nvtx")
         nv = census(cap)
         stages = ranks.fold(build(cap, config, requests))
-        warnings += validate.nvtx_presence(cap, nv, stages)
+        warnings += validate.nvtx_presence(cap, nv, stages) + validate.sizes_against_ids(stages)
         mode = cu.graph_trace_mode(cap)
         tally = cov = unions = own_ns = frames = lost = None
         if traced:
@@ -397,15 +406,26 @@ def _gpu_pass(cap: Export, stages: Stages, calls: _Calls, tally: CudaTally, n_sl
     The busy ns per batch come with the union of the batch spans of each process and the busy ns
     in each of its intervals (`span_union`)."""
     order, pid = plan
+    bounds = session_bounds(cap.duration_ns)
     try:
-        return _gpu_stream(stages, calls, tally, n_slots, stream, pid, ordered=True, keep=keep)
+        return _gpu_stream(stages, calls, tally, n_slots, stream, pid, ordered=True, keep=keep, bounds=bounds)
     except Unordered:
         stream.close()
         with cap.stream(order) as again:
-            return _gpu_stream(stages, calls, tally, n_slots, again, pid, ordered=False, keep=keep)
+            return _gpu_stream(stages, calls, tally, n_slots, again, pid, ordered=False, keep=keep, bounds=bounds)
 
 
-def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, pid, ordered: bool, keep: bool):
+def session_bounds(duration_ns: int | None) -> tuple[int, int] | None:
+    """Where a GPU record of the session can lie: from 0 to the session's end, give or take a
+    tenth of it or 1 s (CUPTI records GPU work only while the session runs); None without a length."""
+    if duration_ns is None:
+        return None
+    slack = max(1_000_000_000, duration_ns // 10)
+    return -slack, duration_ns + slack
+
+
+def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, pid, ordered: bool, keep: bool,
+                bounds: tuple[int, int] | None = None):
     n_stages = n_slots - 2
     outside = n_slots - 1
     b = stages.batches
@@ -420,7 +440,7 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
     b = stages.batches
     gpu = CudaTally(n_slots, len(b))
     unpaired_memcpy = 0
-    damage = {"reversed": 0, "duplicates": 0}
+    damage = {"reversed": 0, "duplicates": 0, "outside": 0, "bounds": bounds}
     calls.paired[:] = False                 # a second pass (out of order) starts over
     kept: dict[str, list[dict]] = {}
     for (table, i, n), r in stream:
@@ -447,6 +467,10 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         elif table == cu.GRAPH_TRACE:
             gpu.add_graph_rows(slot)
         rev = r["end"] < r["start"]             # reversed, or no end (read as 0)
+        if bounds is not None:
+            away = (r["start"] < bounds[0]) | (r["end"] > bounds[1])
+            damage["outside"] += int((away & ~rev).sum())
+            rev |= away
         if rev.any():
             damage["reversed"] += int(rev.sum())
             fine = ~rev
@@ -552,6 +576,11 @@ def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
     if damage["reversed"]:
         out.append(f"{damage['reversed']} GPU activity records end before they start (or have no end): a damaged "
                    "export; they are left out of GPU busy time")
+    if damage["outside"]:
+        lo, hi = damage["bounds"]
+        out.append(f"{damage['outside']} GPU activity records lie outside the capture session (they start before "
+                   f"{lo / 1e9:g} s or end after {hi / 1e9:g} s, where CUPTI records none): a damaged export; they are "
+                   "left out of GPU busy time")
     if damage["duplicates"]:
         out.append(f"{damage['duplicates']} memcpy or kernel records repeat the (process, correlationId) of another: "
                    "duplicated rows, counted in the copy and kernel figures")

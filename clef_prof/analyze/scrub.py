@@ -174,22 +174,28 @@ def rewrite(src: str, dst: str, edit, what: str = "scrub") -> None:
     from ..safeio import atomic_output, readonly_uri
 
     with atomic_output(dst, [src]) as tmp:
-        s = sqlite3.connect(readonly_uri(src, immutable=True), uri=True)
+        s = sqlite3.connect(readonly_uri(src), uri=True)
         d = sqlite3.connect(tmp)
         try:
             try:
                 s.backup(d)
-            except sqlite3.DatabaseError as exc:
-                raise ClefError(f"{src}: cannot read ({exc})") from None
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                raise ClefError(f"{src}: cannot read ({_why(exc)})") from None
             try:
                 with d:
                     edit(d)
                 d.execute("VACUUM")
-            except sqlite3.DatabaseError as exc:
-                raise ClefError(f"{src}: cannot {what} ({exc}); is it an nsys export?") from None
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                raise ClefError(f"{src}: cannot {what} ({_why(exc)}); is it an nsys export?") from None
         finally:
             s.close()
             d.close()
+
+
+def _why(exc: Exception) -> str:
+    """SQLite's reason, or what a UnicodeDecodeError means here: the damaged schema's or a text
+    column's bytes are not UTF-8 (SQLite's own message may quote them)."""
+    return "text that is not UTF-8 in the database or its schema" if isinstance(exc, UnicodeDecodeError) else str(exc)
 
 
 def scrub_file(src: str, dst: str) -> dict:
@@ -213,12 +219,12 @@ def check_file_for_secrets(path: str) -> list[Finding]:
     from .export import check_file
 
     check_file(path)
-    conn = sqlite3.connect(readonly_uri(path, immutable=True), uri=True)
+    conn = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         require_export(path, _tables(conn))
         return list(findings(conn))
-    except sqlite3.DatabaseError as exc:
-        raise ClefError(f"{path}: cannot read ({exc})") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        raise ClefError(f"{path}: cannot read ({_why(exc)})") from None
     finally:
         conn.close()
 

@@ -8,6 +8,7 @@ a line with any figure goes on a line of its own above its figures. Prose wraps 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -34,11 +35,18 @@ class Column:
     align: str = "right"     # "right" for figures, "left" for labels
 
 
+_UNIT = re.compile(r"(?<![\w.])(\d[\d,.]*) (B|KB|MB|GB|KiB|MiB|GiB|ns|us|µs|ms|s)(?![\w/])")
+_KEEP = "\x1f"      # a space that does not break: a figure and its unit stay on one line
+
+
 def wrap(text: str, cols: int, indent: str = "", first: str = "") -> list[str]:
-    """`text` as lines of at most `cols` characters, broken at spaces only (a number is never split);
-    clef-prof's glyphs as their ASCII stand-ins when $CLEF_PROF_ASCII asks for them (glyphs.plain)."""
-    return textwrap.wrap(plain(text), cols, initial_indent=first, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    """`text` as lines of at most `cols` characters, broken at spaces only (a number is never split,
+    nor parted from its unit: `1,141 B`); clef-prof's glyphs as their ASCII stand-ins in ASCII
+    mode (glyphs.plain)."""
+    kept = _UNIT.sub(rf"\1{_KEEP}\2", plain(text).replace(_KEEP, " "))
+    lines = textwrap.wrap(kept, cols, initial_indent=first, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return [line.replace(_KEEP, " ") for line in lines]
 
 
 def _header_lines(header: str, w: int) -> list[str]:

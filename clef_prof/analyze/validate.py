@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import distinct_pairs, unique
+from ..errors import CaptureError
 from .export import NAME_CHARS, Export
 from .model import ThreadFacts
-from .nvtx import NvtxCensus, names_seen
+from .nvtx import RANGE_TYPES, NvtxCensus, names_seen
 from ..redact import exe_name
 from .stages import Stages
 
@@ -45,6 +46,50 @@ def trace_requested(cap: Export, kind: str) -> bool | None:
     if cap.rows("SELECT 1 FROM StringIds WHERE value = ? LIMIT 1", (_DIAG_STARTED,)):
         return False
     return None
+
+
+TIME_LIMIT = 1 << 62     # ns (146 years): beyond it no time of a capture lies, and end - start would leave int64
+
+
+def impossible_times(cap: Export) -> None:
+    """Refuse NVTX rows whose start or end lies beyond TIME_LIMIT: no capture holds them, and the
+    durations made of them would wrap around int64 into figures of any sign."""
+    cols = cap.columns("NVTX_EVENTS")
+    ends = ['"end"'] if "end" in cols else []
+    # integers only: text or a real in a time column is refused where it is read, naming the column
+    cond = " OR ".join(f"(typeof({c}) = 'integer' AND ({c} < -{TIME_LIMIT} OR {c} > {TIME_LIMIT}))"
+                       for c in ["start", *ends])
+    n, first = cap.rows(f"SELECT count(*), min(rowid) FROM NVTX_EVENTS WHERE {cond}")[0]
+    if n:
+        raise CaptureError(f"{n} NVTX_EVENTS row{'s' if n > 1 else ''} hold{'' if n > 1 else 's'} a start or end beyond {TIME_LIMIT:,} ns from the session's "
+                           f"start (the first: rowid {first}): no capture holds such times; a damaged or edited export")
+
+
+def sizes_against_ids(stages: Stages) -> list[str]:
+    """A warning for batch ranges whose `rid=` list names another number of requests than their
+    n=K (lists cut by their writer, `...`, or by the name limit when read, aside): the requests are
+    counted from n=K, so one of the two is wrong."""
+    b = stages.batches
+    rid = np.asarray(b["rid"], dtype=object) if len(b) else np.zeros(0, dtype=object)
+    whole = np.array([bool(r) and not r.endswith("...") and len(r) < NAME_CHARS - 40 for r in rid], dtype=bool)
+    if not whole.any():
+        return []
+    ids = np.array([r.count(",") + 1 for r in rid[whole]], dtype=np.int64)
+    size = np.asarray(b["size"])[whole]
+    off = np.flatnonzero((size >= 0) & (ids != size))
+    if not len(off):
+        return []
+    i = off[0]
+    return [f"{len(off)} batch ranges list another number of request ids than their n=K (the first: n={size[i]} "
+            f"with {ids[i]} ids): the requests are counted from n=K; the ids or the sizes are wrong"]
+
+
+def threadless_ranges(cap: Export) -> list[str]:
+    """A warning for NVTX ranges with no thread (globalTid NULL): nsys writes every range with its
+    thread; without one a range belongs to no batch or stage and is left out, so counts are short."""
+    n = cap.rows(f"SELECT count(*) FROM NVTX_EVENTS WHERE globalTid IS NULL AND eventType IN {RANGE_TYPES}")[0][0]
+    return [f"{n} NVTX ranges have no thread (globalTid NULL): a damaged export; they are left out of every batch "
+            "and stage, so counts may be short"] if n else []
 
 
 def no_cuda(cap: Export) -> str:

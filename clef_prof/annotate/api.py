@@ -227,8 +227,6 @@ class Stage:
         if inspect.iscoroutinefunction(fn):
             d, h, on = self._d, self._h, self._on
 
-            name = self.name
-
             @functools.wraps(fn)
             async def run_async(*args, **kwargs):
                 if _TORCH_ON:

@@ -5,7 +5,7 @@ import os
 import sys
 
 from ..errors import EXIT_STRICT
-from .options import check_jobs, emit, import_numpy, stage_config
+from .options import check_jobs, emit, import_numpy, say, stage_config
 
 
 def cmd_analyze(args) -> int:
@@ -40,7 +40,7 @@ def cmd_analyze(args) -> int:
         if args.format == "csv" or args.output:
             for r in results:
                 for w in r.warnings:
-                    print(f"warning: {r.path}: {w}", file=sys.stderr)
+                    say(f"warning: {r.path}: {w}")
     elif args.output:
         import io
 
@@ -58,7 +58,7 @@ def cmd_analyze(args) -> int:
     if args.format == "table" and args.output:
         for r in results:
             for w in r.warnings:
-                print(f"warning: {r.path}: {w}", file=sys.stderr)
+                say(f"warning: {r.path}: {w}")
     if args.strict and any(r.warnings for r in results):
         n = sum(len(r.warnings) for r in results)
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)

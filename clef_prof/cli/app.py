@@ -6,7 +6,7 @@ import sys
 
 from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError, one_line
 from .analyze import cmd_analyze
-from .options import add_stage_options
+from .options import HelpFormatter, Parser, add_stage_options
 
 # subcommand -> the module whose add_parser(subparsers) registers it; a command line naming one
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
@@ -19,16 +19,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with `argv` naming a command, only that command's module is imported."""
     from ..defaults import VERSION
 
-    p = argparse.ArgumentParser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
+    p = Parser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
                                 "from Nsight Systems captures.")
     p.add_argument("--version", action="version", version=f"clef-prof {VERSION}")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
     a = sub.add_parser(
         "analyze", help="per-request stage spans, H2D copies, kernels and GPU overlap of a capture",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Per-request host time of each stage (NVTX ranges nested in the batch range 'pooler n=K'),\n"
                     "H2D/D2H copies and bytes, kernel and graph launches, and how much of the pooler's host span\n"
                     "the GPU overlaps, from Nsight Systems captures. Warnings say which figures not to trust.",
@@ -37,7 +37,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                "examples:\n"
                "  clef-prof analyze traces/gpu25-pr-slice.sqlite\n"
                "  clef-prof analyze runs/pr --format markdown --strict\n"
-               "  clef-prof analyze runs/ab/*/capture.sqlite -f json -o all.json   # a JSON list, in order")
+               "  clef-prof analyze runs/ab/*/capture.sqlite -f json -o all.json  # a list")
     a.add_argument("captures", nargs="+", metavar="CAPTURE",
                    help="nsys SQLite export, .nsys-rep report, record manifest.json or record folder")
     a.add_argument("--format", "-f", choices=["table", "markdown", "csv", "json"], default="table",
@@ -88,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..glyphs import fit_streams, report_to
     fit_streams()
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parsed: list = []
+    code = run_command(lambda a: parsed.append(build_parser(argv).parse_args(argv)), argparse.Namespace(
+        debug="--debug" in argv[:argv.index("--")] if "--" in argv else "--debug" in argv))
+    if not parsed:          # a parser that failed: said in one line, as a command's failure is
+        return code
+    args = parsed[0]
     with report_to(sys.stdout, to_file=bool(getattr(args, "output", None))):
         return run_command(args.func, args)
 

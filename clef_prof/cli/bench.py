@@ -1,7 +1,6 @@
 """`clef-prof bench`: serving A/B without the profiler (clef_prof.bench.run)."""
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -9,13 +8,13 @@ import sys
 
 from ..bench import load as bl
 from ..bench.run import BenchError, rejudge, run, write_json
-from .options import emit
+from .options import HelpFormatter, emit, say
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench", help="serving A/B without the profiler: fresh servers in ABBA order, windows per case, intervals",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Serving A/B without nsys: per round a fresh server per arm (ABBA across rounds), health,\n"
                     "warm-up, then each case of the matrix (order reversed every other server) in --windows windows\n"
                     "of --window-s seconds. Per case: requests/s, p50/p99 latency and peak device memory of each\n"
@@ -25,12 +24,15 @@ def add_parser(sub) -> None:
                     "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors).",
         epilog="examples:\n"
                "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
-               "                  --arm pr='clef-prof demo-server --variant pr' --rounds 8 --concurrency 8,16 \\\n"
-               "                  --words 200,1000 --windows 1 --window-s 20 --warmup 10 -f markdown\n"
-               "  clef-prof bench --arm main='vllm serve M' --arm pr='/pr/venv/bin/vllm serve M' \\\n"
-               "                  --preset vllm-embeddings --concurrency 32 --rate 200 --fail-if 'throughput_rps < -2%' \\\n"
-               "                  --cpus 4-15 --load-cpus 0-3 --out runs/bench1\n"
-               "  clef-prof bench --from runs/bench1 --confidence 0.9 --fail-if 'throughput_rps < -5%'")
+               "      --arm pr='clef-prof demo-server --variant pr' --rounds 8 \\\n"
+               "      --concurrency 8,16 --words 200,1000 --windows 1 --window-s 20 \\\n"
+               "      --warmup 10 -f markdown\n"
+               "  clef-prof bench --arm main='vllm serve M' \\\n"
+               "      --arm pr='/pr/venv/bin/vllm serve M' --preset vllm-embeddings \\\n"
+               "      --concurrency 32 --rate 200 --fail-if 'throughput_rps < -2%' \\\n"
+               "      --cpus 4-15 --load-cpus 0-3 --out runs/bench1\n"
+               "  clef-prof bench --from runs/bench1 --confidence 0.9 \\\n"
+               "      --fail-if 'throughput_rps < -5%'")
     p.add_argument("--arm", action="append", default=[], metavar="NAME=COMMAND",
                    help="an arm and its server command (quoted; repeat; the first is the baseline)")
     p.add_argument("--rounds", type=int, default=8, help="servers per arm (default 8: +15%% found 85%% of the time at "
@@ -127,7 +129,7 @@ def cmd_bench(args) -> int:
         bs.render_terminal(result)
     code = 0
     for v in result["gates"]:
-        print(f"clef-prof: {v['case']}: {gate_line(v, '')}", file=sys.stderr)
+        say(f"clef-prof: {v['case']}: {gate_line(v, '')}")
         code = 1 if v["fired"] else code
     par = result["parity"]
     if par and par["mismatches"]:

@@ -6,7 +6,7 @@ import sys
 
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
-from .options import add_threshold_option, check_jobs, emit, import_numpy, stage_config
+from .options import add_threshold_option, check_jobs, emit, import_numpy, say, stage_config
 
 
 def add_parser(sub) -> None:
@@ -93,10 +93,10 @@ def run(args) -> int:
         render_terminal(comp, show_all=args.all, wide=args.wide)
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
     for v in verdicts:
-        print(f"clef-prof: {gate_line(v, kinds[v['metric']])}", file=sys.stderr)
+        say(f"clef-prof: {gate_line(v, kinds[v['metric']])}")
     if args.format != "table" or args.output:
         for w in comp["warnings"]:
-            print(f"warning: {w}", file=sys.stderr)
+            say(f"warning: {w}")
     return 1 if any(v["fired"] for v in verdicts) else 0
 
 
@@ -109,5 +109,5 @@ def _load(arms, cfg, args):
     n = len(exports)
     if sys.stderr.isatty() and args.format == "table" and not args.output and n > 1:
         procs = worker_count(exports, args.jobs)
-        print(f"analyzing {n} captures{f' in {procs} processes' if procs > 1 else ''} …", file=sys.stderr)
+        say(f"analyzing {n} captures{f' in {procs} processes' if procs > 1 else ''} …")
     return comparison.load_all(arms, cfg, jobs=args.jobs)

@@ -6,7 +6,6 @@ tour teaches the commands as it goes. On a machine without a CUDA GPU it says, b
 why pr's pinned copies cannot win there and what the CPU run does show."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -16,6 +15,7 @@ import sys
 
 from ..errors import ClefError
 from ..analyze.termtable import width as term_width, wrap
+from .options import HelpFormatter
 
 INTRO = ("The demo server (clef-prof demo-server) is a pooling server with the five stages parse, index, "
          "transfer, head and encode, each an NVTX range inside one 'pooler n=K' range per batch. Its two variants "
@@ -49,7 +49,7 @@ READ_COMPARE = ("How to read compare: per metric, main's value, pr's, the change
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "demo", help="guided tour: record the demo server's main and pr here, analyze, compare, write the report",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Record the built-in demo server's two variants (main: 9 pageable H2D copies per request; pr: 3\n"
                     "pinned ones) under Nsight Systems on this machine, analyze both captures, compare them and\n"
                     "write the HTML report, explaining each output. Needs nsys (.nsys/ or PATH); a few minutes.",

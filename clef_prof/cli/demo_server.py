@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..record.demo_server import MAX_BATCH, SYNC_MODES, DemoServer
+from .options import HelpFormatter
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "demo-server", help="a reference Clef-style pooling server annotated with clef_prof stages",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description="A reference pooling server: POST /v1/systemone, GET /health and /version, POST /start_profile\n"
                     "and /stop_profile. A batcher runs up to --max-batch queued requests per 'pooler n=K' range,\n"
                     "with the stages parse, index, transfer, head and encode. On a GPU, main makes 9 pageable H2D\n"

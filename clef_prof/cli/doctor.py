@@ -290,7 +290,10 @@ def render(r: Report) -> str:
     for a in r.advice:
         lines.append(f"do:       {a}")
     lines.append("verdict:  " + ("ok" if r.ok else f"{len(r.problems)} problem(s)"))
-    return "\n".join(lines) + "\n"
+    from ..analyze.termtable import width, wrap
+
+    cols = width()
+    return "\n".join(w for line in lines for w in wrap(line[10:], cols, " " * 10, line[:10])) + "\n"
 
 
 def add_parser(subparsers) -> None:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from ..errors import ClefError
+from .options import say
 
 
 def add_parser(sub) -> None:
@@ -66,7 +66,7 @@ def _run(args) -> int:
         print(f"wrote {args.chrome_trace}: {len(pick):,} requests, {doc['otherData']['batches']:,} batches, "
               f"{len(doc['traceEvents']):,} events")
     for w in analysis.result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        say(f"warning: {w}")
     return 0
 
 

@@ -12,6 +12,7 @@ from ..annotate.nsys_json import nsys_analyze_hint, nsys_annotations
 from ..annotate.registry import ENV_LENIENT, ENV_VERBOSE
 from ..annotate.wrap import say
 from ..errors import ClefError, SpecError
+from .options import HelpFormatter
 
 
 def add_parser(subparsers) -> None:
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> None:
                "  clef-prof inject --spec annotations/clef-vllm.toml -- vllm serve MODEL\n"
                "  clef-prof inject --spec annotations/clef-vllm.toml --print-env\n"
                "  clef-prof inject --spec annotations/clef-vllm.toml --emit-nsys-json clef.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--spec", required=True, help="stage spec TOML (annotations/*.toml)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--print-env", action="store_true",

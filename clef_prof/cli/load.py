@@ -8,6 +8,7 @@ import time
 
 from ..errors import ClefError
 from ..record.load import Load, LoadSettings
+from .options import HelpFormatter
 
 
 def add_load_options(p: argparse.ArgumentParser, url: bool = True) -> None:
@@ -40,7 +41,7 @@ def settings_from(args, url: str | None = None, id_field: str | None = None) -> 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "load", help="drive a server with the built-in closed-loop load and print latency figures",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         description="Closed-loop load: --concurrency clients each POST one Clef-style request (--words of state,\n"
                     "--questions questions; or --request-body FILE) and send the next when it is answered, for\n"
                     "--duration seconds. Prints completions, throughput, errors and latency p50/p99 (--json for\n"

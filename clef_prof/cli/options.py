@@ -12,6 +12,45 @@ if TYPE_CHECKING:
     from ..config import StageConfig
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """A command's description and epilog filled to the terminal's width: the lines of a paragraph
+    that start at the margin are joined and filled again, indented lines (examples, lists) are
+    kept as they are written."""
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+
+        out: list[str] = []
+        run: list[str] = []
+
+        def flush():
+            if run:
+                out.extend(textwrap.wrap(" ".join(run), width, initial_indent=indent, subsequent_indent=indent,
+                                         break_long_words=False, break_on_hyphens=False))
+                run.clear()
+
+        for line in text.splitlines():
+            if line.strip() and not line[0].isspace():
+                run.append(line.strip())
+                continue
+            flush()
+            out.append(indent + line if line.strip() else "")
+        flush()
+        return "\n".join(out)
+
+
+class Parser(argparse.ArgumentParser):
+    """clef-prof's parsers: help filled to the width (HelpFormatter), and a usage error said in one
+    line, as every other bad input is (argparse prints the whole usage first)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def stage_config(args) -> StageConfig:
     """--spec, --domain, --batch, --stages and --threshold, resolved as annotate.spec.stage_config
     resolves them (whose module, 3 ms of dataclasses, is imported only with --spec)."""
@@ -55,6 +94,13 @@ def emit(text: str, output: str | None, inputs=()) -> None:
         write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
+
+
+def say(text: str) -> None:
+    """One line on stderr (a warning, a gate, an error), in ASCII where reports are
+    (glyphs.plain): whatever the width, so that each stays one line to grep."""
+    from ..glyphs import plain
+    print(plain(text), file=sys.stderr)
 
 
 def import_numpy() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..analyze.scrub import check_file_for_secrets, grouped, print_report, scrub_file
+from ..analyze.termtable import width, wrap
 from ..errors import ClefError
 
 
@@ -37,10 +38,14 @@ def _run(args) -> int:
         elif found:
             groups = grouped(found)
             wr, wp = max(len(g.rule) for g in groups), max(len(g.place) for g in groups)
-            print(f"{args.check}: {len(found)} value(s) by rule and place (rule, table.column, values, first rowids):")
+            cols = width()
+            say = wrap(f"{args.check}: {len(found)} value(s) by rule and place (rule, table.column, values, "
+                       "first rowids):", cols, "  ")
             for g in groups:
                 more = ", ..." if g.count > len(g.rowids) else ""
-                print(f"  {g.rule:<{wr}}  {g.place:<{wp}}  {g.count:>7}  rowid {', '.join(map(str, g.rowids))}{more}")
+                say += wrap(f"  {g.rule:<{wr}}  {g.place:<{wp}}  {g.count:>7}  rowid {', '.join(map(str, g.rowids))}"
+                            f"{more}", cols, " " * (wr + wp + 15 if cols - (wr + wp + 15) >= 20 else 4))
+            print("\n".join(say))
         if found:
             print(f"clef-prof: scrub --check: {len(found)} value(s) may carry secrets "
                   f"(clef-prof scrub IN OUT removes them)", file=sys.stderr)

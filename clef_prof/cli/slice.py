@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..analyze.slicing import slice_capture
+from ..analyze.termtable import width, wrap
 from ..errors import CaptureError
 
 
@@ -34,6 +35,6 @@ def _run(args) -> int:
     info = slice_capture(args.capture, args.output, t0, t1)
     print_report(info["scrubbed"])
     a, b = info["window_ns"]
-    print(f"wrote {args.output}: {info['bytes'] / 1e6:.2f} MB, window {a / 1e9:g}..{b / 1e9:g} s of the input "
-          f"(the slice's session: 0..{(b - a) / 1e9:g} s)")
+    print("\n".join(wrap(f"wrote {args.output}: {info['bytes'] / 1e6:.2f} MB, window {a / 1e9:g}..{b / 1e9:g} s of "
+                         f"the input (the slice's session: 0..{(b - a) / 1e9:g} s)", width(), "  ")))
     return 0

@@ -17,7 +17,6 @@ import json
 import math
 import operator
 import re
-import sys
 from dataclasses import dataclass
 
 from .arm import CompareError
@@ -363,13 +362,17 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
 
 
 def _label(metric: str) -> str:
-    """The short row label of the terminal table: the stage for host time, the dotted name less
-    `stages.` and `_per_request` otherwise (the full names: --wide, --list-metrics)."""
+    """The short row label of the terminal table: the stage for host time, else the metric's name
+    less `stages.` and `_per_request`, `per_request.` (the work inside batch ranges) as `pooler`,
+    its dots as spaces (`transfer h2d_copies`, `pooler h2d_copies`): not a dotted name, so that it
+    is not taken for one `--fail-if` takes (the full names: --wide, --list-metrics)."""
     if metric == "per_request.pooler_host_ms":
         return "pooler (batch)"
     if metric.startswith("stages.") and metric.endswith(".host_ms_per_request"):
         return metric[len("stages."):-len(".host_ms_per_request")]
-    return metric.removeprefix("stages.").removesuffix("_per_request")
+    if metric.startswith("per_request."):
+        metric = "pooler." + metric[len("per_request."):]
+    return metric.removeprefix("stages.").removesuffix("_per_request").replace(".", " ")
 
 
 def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool = False,

@@ -92,7 +92,7 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
     data model (its analysis is used) or a path (analyzed here, without row-level tables)."""
     from ..defaults import VERSION as __version__
     from . import svg
-    from .text import CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
+    from .text import COUNT_COLUMNS, CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
 
     if isinstance(cap, (str, os.PathLike)):
         from ..analyze.result import analyze
@@ -172,6 +172,11 @@ def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | N
 
     if not any(p.startswith("<h2>Timeline and findings") for p in parts):
         parts.append("<h2>Findings</h2>" + _findings(r))
+
+    if r.capture.cuda_traced:       # the counts the per-request table leaves out, after the pictures
+        parts.append("<h2>CUDA calls and GPU records per stage</h2><p>per capture</p>")
+        parts.append(_table(["stage", *(h for _, h, _ in COUNT_COLUMNS)], rows(COUNT_COLUMNS),
+                            total_last=bool(r.pooler.instances)))
 
     # threads and batches
     th = [[t.pid, t.tid, t.process or "", t.thread or "", t.batches, sum(t.stage_instances.values())]

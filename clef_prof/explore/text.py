@@ -8,8 +8,6 @@ import json
 from ..analyze.markup import md
 from ..analyze.model import RangeFigures, Result, StageFigures
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 # (figure of a stage's or the batch range's `RangeFigures`, header, formatter kind); two tables
@@ -39,7 +37,18 @@ CUDA_COLUMNS = [
     (lambda f: f.cuda_per_request.graph_launches, "graph launches /req", "f2"),
     (lambda f: f.cuda.graph_kernels, "graph kernels /capture", "int"),
 ]
-COLUMNS = HOST_COLUMNS + CUDA_COLUMNS
+# every other count of CudaCounts, per capture: what the per-request tables leave out
+COUNT_COLUMNS = [
+    (lambda f: f.cuda.d2h_bytes, "D2H B", "int"),
+    (lambda f: f.cuda.gpu_kernels, "GPU kernels", "int"),
+    (lambda f: f.cuda.graph_executions, "graph execs", "int"),
+    (lambda f: f.cuda.memcpy_calls, "memcpy calls", "int"),
+    (lambda f: f.cuda.memset_calls, "memset calls", "int"),
+    (lambda f: f.cuda.sync_calls, "sync calls", "int"),
+    (lambda f: f.cuda.device_syncs, "device syncs", "int"),
+    (lambda f: f.cuda.sync_memcpy_calls, "sync memcpy calls", "int"),
+]
+COLUMNS = HOST_COLUMNS + CUDA_COLUMNS + COUNT_COLUMNS
 # the CSV's columns: keys of the JSON stage block (docs/json.md)
 CSV_KEYS = ["instances", "host_ms_total", "host_ms_per_request", "host_ms_mean", "host_ms_p50", "host_ms_p99",
             "share_of_batch_pct_mean", "share_of_batch_pct_p50", "share_of_batch_pct_p99",
@@ -290,7 +299,7 @@ def key_lines(result: Result) -> list[str]:
     src = result.requests_source
     what = ("rows scheduled in batch ranges, not requests finished" if src and src != "--requests"
             else f"from {src}" if src else "")
-    lines = [f"{req if req is not None else 'unknown'} requests in {result.batches} batches"
+    lines = [f"{f'{req:,}' if req is not None else 'unknown'} requests in {result.batches:,} batches"
              + (f" ({what})" if what else "")]
     return lines
 
@@ -344,6 +353,8 @@ def render_terminal(result: Result, console: Console | None = None, wide: bool =
         if cuda:
             say([""])
             say(stage_table(result, CUDA_COLUMNS, width, "CUDA work per stage (placed by the launching API call)"))
+            say([""])
+            say(stage_table(result, COUNT_COLUMNS, width, "CUDA calls and GPU records per stage, per capture"))
     else:
         say(wrap("Every figure per stage, per batch and per capture: --wide, -f markdown, or report --html.",
                  width, "  "))

@@ -563,7 +563,7 @@ class DemoServer:
                     rid = self.headers.get("X-Request-Id") or server.next_rid()
                     with request(rid):
                         return self._systemone(rid)
-                body = self._body()
+                self._body()        # read, so that the connection can carry the next request
                 if path in ("/start_profile", "/stop_profile") and server.profile_endpoints:
                     self._json(*server.control("start" if path == "/start_profile" else "stop"))
                 else:

@@ -114,6 +114,18 @@ def test_quiet_where_evidence_is_absent(results):
     assert ("few-batches", fd.CAPTURE_SCOPE) in fired(cpu)          # 41 batches
 
 
+def test_a_stage_without_time_is_never_the_place_to_look(capture):
+    """Stages named but never recorded (a typo in --stages) have 0% of the span: the host-bound
+    finding names no stage and its evidence has none, instead of advising to shorten one."""
+    r = analyze(str(capture("gpu-q1c16-main")), StageConfig(stages=("nope", "parse0"))).result
+    f = fired(r)[("host-bound", fd.BATCH_SCOPE)]
+    assert f.evidence["dominant_stage"] is None and f.evidence["dominant_stage_share_pct_mean"] is None
+    assert "nope" not in f.summary + f.advice and "shorten the host stages first" in f.advice
+    assert {s.share.mean_pct for s in r.stages.values()} == {0.0}
+    full = analyze(str(capture("gpu-q1c16-main")), StageConfig(stages=("nope", "head"))).result
+    assert fired(full)[("host-bound", fd.BATCH_SCOPE)].evidence["dominant_stage"] == "head"
+
+
 def test_thresholds_from_spec_and_flags(results, capture):
     r = results["gpu-q1c16-main"]
     # the same figures under other thresholds: host-bound quiet at 3%, pack quiet at 10 copies

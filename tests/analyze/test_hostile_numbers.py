@@ -259,3 +259,107 @@ def test_all_batches_n0(damaged):
 def test_some_batches_n0(damaged):
     strict_warns(damaged(MAIN, "UPDATE NVTX_EVENTS SET text = 'pooler n=0' WHERE text = 'pooler n=1'"),
                  "8 of 48 'pooler' ranges say n=0")
+
+
+@pytest.mark.parametrize("value", ["'x'", "1.5", "-3"])
+def test_a_session_length_that_is_no_length(damaged, value):
+    """ANALYSIS_DETAILS.duration as text, a real or negative: refused in one line by every command
+    that needs the session's length, instead of failing to make an int of it."""
+    path = damaged(PR25, f"UPDATE ANALYSIS_DETAILS SET duration = {value}")
+    one_line(run_cli("analyze", path), 1, "ANALYSIS_DETAILS.duration holds", "not a length in ns")
+    one_line(run_cli("slice", path, path.with_name("o.sqlite"), "--from", "0", "--to", "0.1"), 1,
+             "ANALYSIS_DETAILS.duration holds")
+    assert not path.with_name("o.sqlite").exists()
+
+
+@pytest.mark.parametrize("table", ["NVTX_EVENTS", "StringIds", RUNTIME])
+def test_a_view_in_a_tables_place_is_refused_not_run(damaged, table):
+    """A view named as one of nsys's tables runs whatever query it holds: here an endless recursive
+    one, which would hang every read. Refused in one line, at once; a view of another name is the
+    user's own and is left alone."""
+    endless = (f"ALTER TABLE {table} RENAME TO moved; CREATE VIEW {table} AS WITH RECURSIVE c(x) AS "
+               "(SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT moved.* FROM moved, c")
+    path = damaged(PR25, *endless.split("; "))
+    for args in (("analyze", path), ("report", path, "--html", path.with_name("r.html"))):
+        one_line(run_cli(*args), 1, f"{table} is a view, not a table")
+    own = damaged(PR25, "CREATE VIEW my_ranges AS SELECT * FROM NVTX_EVENTS")
+    assert json.loads(run_cli("analyze", own, "-f", "json").stdout)["requests"] == 290
+
+
+@pytest.mark.parametrize("sql", ["UPDATE NVTX_EVENTS SET start = -9223372036854775808 WHERE rowid = 5",
+                                 'UPDATE NVTX_EVENTS SET "end" = 9223372036854775807 WHERE rowid = 6'])
+def test_nvtx_times_beyond_any_session_are_refused(damaged, sql):
+    """A range's start of -2**63 (or an end of 2**63 - 1) made its stage's host time wrap around
+    int64 into -36 billion ms per request: refused in one line, by analyze, report and export."""
+    path = damaged(PR25, sql)
+    for args in (("analyze", path), ("report", path, "--html", path.with_name("r.html")),
+                 ("export", path, "--chrome-trace", path.with_name("t.json"))):
+        one_line(run_cli(*args), 1, "NVTX_EVENTS row holds a start or end beyond 4,611,686,018,427,387,904 ns",
+                 "rowid")
+
+
+@pytest.mark.parametrize("table, sql", [
+    (KERNEL, 'UPDATE {t} SET "end" = "end" + 100000000000 WHERE rowid = 5'),     # a 100 s kernel in 0.3 s
+    (MEMCPY, "UPDATE {t} SET start = -9223372036854775808 WHERE rowid = 1")])    # would wrap int64
+def test_gpu_records_outside_the_session_are_left_out_of_busy_time(damaged, table, sql):
+    """A GPU record that lies outside the session (CUPTI records none there): left out of GPU busy
+    time, with a warning naming the bounds, and --strict fails; the other records' busy time is as
+    it was (a 100 s kernel had made the GPU 99.8% busy and hidden the host-bound finding)."""
+    clean = analyze(str(TRACES / f"{PR25}.sqlite")).result
+    path = damaged(PR25, sql.format(t=table))
+    r = analyze(str(path)).result
+    said = [w for w in r.warnings if "lie outside the capture session" in w]
+    assert len(said) == 1 and said[0].startswith("1 GPU activity records") and "end after 1.3 s" in said[0]
+    busy, before = r.overlap.gpu_busy_fraction_of_pooler_span, clean.overlap.gpu_busy_fraction_of_pooler_span
+    assert 0 < busy <= before and busy == pytest.approx(before, rel=0.05)
+    assert "host-bound" in {f.id for f in r.findings}
+    assert run_cli("analyze", "--strict", path).returncode == 2
+
+
+def test_ranges_without_a_thread_are_said_to_be_left_out(damaged):
+    """Nine batch ranges (`pooler n=11`) with a NULL globalTid fall out of every batch: 157 requests
+    in 39 batches instead of 256 in 48. The count is short, and a warning says why (--strict: 2)."""
+    path = damaged(MAIN, "UPDATE NVTX_EVENTS SET globalTid = NULL WHERE text = 'pooler n=11'")
+    r = analyze(str(path)).result
+    assert (r.requests, r.batches) == (157, 39)
+    assert "9 NVTX ranges have no thread (globalTid NULL): a damaged export; they are left out of every batch " \
+           "and stage, so counts may be short" in r.warnings
+    assert not [w for w in analyze(str(TRACES / f"{MAIN}.sqlite")).result.warnings if "no thread" in w]
+
+
+@pytest.mark.parametrize("size", ["1.5", "-3", "0x10", "1_1"])
+def test_a_batch_size_that_is_no_count_is_refused(damaged, size):
+    """`pooler n=1.5` was read as 1 and `n=0x10` as 0, silently: a size that looks like a number
+    and is no count of requests is refused in one line, naming the range."""
+    path = damaged(MAIN, f"UPDATE NVTX_EVENTS SET text = 'pooler n={size}' WHERE text = 'pooler n=11'")
+    one_line(run_cli("analyze", path), 1, f"batch range 'pooler n={size}': batch size '{size}' is not a count")
+
+
+def test_batch_sizes_that_disagree_with_their_ids_warn(capture, tmp_path):
+    """Fourteen batches of 14 listed requests made `n=2`: the count falls from 2,224 to 2,056 with
+    the ranges still naming 14 ids each; a warning says that sizes and ids disagree (--strict: 2)."""
+    path = tmp_path / "j.sqlite"
+    shutil.copyfile(capture("gpu25-journey"), path)
+    with sqlite3.connect(path) as con:
+        assert con.execute("UPDATE NVTX_EVENTS SET text = replace(text, 'pooler n=14', 'pooler n=2') "
+                           "WHERE text LIKE 'pooler n=14 rid=%'").rowcount == 14
+    con.close()
+    r = analyze(str(path)).result
+    assert r.requests == 2056
+    assert [w for w in r.warnings if "request ids than their n=K" in w] == [
+        "14 batch ranges list another number of request ids than their n=K (the first: n=2 with 14 ids): the "
+        "requests are counted from n=K; the ids or the sizes are wrong"]
+    assert not [w for w in analyze(str(capture("gpu25-journey"))).result.warnings if "n=K" in w]
+
+
+@pytest.mark.parametrize("reader", ["native", "adbc", "sqlite"])
+def test_a_stage_name_stored_as_a_blob_still_names_its_stage(damaged, monkeypatch, reader):
+    """A StringIds value stored as a BLOB equals no text in SQL: `parse` had 0 instances and the
+    warning 'stages with no range: parse'. Read as text, it keeps its 53, through every reader."""
+    from clef_prof.analyze import export
+    if reader == "native" and export._native_module() is None:
+        pytest.skip("the C reader is not built")
+    monkeypatch.setattr(export, "READER", reader)
+    path = damaged(PR25, "UPDATE StringIds SET value = CAST(value AS BLOB) WHERE value = 'parse'")
+    r = analyze(str(path)).result
+    assert (r.requests, r.stages["parse"].instances, r.warnings) == (290, 53, [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import os
 import shutil
 from pathlib import Path
 
@@ -311,6 +312,18 @@ def test_conversion_is_cached_and_input_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["t.json"]
 
 
+def test_a_trace_edited_under_its_old_mtime_is_read_anew(tmp_path):
+    """Edited in place to the same size (a batch of 2 requests made 3) and given its old mtime back
+    (cp -p, rsync -a, tar): the cached conversion is not the trace's any more, and is not used."""
+    path = write(tmp_path / "t.json", trace(batch_events()))
+    st = path.stat()
+    assert analyze(kineto.to_export(str(path), quiet=True)).result.requests == 6
+    path.write_text(path.read_text().replace('"pooler n=2 rid=a,b"', '"pooler n=3 rid=a,b"', 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    assert analyze(kineto.to_export(str(path), quiet=True)).result.requests == 7
+
+
 def test_kineto_error_is_capture_error(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"traceEvents": [ {"ph": "X", ')
@@ -330,3 +343,50 @@ def test_report_and_compare_accept_traces(real, tmp_path):
     h2d = m["per_request.h2d_copies"]
     assert (h2d["arms"]["main"]["mean"], h2d["arms"]["pr"]["mean"]) == (9, 3)
     assert m["per_request.h2d_bytes"]["arms"]["main"]["mean"] == m["per_request.h2d_bytes"]["arms"]["pr"]["mean"] == 3424
+
+
+@pytest.mark.parametrize("field, value", [("ts", float("nan")), ("dur", float("inf")), ("dur", 1e300),
+                                          ("dur", 10 ** 30), ("ts", "1e400"), ("ts", "nan")])
+def test_times_that_are_no_number_of_microseconds(tmp_path, field, value):
+    """NaN, Infinity (Python's JSON reads them), or a time beyond int64 ns: the event is left out
+    with the damaged-trace warning, as one without the field is, and --strict fails."""
+    ev = batch_events(n=3)
+    ev[1][field] = value                         # the first batch's transfer range
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace(ev), allow_nan=True))
+    r = analyze(resolve(str(path))[0]).result
+    assert any(f"have no {field} (or one that is no finite number" in w for w in r.warnings), r.warnings
+    assert (r.batches, r.stages["transfer"].instances) == (3, 2)
+    assert run_main("analyze", "--strict", path).returncode == 2
+
+
+def test_ids_and_sizes_beyond_int64(tmp_path):
+    """A copy's bytes or correlation of 2**70 (no size or id an int64 column holds) is read as
+    missing, as an absent arg is: the copy counts, with no bytes or no call to pair with."""
+    ev = batch_events(n=3)
+    copies = [e for e in ev if e["cat"] == "gpu_memcpy"]
+    copies[0]["args"]["bytes"] = 2 ** 70
+    copies[1]["args"]["correlation"] = 2 ** 70
+    r = analyze(resolve(str(write(tmp_path / "big.json", trace(ev))))[0]).result
+    assert (r.totals.h2d_copies, r.totals.h2d_bytes, r.stages["transfer"].cuda.h2d_copies) == (3, 2 * 4096, 2)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}"])
+def test_json_nested_beyond_the_decoder(tmp_path, text):
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    assert "JSON nested too deeply" in one_line_error(path)
+
+
+@pytest.mark.parametrize("field, value", [("pid", "abc"), ("tid", 1.5), ("name", ["transfer"])])
+def test_a_range_of_no_thread_or_name_is_said_to_be_left_out(tmp_path, field, value):
+    """A user_annotation event whose pid or tid is no integer, or whose name is no string, belongs
+    to no thread and names no stage: left out, with a damaged-trace warning (it was dropped
+    silently, the stage one instance short)."""
+    ev = batch_events(n=3)
+    ev[1][field] = value                         # the first batch's transfer range
+    r = analyze(resolve(str(write(tmp_path / "t.json", trace(ev))))[0]).result
+    assert r.stages["transfer"].instances == 2
+    assert "1 user_annotation or CUDA runtime events have no integer pid and tid, or no name: a damaged trace; " \
+           "they are left out" in r.warnings

@@ -49,6 +49,9 @@ def oracle(doc: dict, kinds: dict = KIND, mems: dict = MEM) -> dict:
     no_ts = sum(1 for e in x if e.get("ts") is None)
     no_dur = sum(1 for e in x if e.get("ts") is not None and e.get("dur") is None)
     x = [e for e in x if e.get("ts") is not None and e.get("dur") is not None]
+    no_thread = sum(1 for e in x if e["cat"] in ("user_annotation", "cuda_runtime", "cuda_driver")
+                    and not (type(e.get("pid")) is int and type(e.get("tid")) is int
+                             and isinstance(e.get("name"), str) and e["name"]))
     t0 = min(_ns(e["ts"]) for e in x)
 
     def span(e):
@@ -110,7 +113,7 @@ def oracle(doc: dict, kinds: dict = KIND, mems: dict = MEM) -> dict:
     bare = Counter(k[2] for k in runtime.elements() if k[2] not in ranged)
     return dict(nvtx=nvtx, marks=marks, runtime=runtime, kernel=kernel, memcpy=memcpy, memset=memset, py=py,
                 threads=threads, procs=procs, duration=max(ends) + 1, events=len(ev),
-                driver=doc.get("cuda_driver_version"), no_ts=no_ts, no_dur=no_dur, unknown=unknown,
+                driver=doc.get("cuda_driver_version"), no_ts=no_ts, no_dur=no_dur, no_thread=no_thread, unknown=unknown,
                 dup=sum(n - 1 for n in pairs.values()),
                 bare=(sum(bare.values()), len(bare), len(ranged)) if nvtx and runtime and bare else None)
 
@@ -122,6 +125,8 @@ def warnings_by_hand(want: dict) -> list[str]:
         out.append(f"{want['no_ts']} trace events of interest have no ts")
     if want["no_dur"]:
         out.append(f"{want['no_dur']} complete ('X') trace events of interest have no dur")
+    if want["no_thread"]:
+        out.append(f"{want['no_thread']} user_annotation or CUDA runtime events have no integer pid and tid, or no name")
     if want["dup"]:
         out.append(f"{want['dup']} CUDA runtime events repeat the (process, correlation) of another")
     if want["unknown"]:
@@ -278,7 +283,7 @@ def test_handmade_trace_of_every_copy_kind_old_categories_flows_and_gaps(tmp_pat
     path.write_text(json.dumps(doc))
     assert kineto.is_trace_file(str(path)) and kineto.trace_files(str(tmp_path)) == [str(path)]
     want = oracle(json.loads(path.read_text(), parse_float=Decimal), kinds, mems)
-    assert (want["no_ts"], want["no_dur"], want["unknown"], want["dup"]) == (1, 1, 1, 1)
+    assert (want["no_ts"], want["no_dur"], want["no_thread"], want["unknown"], want["dup"]) == (1, 1, 2, 1, 1)
     assert want["bare"] == (2, 1, 1) and sum(want["memcpy"].values()) == 10 * 7 + 7 + 2
     check(kineto.to_export(str(path), quiet=True), want, path)
 

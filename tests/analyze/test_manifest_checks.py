@@ -4,11 +4,14 @@ here) and the warning when record asked for Python samples that the capture does
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 
 import pytest
 
 from clef_prof.analyze.manifest import client_check, sampling_check
 from clef_prof.analyze.result import analyze
+from clicheck import run_main
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +99,21 @@ def test_no_warning_when_the_samples_are_there(capture):
     # samples read, but none of them: as good as none
     empty = dataclasses.replace(sampled, samples=dataclasses.replace(sampled.samples, samples=0))
     assert len(sampling_check(empty, asked)) == 1
+
+
+@pytest.mark.parametrize("manifest", [
+    '{"export": 5}', '{"export": "capture.sqlite", "window": 5}', '{"trace": 7}', '{"nsys": 5}',
+    '{"nsys": {"messages": [1, 2]}}', '{"client": 5}', '{"status": "partial", "status_detail": 5}',
+    '{"load": 5, "server_counts": {"requests": 5}}', '{"load": {"concurrency": 1e400}, "server_counts": {"requests": 5}}',
+    '{"client": {"capture": {"latency_ms_mean": "x"}}}', "[" * 100000 + "]" * 100000])
+def test_a_manifest_of_other_types_beside_a_good_export(capture, tmp_path, manifest):
+    """Hand-made or damaged: a manifest whose values are of other types, or nested beyond the JSON
+    reader, costs the export its manifest checks, never its analysis (one warning at most)."""
+    shutil.copy(capture("gpu25-journey"), tmp_path / "capture.sqlite")
+    (tmp_path / "manifest.json").write_text(manifest)
+    p = run_main("analyze", tmp_path / "capture.sqlite", "-f", "json")
+    assert p.returncode == 0 and "internal error" not in p.stderr, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["requests"] == 2224 and doc["batches"] == 149
+    said = [w for w in doc["warnings"] if "manifest" in w]
+    assert len(said) <= 1 and all("not used" in w or "cannot be read" in w or "marks this capture" in w for w in said)

@@ -464,7 +464,8 @@ def test_a_slice_of_a_window_keeps_its_figures(capture, tmp_path):
 # --------------------------------------------------------------------------------------------
 # scrub --check: findings grouped by rule and place (issue 25 item 9)
 
-def test_check_groups_its_findings(capture):
+def test_check_groups_its_findings(capture, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")        # one line a group (the report wraps at the width)
     src = capture("gpu-q1c16-main")
     grouped_run = run_main("scrub", "--check", src)
     each = run_main("scrub", "--check", src, "--all")

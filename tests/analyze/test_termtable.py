@@ -204,3 +204,18 @@ def test_a_stacked_cell_wider_than_the_terminal_wraps_at_its_spaces_indented_und
     assert table([Column("stage", "left"), Column("p50 → p99"), Column("n")], [["head", "0.51 → 1.20", "7"]], 12) == [
         "stage", "    p50 → p99", "  ───────────", "head", "  0.51 →", "    1.20", "",
         "stage", "  n", "  ─", "head", "  7"]
+
+
+@pytest.mark.parametrize("cols", range(8, 40))
+def test_a_figure_keeps_its_unit_on_its_line(cols):
+    """A number and its unit (B, ms, s, MB ...) are one word to the wrap; a number before another
+    word (`290 requests`), a unit inside a word (`3 Bs`, `5 s/req`) and the text's own control
+    characters are left alone."""
+    text = "3.00 copies per request of 1,141 B on average, 0.565 of 0.844 ms in 290 requests, 3 Bs 5 s/req \x1f"
+    lines = wrap(text, cols)
+    assert " ".join(" ".join(lines).split()) == " ".join(text.replace("\x1f", " ").split())
+    for unit in ("1,141 B", "0.844 ms"):
+        assert any(unit in line for line in lines), (unit, lines)
+    assert all(len(line) <= cols or len(line.split()) <= 2 for line in lines)
+    if cols <= 12:          # `290 requests` is no figure and unit: it parts where the width asks
+        assert "290" in [line.split()[-1] for line in lines], lines

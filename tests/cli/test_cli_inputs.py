@@ -16,6 +16,7 @@ import pytest
 
 from clef_prof.compare.arm import collect
 from clef_prof.cli.app import main
+from clicheck import run_cli
 from recording import record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,3 +255,69 @@ def test_every_format_option_has_help(capsys):
     assert all(len((a.help or "").split()) >= 5 for a in with_format.values()), with_format
     out = " ".join(help_of("ab", capsys=capsys).split())
     assert "--out OUT, -o OUT folder of the ab run: one capture folder per arm and round" in out
+
+
+@pytest.mark.parametrize("cols", [80, 100])
+def test_every_help_fits_the_width(cols, capsys, monkeypatch):
+    """Every command's --help, descriptions and epilogs filled to $COLUMNS: no line wider, but an
+    example's own line (indented, kept as written, at most 80); paragraphs keep their words."""
+    import argparse
+
+    from clef_prof.cli.app import build_parser
+
+    monkeypatch.setenv("COLUMNS", str(cols))
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ["", *sub.choices]:
+        text = help_of(*([command] if command else []), capsys=capsys)
+        examples = text.split("\nexamples:\n")[1] if "\nexamples:\n" in text else ""
+        wide = [line for line in text.splitlines() if len(line) > cols and not (line in examples and len(line) <= 80)]
+        assert not wide, (command, wide)
+        p = sub.choices.get(command)
+        if p is not None and p.description:
+            assert " ".join(p.description.split()) in " ".join(text.split()), command
+
+
+@pytest.mark.parametrize("args, needle", [
+    ((), "the following arguments are required: COMMAND"),
+    (("nosuch",), "invalid choice: 'nosuch'"),
+    (("analyze", "traces/gpu25-pr-slice.sqlite", "-f", "yaml"), "argument --format/-f: invalid choice: 'yaml'"),
+    (("analyze", "traces/gpu25-pr-slice.sqlite", "--requests", "abc"), "argument --requests: invalid int value"),
+    (("report", "traces/gpu25-pr-slice.sqlite"), "the following arguments are required: --html"),
+    (("demo-server", "--port", "abc"), "argument --port")])
+def test_a_usage_error_is_one_line(args, needle):
+    """A wrong flag or value is said in one line naming the command and where its help is, exit 2
+    (argparse's own would print the usage block first)."""
+    p = run_cli(*args, cwd=ROOT)
+    lines = p.stderr.splitlines()
+    assert p.returncode == 2 and p.stdout == "" and len(lines) == 1, p.stderr
+    command = "clef-prof" + (f" {args[0]}" if args and args[0] != "nosuch" else "")
+    assert lines[0].startswith(f"{command}: error: ") and needle in lines[0], lines
+    assert lines[0].endswith(f"(see {command} --help)")
+
+
+def test_a_parser_that_fails_is_one_line(monkeypatch, capsys):
+    """A bug while building the parser (a command module that fails to import, say) is said in
+    one line, as one in a command is; --debug still shows the traceback."""
+    from clef_prof.cli import app
+
+    def broken(argv=None):
+        raise ImportError("no module named 'clef_prof.cli.nosuch'")
+
+    monkeypatch.setattr(app, "build_parser", broken)
+    assert app.main(["analyze", "x"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["clef-prof: internal error: ImportError: no module named 'clef_prof.cli.nosuch' "
+                   "(rerun with --debug for a traceback)"]
+    with pytest.raises(ImportError):
+        app.main(["--debug", "analyze", "x"])
+
+
+@pytest.mark.parametrize("flag, what", [("--stages", "stage"), ("--batch", "batch range"), ("--domain", "domain")])
+def test_a_name_longer_than_names_are_read_is_refused(flag, what):
+    """A 100,000-character name could match no range (names are read cut to 300 characters) and
+    was blamed on the capture ('LIKE or GLOB pattern too complex; the capture may be truncated')."""
+    p = run_cli("analyze", SLICE_MAIN, flag, "x" * 100_000)
+    lines = p.stderr.splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"clef-prof: error: {what} name 'xxxx") and "of 100,000 characters" in lines[0]
+    assert "capture" not in lines[0] and "corrupt" not in lines[0]

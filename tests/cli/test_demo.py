@@ -42,7 +42,7 @@ def test_demo_records_analyzes_compares_and_reports(tmp_path):
     # analyze's and compare's request counts are the batch ranges' n=K, summed by SQL
     for variant in ("main", "pr"):
         n = _requests(out / variant / "capture.sqlite")
-        assert f"{n} requests in" in text
+        assert f"{n:,} requests in" in text
         assert f"{variant}{' (baseline)' if variant == 'main' else ''}: 1 capture, " in text
         assert f"batches, {n:,} requests" in text
     assert f"Open {out / 'report.html'} in a browser" in " ".join(text.split())

@@ -66,7 +66,8 @@ def test_real_nsys_with_old_nvtx_is_fine(tmp_path, version):
     nsys = nsys_path(version)
     p = run_doctor("--nsys", nsys, pythonpath=fake_nvtx(tmp_path, "0.2.11"))
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"{version}." in p.stdout and "records Python nvtx ranges" in p.stdout and "nvtx 0.2.11" in p.stdout
+    words = " ".join(p.stdout.split())          # lines wrap at the width
+    assert f"{version}." in words and "records Python nvtx ranges" in words and "nvtx 0.2.11" in words
     assert "verdict:  ok" in p.stdout and p.stderr == ""
 
 
@@ -100,6 +101,7 @@ def test_nvtx_metadata_without_the_package_is_not_installed(tmp_path):
 def test_no_nvtx_installed_is_fine(tmp_path, monkeypatch):
     """Without the nvtx package only clef_prof's own ranges exist, and every nsys records them."""
     monkeypatch.setattr(doctor, "probe_python", lambda python=None: ("3.11.7", None, None))
+    monkeypatch.setenv("COLUMNS", "200")
     nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
     r = doctor.check([str(nsys)], env={})
     assert r.ok and r.nvtx is None and r.nsys[0].records_python_nvtx is None
@@ -156,6 +158,7 @@ def test_says_how_analyze_reads_exports(tmp_path, monkeypatch):
     import sqlite3
 
     monkeypatch.setattr(doctor, "probe_python", lambda python=None: ("3.11.7", None, None))
+    monkeypatch.setenv("COLUMNS", "200")
     nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
     r = doctor.check([str(nsys)], env={})
     from clef_prof.analyze import _scan
@@ -167,6 +170,21 @@ def test_says_how_analyze_reads_exports(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "clef_prof.analyze._scan", None)      # import fails as if never built
     monkeypatch.delattr(clef_prof.analyze, "_scan")
     without = doctor.check([str(nsys)], env={})
-    line = next(x for x in doctor.render(without).splitlines() if x.startswith("analyze"))
-    assert without.problems == r.problems and line.startswith("analyze   no C reader: exports are read through ADBC or sqlite3, slower") \
+    text = doctor.render(without)
+    line = " ".join(text[text.index("\nanalyze"):text.index("\ndriver")].split())      # wrapped at the width
+    assert without.problems == r.problems and line.startswith("analyze no C reader: exports are read through ADBC or sqlite3, slower") \
         and "a C compiler" in line
+
+
+@pytest.mark.parametrize("cols", [50, 80])
+def test_lines_fit_the_width(tmp_path, monkeypatch, cols):
+    """Each line wraps under its label at $COLUMNS (a path wider than the width stays whole)."""
+    monkeypatch.setattr(doctor, "probe_python", lambda python=None: ("3.11.7", None, None))
+    monkeypatch.setenv("COLUMNS", str(cols))
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
+    text = doctor.render(doctor.check([str(nsys)], env={}))
+    lines = text.splitlines()
+    assert all(len(x) <= cols or str(nsys) in x for x in lines), text
+    assert all(x[:10].strip() or x.startswith(" " * 10) for x in lines) and lines[-1].startswith("verdict:  ")
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert " ".join(doctor.render(doctor.check([str(nsys)], env={})).split()) == " ".join(text.split())

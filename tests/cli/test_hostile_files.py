@@ -211,6 +211,43 @@ def test_fifo_inputs_are_refused(copy_of, tmp_path):
         one_line(run_cli(*args), "not a regular file")
 
 
+def test_a_schema_that_is_not_utf8(copy_of, tmp_path):
+    """A byte of the schema's SQL made 0xCD (no UTF-8): SQLite's message quotes it, and every command
+    says in one line that the file cannot be read, instead of failing to decode the message."""
+    src = copy_of()
+    data = bytearray(src.read_bytes())
+    at = data.find(b"CREATE TABLE TARGET_INFO_GPU")
+    assert at > 0
+    data[at + 10] = 0xCD
+    bad = tmp_path / "schema.sqlite"
+    bad.write_bytes(bytes(data))
+    before = sha256(bad)
+    for args in (("analyze", bad), ("slice", bad, tmp_path / "o.sqlite", "--from", "0", "--to", "1"),
+                 ("scrub", "--check", bad), ("scrub", bad, tmp_path / "o2.sqlite"),
+                 ("report", bad, "--html", tmp_path / "o.html")):
+        one_line(run_cli(*args), "not UTF-8")
+    assert sha256(bad) == before and not list(tmp_path.glob("o*"))
+
+
+@pytest.mark.parametrize("reader", ["native", "adbc", "sqlite"])
+def test_an_export_in_wal_mode_gets_no_files_beside_it(copy_of, tmp_path, reader):
+    """An export switched to WAL mode (its WAL checkpointed and gone): analyzed through each
+    reader and reported, nothing is made beside it (no -wal, no -shm), and it is not changed."""
+    if reader == "native":
+        pytest.importorskip("clef_prof.analyze._scan")
+    src = copy_of()
+    con = sqlite3.connect(src)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
+    before, names = sha256(src), sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "CLEF_PROF_READER": reader}
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", src, "-f", "json"], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0 and json.loads(p.stdout)["requests"] == 1520, p.stderr
+    assert run_cli("report", src, "--html", tmp_path / "r.html").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "r.html"]) and sha256(src) == before
+
+
 def test_huge_names_are_cut(copy_of, tmp_path):
     src = copy_of()
     db = sqlite3.connect(src)

@@ -168,7 +168,7 @@ def test_gate_fires_on_h2d_regression(cap, capsys):
                "--fail-if", "per_request.h2d_copies > 0", "-f", "json"])
     out, err = capsys.readouterr()
     assert rc == 1
-    assert "gate fired: per_request.h2d_copies > 0 — main vs pr: exact change +6" in err
+    assert "gate fired: per_request.h2d_copies > 0 - main vs pr: exact change +6" in err
     v = json.loads(out)["gates"][0]
     assert v["fired"] and v["basis"] == "exact" and v["value"] == 6.0
 

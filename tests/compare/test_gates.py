@@ -279,14 +279,14 @@ def test_terminal_report_by_hand():
     assert row(out, "index", "0.5", "0.6", "+20.0%", "+10.0% to +30.0%", "beyond noise (detects ±7.2%)")
     assert row(out, "pooler (batch)", "2", "1.9", "-5.0%", "within-capture -10.0% to +0.0%", "too few captures to judge")
     assert row(out, "figure", "unit", "main", "pr", "%", "90% CI of the change", "verdict")
-    assert row(out, "per_request.h2d_copies", "/req", "9", "3", "-66.7%", "exact", "exact change")
-    assert row(out, "overlap.gpu_busy_fraction", "% of span", "25.00%", "30.00%", "+20.0%", "+1.00 pp to +9.00 pp",
+    assert row(out, "pooler h2d_copies", "/req", "9", "3", "-66.7%", "exact", "exact change")     # no dotted name
+    assert row(out, "overlap gpu_busy_fraction", "% of span", "25.00%", "30.00%", "+20.0%", "+1.00 pp to +9.00 pp",
                "within noise")
     assert not any("memset" in ln for ln in out)
     assert "1 metrics that are exactly 0 in every arm are not shown (--all shows them)." in out
     assert any(ln.startswith("Method: a capture is the unit") for ln in out)
     assert out[-2:] == ["note: n1", "warning: w1"]
-    assert row(out, "overlap.kernel_gpu_ms", "ms/req", "0", "0", "—", "+0 to +0", "within noise")
+    assert row(out, "overlap kernel_gpu_ms", "ms/req", "0", "0", "—", "+0 to +0", "within noise")
     assert "Findings (resolved, new or still there)" in out
     assert "  pageable H2D copies in transfer (`h2d-pageable`): resolved (9 → 0 per request; fired in 3/3 → 0/1 " \
            "captures)" in out
@@ -359,7 +359,7 @@ def test_narrow_terminal_stacks_labels_then_figures():
     con = Console(record=True, width=70, color_system=None)
     render_terminal(report_comp(), con, width=70)
     out = [ln.rstrip() for ln in con.export_text().splitlines()]
-    i = out.index("per_request.h2d_copies  /req")
+    i = out.index("pooler h2d_copies  /req")
     assert out[i + 1].split() == ["9", "3", "-66.7%", "exact", "exact", "change"]
     assert out.index("figure · unit") < i
     host = report_comp()

@@ -64,7 +64,8 @@ def test_compare_fits_80_columns(wide, monkeypatch):
     _fits(p.stdout)
     # the H2D copies per request, whole: 9 -> 3 on the row of the batch-wide figure
     text = p.stdout.splitlines()
-    i = next(i for i, x in enumerate(text) if x.split()[:1] == ["per_request.h2d_copies"])
+    label = ["per_request.h2d_copies"] if wide else ["pooler", "h2d_copies"]        # --wide: the metric's name
+    i = next(i for i, x in enumerate(text) if x.split()[:len(label)] == label)
     figures = (text[i] + " " + text[i + 1]).split()
     assert "9" in figures and "3" in figures and "-66.7%" in figures
 
@@ -74,3 +75,33 @@ def test_a_narrow_terminal_stacks_rows_and_still_cuts_nothing(monkeypatch):
     p = run_main("analyze", ROOT / "traces/gpu25-pr-slice.sqlite", "--wide")
     assert p.returncode == 0, p.stderr
     _fits(p.stdout, 50)
+
+
+def test_wide_markdown_and_html_hold_every_count_per_stage(monkeypatch, tmp_path):
+    """Every CUDA count of a stage's JSON block is in --wide, in the Markdown table and in the HTML
+    report: the figures the per-request tables leave out (D2H bytes, GPU kernels, graph
+    executions, memcpy/memset/sync calls, device syncs) per capture, as the JSON has them."""
+    import dataclasses
+    import json
+
+    from clef_prof.analyze.model import CudaCounts
+
+    trace = ROOT / "traces/gpu25-pr-slice.sqlite"
+    doc = json.loads(run_main("analyze", trace, "-f", "json").stdout)
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = run_main("analyze", trace, "--wide").stdout.splitlines()
+    at = wide.index("CUDA calls and GPU records per stage, per capture")
+    keys = ["d2h_bytes", "gpu_kernels", "graph_executions", "memcpy_calls", "memset_calls", "sync_calls",
+            "device_syncs", "sync_memcpy_calls"]
+    assert set(keys) | {"h2d_copies", "h2d_bytes", "h2d_pageable", "h2d_pinned", "d2h_copies", "kernel_launches",
+                        "graph_launches", "graph_kernels"} == {f.name for f in dataclasses.fields(CudaCounts)}
+    md = run_main("analyze", trace, "-f", "markdown").stdout.splitlines()
+    assert run_main("report", trace, "--html", tmp_path / "r.html").returncode == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    for stage in ("transfer", "head"):
+        want = [f"{doc['stages'][stage][k]:,}" for k in keys]
+        row = next(line for line in wide[at:] if line.startswith(stage + " "))
+        assert row.split()[1:] == want, (stage, row)
+        md_row = next(line for line in md if line.startswith(f"| {stage} |")).split(" | ")
+        assert md_row[-len(keys):-1] == want[:-1] and md_row[-1] == want[-1] + " |"
+        assert "".join(f"<td>{v}</td>" for v in want) in html.replace('<td class="num">', "<td>"), stage
