@@ -37,12 +37,21 @@ CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per in
 BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (taskset, a container's cpuset), not the
+    machine's count, which os.cpu_count() gives (16 on a 16-core host pinned to 2)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):        # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def _readers() -> int:
     """Reader threads (SQLite runs without the GIL under both readers): $CLEF_PROF_READERS, else
     two (one on one CPU)."""
     raw = os.environ.get("CLEF_PROF_READERS", "").strip()
     if not raw:
-        return max(1, min(2, os.cpu_count() or 1))
+        return max(1, min(2, usable_cpus()))
     try:
         n = int(raw)
     except ValueError:

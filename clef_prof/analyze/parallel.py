@@ -1,7 +1,7 @@
 """Analyze many captures at once: one capture per task, results in input order.
 
 `map_captures` maps a per-capture function over paths in worker processes (ProcessPoolExecutor
-from a forkserver, each worker reading with cpu_count // jobs threads; in this process when the
+from a forkserver, each worker reading with usable CPUs // jobs threads; in this process when the
 input is small) and returns what it returned, in the order of `paths`; `analyze_many` maps
 `analyze` so, or with `dask=ADDRESS` on a Dask cluster (the way nsys recipes distribute one
 report per task), and returns the results (`Analysis.result`, a `model.Result`); `compare`
@@ -36,7 +36,8 @@ def _size(path: str) -> int:
 
 
 def _readers_per_job(jobs: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+    from .export import usable_cpus
+    return max(1, usable_cpus() // max(1, jobs))
 
 
 def _init_worker(readers: int) -> None:
@@ -118,8 +119,8 @@ def worker_count(paths: list[str], jobs: int | None) -> int:
     if jobs is None:
         if sum(_size(p) for p in paths) < SMALL_BYTES:
             return 1            # starting worker processes would cost more than it saves
-        from .export import READERS
-        jobs = (os.cpu_count() or 1) // max(1, READERS)
+        from .export import READERS, usable_cpus
+        jobs = usable_cpus() // max(1, READERS)
     return max(1, min(jobs, len(paths)))
 
 
@@ -153,7 +154,7 @@ def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = Stage
     jobs: worker processes (default: one per two CPUs, as an analysis reads with two threads; at
     most one per capture, and none, i.e. in this process, when the captures add up to less than
     64 MB); 1 analyzes in this process.
-    Each worker reads with cpu_count // jobs threads, so the machine is not oversubscribed.
+    Each worker reads with usable CPUs // jobs threads (export.usable_cpus), so the machine is not oversubscribed.
     dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a local cluster of
     `jobs` single-threaded workers; one capture per task, gathered in order.
     """
@@ -172,7 +173,8 @@ def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, 
     cluster = None
     try:
         if address == "local":
-            n = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+            from .export import usable_cpus
+            n = max(1, min(jobs or usable_cpus(), len(paths)))
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)
         else:

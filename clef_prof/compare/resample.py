@@ -11,7 +11,6 @@ from the per-capture values (`welch`): resampling a few captures understates the
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -64,7 +63,8 @@ def resampled_sums_of_arms(rngs: list[np.random.Generator], arms: list[list[np.n
     """`resampled_sums` of each arm (its generator, its captures' blocks), the arms on threads:
     NumPy draws, counts and multiplies without the GIL, and each arm has its own stream, so the
     sums are those of one arm after the other. The threads share `_CHUNK_CELLS` between them."""
-    workers = max(1, min(len(arms), os.cpu_count() or 1))
+    from ..analyze.export import usable_cpus
+    workers = max(1, min(len(arms), usable_cpus()))
     cells = max(1, _CHUNK_CELLS // workers)
     if workers == 1:
         return [resampled_sums(rng, blocks, n_boot, cells) for rng, blocks in zip(rngs, arms)]

@@ -38,7 +38,7 @@ def test_names_are_cut_to_name_chars(tmp_path):
 @pytest.mark.parametrize("cpus,want", [(None, 1), (1, 1), (2, 2), (3, 2), (64, 2)])
 def test_reader_threads_default_to_two_or_one_on_one_cpu(monkeypatch, cpus, want):
     monkeypatch.delenv("CLEF_PROF_READERS", raising=False)
-    monkeypatch.setattr(ex.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(ex, "usable_cpus", lambda: cpus or 1)
     assert ex._readers() == want
 
 

@@ -16,7 +16,7 @@ from clef_prof.errors import CaptureError, ClefError
 @pytest.mark.parametrize("cpus,jobs,readers", [(8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (8, 0, 8), (8, 1, 8),
                                                (None, 2, 1), (None, 1, 1), (2, 1, 2), (16, 4, 4)])
 def test_reader_threads_split_the_cpus_between_processes(monkeypatch, cpus, jobs, readers):
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(export, "usable_cpus", lambda: cpus or 1)
     assert parallel._readers_per_job(jobs) == readers
 
 
@@ -41,7 +41,7 @@ def _sparse(path, size):
                                                         (6, 1, 6, 2, 6)])
 def test_default_processes_one_per_readers_cpus_only_for_64_mb_or_more(monkeypatch, tmp_path, cpus, readers,
                                                                       six, two, seven):
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(export, "usable_cpus", lambda: cpus or 1)
     monkeypatch.setattr(export, "READERS", readers)
     paths = [_sparse(tmp_path / f"c{i}.sqlite", 0) for i in range(6)]
     _sparse(paths[0], SMALL - 1)
@@ -129,3 +129,19 @@ def test_worker_processes_give_what_this_process_gives(tmp_path):
     assert type(got[1]) is ClefError and got[1].path == missing and "FileNotFoundError" in str(got[1])
     with pytest.raises(ClefError, match="FileNotFoundError"):
         map_captures(os.path.getsize, [paths[1], missing], jobs=2)
+
+
+def test_a_process_pinned_to_one_cpu_plans_for_one():
+    """Under taskset or a container's cpuset the machine may have many CPUs and the process one:
+    readers, jobs and readers per job follow the affinity (os.cpu_count() counts the machine's)."""
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    code = ("import os; from clef_prof.analyze import export, parallel; "
+            "print(os.cpu_count(), export.usable_cpus(), export.READERS, parallel._readers_per_job(1))")
+    first = min(os.sched_getaffinity(0))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                         preexec_fn=lambda: os.sched_setaffinity(0, {first})).stdout.split()
+    assert out[1:] == ["1", "1", "1"], out

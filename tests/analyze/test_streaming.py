@@ -86,14 +86,14 @@ def test_worker_count_policy(tmp_path, monkeypatch):
         return str(f)
     small = [sparse(f"s{i}", 10 << 20) for i in range(3)]
     big = [sparse(f"b{i}", 40 << 20) for i in range(6)]
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(capture_mod, "usable_cpus", lambda: 8)
     monkeypatch.setattr(capture_mod, "READERS", 2)
     assert parallel.worker_count(small, None) == 1
     assert parallel.worker_count(big, None) == 4
     assert parallel.worker_count(big[:2], None) == 2
     assert parallel.worker_count(small, 3) == 3
     assert parallel.worker_count(big, 16) == 6
-    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(capture_mod, "usable_cpus", lambda: 2)
     assert parallel.worker_count(big, None) == 1
     monkeypatch.setattr(capture_mod, "READERS", 1)
     assert parallel.worker_count(big, None) == 2

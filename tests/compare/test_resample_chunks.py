@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from clef_prof.analyze import export
 from clef_prof.compare import resample
 from clef_prof.compare.resample import arm_rngs, ratio, resampled_sums, resampled_sums_of_arms
 
@@ -42,7 +43,7 @@ def test_sums_are_the_drawn_batches_whatever_the_chunks(sizes, cells):
 @pytest.mark.parametrize("cpus", [1, 2, 8])
 def test_arms_on_threads_are_the_arms_one_after_the_other(monkeypatch, cpus):
     """Each arm from its own stream, whatever the threads and the share of the chunk each gets."""
-    monkeypatch.setattr(resample.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(export, "usable_cpus", lambda: cpus)
     gen = np.random.default_rng(6)
     arms = [[gen.integers(0, 1000, size=(n, 2)).astype(np.float64) for n in sizes]
             for sizes in [(3000, 40), (7,), (0, 1200)]]
