@@ -218,7 +218,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
         step("nvtx")
         nv = census(cap)
         stages = ranks.fold(build(cap, config, requests))
-        warnings += validate.nvtx_presence(cap, nv, stages) + validate.sizes_against_ids(stages)
+        warnings += validate.nvtx_presence(cap, nv, stages)
         mode = cu.graph_trace_mode(cap)
         tally = cov = unions = own_ns = frames = lost = None
         if traced:
@@ -468,12 +468,11 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
             gpu.add_graph_rows(slot)
         rev = r["end"] < r["start"]             # reversed, or no end (read as 0)
         if bounds is not None:
-            away = (r["start"] < bounds[0]) | (r["end"] > bounds[1])
-            damage["outside"] += int((away & ~rev).sum())
-            rev |= away
-        if rev.any():
+            away = ((r["start"] < bounds[0]) | (r["end"] > bounds[1])) & ~rev
+            damage["outside"] += int(away.sum())
+        if rev.any() or bounds is not None and away.any():
             damage["reversed"] += int(rev.sum())
-            fine = ~rev
+            fine = ~rev if bounds is None else ~(rev | away)
             busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine], batch[fine])
         else:
             busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1, batch)

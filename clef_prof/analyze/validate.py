@@ -65,25 +65,6 @@ def impossible_times(cap: Export) -> None:
                            f"start (the first: rowid {first}): no capture holds such times; a damaged or edited export")
 
 
-def sizes_against_ids(stages: Stages) -> list[str]:
-    """A warning for batch ranges whose `rid=` list names another number of requests than their
-    n=K (lists cut by their writer, `...`, or by the name limit when read, aside): the requests are
-    counted from n=K, so one of the two is wrong."""
-    b = stages.batches
-    rid = np.asarray(b["rid"], dtype=object) if len(b) else np.zeros(0, dtype=object)
-    whole = np.array([bool(r) and not r.endswith("...") and len(r) < NAME_CHARS - 40 for r in rid], dtype=bool)
-    if not whole.any():
-        return []
-    ids = np.array([r.count(",") + 1 for r in rid[whole]], dtype=np.int64)
-    size = np.asarray(b["size"])[whole]
-    off = np.flatnonzero((size >= 0) & (ids != size))
-    if not len(off):
-        return []
-    i = off[0]
-    return [f"{len(off)} batch ranges list another number of request ids than their n=K (the first: n={size[i]} "
-            f"with {ids[i]} ids): the requests are counted from n=K; the ids or the sizes are wrong"]
-
-
 def threadless_ranges(cap: Export) -> list[str]:
     """A warning for NVTX ranges with no thread (globalTid NULL): nsys writes every range with its
     thread; without one a range belongs to no batch or stage and is left out, so counts are short."""

@@ -60,6 +60,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     wanted = [] if command == "analyze" else [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
     for name in wanted:
         importlib.import_module(f".{name}", __package__).add_parser(sub)
+    p.command = command if command == "analyze" or command in COMMANDS else None
     return p
 
 
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if not parsed:          # a parser that failed: said in one line, as a command's failure is
         return code
     args = parsed[0]
+    if getattr(args, "output", None) == "-":        # -o -: stdout, as the shell's convention has it
+        args.output = None
     with report_to(sys.stdout, to_file=bool(getattr(args, "output", None))):
         return run_command(args.func, args)
 

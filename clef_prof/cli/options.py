@@ -47,8 +47,13 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    command: str | None = None     # the subcommand named: argparse says its unknown flags at the top
+
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        prog = self.prog
+        if self.command and message.startswith("unrecognized arguments"):
+            prog = f"{prog} {self.command}"
+        self.exit(2, f"{prog}: error: {' '.join(message.split())} (see {prog} --help)\n")
 
 
 def stage_config(args) -> StageConfig:

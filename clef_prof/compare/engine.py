@@ -25,7 +25,7 @@ import numpy as np
 from .arm import Arms, CaptureRef, CompareError
 from ..analyze.columns import Table
 from ..analyze.filecache import FileCache
-from ..analyze.metrics import BATCH_KEYS, NS_PER_MS, check_stage_names
+from ..analyze.metrics import BATCH_KEYS, NS_PER_MS, check_name_lengths, check_stage_names
 from ..analyze.model import Result
 from ..analyze.findings import compare_findings
 from ..analyze.samples import StackCounts
@@ -135,6 +135,7 @@ def load_all(arms: Arms, config: StageConfig, jobs: int | None = None) -> dict[s
     from ..analyze.parallel import map_captures
 
     check_stage_names(tuple(config.stages))
+    check_name_lengths(config)
     first: dict[str, str] = {}                      # real path -> the path analyzed for it
     for refs in arms.captures.values():
         for r in refs:

@@ -361,17 +361,17 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def _label(metric: str) -> str:
+def _label(metric: str, batch: str = "pooler") -> str:
     """The short row label of the terminal table: the stage for host time, else the metric's name
-    less `stages.` and `_per_request`, `per_request.` (the work inside batch ranges) as `pooler`,
-    its dots as spaces (`transfer h2d_copies`, `pooler h2d_copies`): not a dotted name, so that it
-    is not taken for one `--fail-if` takes (the full names: --wide, --list-metrics)."""
+    less `stages.` and `_per_request`, `per_request.` (the work inside batch ranges) as the batch
+    range's name, its dots as spaces (`transfer h2d_copies`, `pooler h2d_copies`): not a dotted
+    name, so that it is not taken for one `--fail-if` takes (the full names: --wide, --list-metrics)."""
     if metric == "per_request.pooler_host_ms":
-        return "pooler (batch)"
+        return f"{batch} (batch)"
     if metric.startswith("stages.") and metric.endswith(".host_ms_per_request"):
         return metric[len("stages."):-len(".host_ms_per_request")]
     if metric.startswith("per_request."):
-        metric = "pooler." + metric[len("per_request."):]
+        metric = f"{batch}." + metric[len("per_request."):]
     return metric.removeprefix("stages.").removesuffix("_per_request").replace(".", " ")
 
 
@@ -385,6 +385,8 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
     from rich.text import Text
 
     from ..analyze.termtable import Column, table, width as term_width, wrap
+
+    batch = (comp.get("config") or {}).get("batch") or "pooler"      # the batch range's name, for row labels
 
     width = width or term_width()
     console = console or Console(width=max(width, 20), soft_wrap=True)
@@ -420,7 +422,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
             for m in group:
                 b, a = m["arms"][base], m["arms"][arm]
                 k, ex = m["kind"], m["deterministic"]
-                row = [m["metric"] if wide else _label(m["metric"])] + ([] if pq else [_UNITS[k]])
+                row = [m["metric"] if wide else _label(m["metric"], batch)] + ([] if pq else [_UNITS[k]])
                 row += [_fmt_value(b["mean"], k, ex), _fmt_value(a["mean"], k, ex)]
                 row += [_fmt_change(a["change"], k)] if wide else []
                 row += [_fmt_change(a["change_pct"], k, True), _ci_short(a, k, ex), _verdict_text(a, m)]

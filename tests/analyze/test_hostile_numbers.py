@@ -272,18 +272,20 @@ def test_a_session_length_that_is_no_length(damaged, value):
     assert not path.with_name("o.sqlite").exists()
 
 
-@pytest.mark.parametrize("table", ["NVTX_EVENTS", "StringIds", RUNTIME])
-def test_a_view_in_a_tables_place_is_refused_not_run(damaged, table):
-    """A view named as one of nsys's tables runs whatever query it holds: here an endless recursive
-    one, which would hang every read. Refused in one line, at once; a view of another name is the
-    user's own and is left alone."""
-    endless = (f"ALTER TABLE {table} RENAME TO moved; CREATE VIEW {table} AS WITH RECURSIVE c(x) AS "
+@pytest.mark.parametrize("table, view", [("NVTX_EVENTS", "NVTX_EVENTS"), ("StringIds", "StringIds"),
+                                         (RUNTIME, RUNTIME), ("NVTX_EVENTS", "nvtx_events")])
+def test_a_view_in_a_tables_place_is_refused_not_run(damaged, table, view):
+    """A view named as a table clef-prof reads (in any case: SQLite's names are not case-sensitive)
+    runs whatever query it holds: here an endless recursive one, which would hang every read.
+    Refused in one line, at once; a view of another name is the user's own and is left alone."""
+    endless = (f"ALTER TABLE {table} RENAME TO moved; CREATE VIEW {view} AS WITH RECURSIVE c(x) AS "
                "(SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT moved.* FROM moved, c")
     path = damaged(PR25, *endless.split("; "))
     for args in (("analyze", path), ("report", path, "--html", path.with_name("r.html"))):
-        one_line(run_cli(*args), 1, f"{table} is a view, not a table")
-    own = damaged(PR25, "CREATE VIEW my_ranges AS SELECT * FROM NVTX_EVENTS")
-    assert json.loads(run_cli("analyze", own, "-f", "json").stdout)["requests"] == 290
+        one_line(run_cli(*args), 1, f"{view} is a view, not a table")
+    for name in ("my_ranges", "NVTX_named", "CUPTI_mine"):
+        own = damaged(PR25, f"CREATE VIEW {name} AS SELECT * FROM NVTX_EVENTS")
+        assert json.loads(run_cli("analyze", own, "-f", "json").stdout)["requests"] == 290, name
 
 
 @pytest.mark.parametrize("sql", ["UPDATE NVTX_EVENTS SET start = -9223372036854775808 WHERE rowid = 5",
@@ -310,6 +312,7 @@ def test_gpu_records_outside_the_session_are_left_out_of_busy_time(damaged, tabl
     r = analyze(str(path)).result
     said = [w for w in r.warnings if "lie outside the capture session" in w]
     assert len(said) == 1 and said[0].startswith("1 GPU activity records") and "end after 1.3 s" in said[0]
+    assert not [w for w in r.warnings if "end before they start" in w]       # said once, as what it is
     busy, before = r.overlap.gpu_busy_fraction_of_pooler_span, clean.overlap.gpu_busy_fraction_of_pooler_span
     assert 0 < busy <= before and busy == pytest.approx(before, rel=0.05)
     assert "host-bound" in {f.id for f in r.findings}
@@ -327,29 +330,22 @@ def test_ranges_without_a_thread_are_said_to_be_left_out(damaged):
     assert not [w for w in analyze(str(TRACES / f"{MAIN}.sqlite")).result.warnings if "no thread" in w]
 
 
-@pytest.mark.parametrize("size", ["1.5", "-3", "0x10", "1_1"])
+@pytest.mark.parametrize("size", ["1.5", "0x10", "1_1"])
 def test_a_batch_size_that_is_no_count_is_refused(damaged, size):
-    """`pooler n=1.5` was read as 1 and `n=0x10` as 0, silently: a size that looks like a number
-    and is no count of requests is refused in one line, naming the range."""
+    """`pooler n=1.5` was read as 1 and `n=0x10` as 0, silently: a size written as a number that
+    is no count of requests is refused in one line, naming the range."""
     path = damaged(MAIN, f"UPDATE NVTX_EVENTS SET text = 'pooler n={size}' WHERE text = 'pooler n=11'")
     one_line(run_cli("analyze", path), 1, f"batch range 'pooler n={size}': batch size '{size}' is not a count")
 
 
-def test_batch_sizes_that_disagree_with_their_ids_warn(capture, tmp_path):
-    """Fourteen batches of 14 listed requests made `n=2`: the count falls from 2,224 to 2,056 with
-    the ranges still naming 14 ids each; a warning says that sizes and ids disagree (--strict: 2)."""
-    path = tmp_path / "j.sqlite"
-    shutil.copyfile(capture("gpu25-journey"), path)
-    with sqlite3.connect(path) as con:
-        assert con.execute("UPDATE NVTX_EVENTS SET text = replace(text, 'pooler n=14', 'pooler n=2') "
-                           "WHERE text LIKE 'pooler n=14 rid=%'").rowcount == 14
-    con.close()
+@pytest.mark.parametrize("text, size", [("pooler n=11/32", 11), ("pooler batch=11x128", 11), ("pooler n=11.", 11),
+                                        ("pooler n=11]", 11), ("pooler requests: 11/12", 11)])
+def test_a_batch_size_followed_by_other_text_keeps_its_digits(damaged, text, size):
+    """Text after the digits (a fraction of a whole, a shape, punctuation) is no damage: the
+    leading count is the batch's size, as it always was (nine batches of 11: 256 requests)."""
+    path = damaged(MAIN, f"UPDATE NVTX_EVENTS SET text = '{text}' WHERE text = 'pooler n=11'")
     r = analyze(str(path)).result
-    assert r.requests == 2056
-    assert [w for w in r.warnings if "request ids than their n=K" in w] == [
-        "14 batch ranges list another number of request ids than their n=K (the first: n=2 with 14 ids): the "
-        "requests are counted from n=K; the ids or the sizes are wrong"]
-    assert not [w for w in analyze(str(capture("gpu25-journey"))).result.warnings if "n=K" in w]
+    assert (r.requests, r.batches) == (256, 48)
 
 
 @pytest.mark.parametrize("reader", ["native", "adbc", "sqlite"])

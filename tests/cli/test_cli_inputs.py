@@ -283,7 +283,9 @@ def test_every_help_fits_the_width(cols, capsys, monkeypatch):
     (("analyze", "traces/gpu25-pr-slice.sqlite", "-f", "yaml"), "argument --format/-f: invalid choice: 'yaml'"),
     (("analyze", "traces/gpu25-pr-slice.sqlite", "--requests", "abc"), "argument --requests: invalid int value"),
     (("report", "traces/gpu25-pr-slice.sqlite"), "the following arguments are required: --html"),
-    (("demo-server", "--port", "abc"), "argument --port")])
+    (("demo-server", "--port", "abc"), "argument --port"),
+    (("analyze", "traces/gpu25-pr-slice.sqlite", "--json"), "unrecognized arguments: --json"),
+    (("doctor", "--bogus"), "unrecognized arguments: --bogus")])
 def test_a_usage_error_is_one_line(args, needle):
     """A wrong flag or value is said in one line naming the command and where its help is, exit 2
     (argparse's own would print the usage block first)."""

@@ -368,3 +368,15 @@ def test_narrow_terminal_stacks_labels_then_figures():
     render_terminal(host, con, width=300)
     text = con.export_text()
     assert "main → pr: host time, ms per request" in text and "CUDA work" not in text
+
+
+def test_short_labels_name_the_batch_range_and_are_no_metric_names():
+    """The terminal's short row labels: the batch range by its own name (`--batch forward`), and
+    never a dotted name, which --fail-if would take for a metric and refuse."""
+    from clef_prof.compare.gates import _label
+
+    assert _label("per_request.pooler_host_ms", "forward") == "forward (batch)"
+    assert _label("per_request.h2d_copies", "forward") == "forward h2d_copies"
+    assert _label("stages.transfer.h2d_copies_per_request") == "transfer h2d_copies"
+    assert _label("stages.head.host_ms_per_request") == "head"
+    assert _label("overlap.gpu_busy_fraction_of_batch_spans") == "overlap gpu_busy_fraction_of_batch_spans"
