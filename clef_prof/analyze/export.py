@@ -29,13 +29,15 @@ from ..errors import CaptureError, ClefError, shown
 from ..safeio import check_regular, readonly_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# the tables clef-prof reads (upper case; every CUPTI_ACTIVITY_KIND_* and ENUM_* too): a view
-# of such a name, in any case, is refused; a view of another name is the user's and never read
-READ_TABLES = frozenset({"ANALYSIS_DETAILS", "CLEF_WARNINGS", "COMPOSITE_EVENTS", "DIAGNOSTIC_EVENT", "EXPORT_META_DATA",
+# the tables clef-prof reads (upper case): a view of such a name, in any case, is refused; a view of
+# another name is the user's and never read (`tables` lists tables only)
+READ_TABLES = frozenset({"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                         "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+                         "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+                         "ANALYSIS_DETAILS", "CLEF_WARNINGS", "COMPOSITE_EVENTS", "DIAGNOSTIC_EVENT", "EXPORT_META_DATA",
                          "META_DATA_CAPTURE", "META_DATA_EXPORT", "NVTX_EVENTS", "OSRT_API", "OSRT_CALLCHAINS",
                          "PROCESSES", "PROCESSSTREAMS", "SAMPLING_CALLCHAINS", "STRINGIDS",
                          "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_SYSTEM_ENV", "THREADNAMES"})
-READ_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "ENUM_")
 NAME_CHARS = 300            # names (strings, ranges, processes) are cut to this many characters when read
 CHUNK_ROWS = 1 << 19        # rowids per window of a streamed table: 4 MB per int64 column at most
 BATCH_ROWS = 1 << 19        # rows per Arrow record batch from the ADBC SQLite driver (default 1024)
@@ -210,7 +212,7 @@ class Export:
             conn = sqlite3.connect(readonly_uri(path), uri=True)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             views = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")
-                     if r[0].upper() in READ_TABLES or r[0].upper().startswith(READ_PREFIXES)]
+                     if r[0].upper() in READ_TABLES]
         except sqlite3.DatabaseError as exc:
             raise CaptureError(f"{shown(path)}: not a readable SQLite database ({exc})") from None
         except UnicodeDecodeError:      # SQLite's message quotes the damaged schema's bytes

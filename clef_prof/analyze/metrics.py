@@ -133,11 +133,13 @@ def check_name_lengths(config) -> None:
     no range, and a pattern of it would exceed SQLite's limits."""
     from .export import NAME_CHARS
 
-    for what, name in (("batch range", config.batch), ("domain", config.domain),
-                       *(("stage", s) for s in config.stages)):
-        if len(name) > NAME_CHARS:
+    # a batch range's message holds ` n=K` after its name: 16 characters of the names read are kept for it
+    for what, name, most in (("batch range", config.batch, NAME_CHARS - 16), ("domain", config.domain, NAME_CHARS),
+                             *(("stage", s, NAME_CHARS) for s in config.stages)):
+        if len(name) > most:
             raise SpecError(f"{what} name {name[:40]!r}... of {len(name):,} characters: range names are read cut to "
-                            f"{NAME_CHARS}, so it could name no range; shorten it")
+                            f"{NAME_CHARS}, so it could name no range{' with its n=K' if most < NAME_CHARS else ''}; "
+                            "shorten it")
 
 
 def check_stage_names(stages: tuple[str, ...]) -> None:

@@ -30,11 +30,11 @@ from .nvtx import read_ranges
 from .ranks import rid_keys
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
-# a size written as a number that is no count (n=1.5, n=0x10, n=1_1), read as its leading digits
-# before: damage. Other text after the digits (n=16/32, batch=16x128, n=16.) keeps them; a
-# negative one (n=-1) is no size, as before (the payload or --requests gives it).
-_NOT_A_COUNT = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*"
-                          r"(\d+\.\d+|0[xX][0-9a-fA-F]+|\d+(?:_\d+)+)(?=$|[\s,;)])")
+# the size read (its word up to a separator) written as a number that is no count (n=1.5, n=1.5GB,
+# n=0x10, n=1_000), read as its leading digits before: damage. Other text after the digits
+# (n=16/32, batch=16x128, n=16.) keeps them; a negative one (n=-1) is no size, as before.
+_WORD = re.compile(r"[^\s,;)]*")
+_NOT_A_COUNT = re.compile(r"\d+\.\d.*|0[xX][0-9a-fA-F]+|\d+(?:_\d+)+")
 MAX_BATCH = (1 << 31) - 1      # requests in one batch range: beyond it the message is damage
 
 
@@ -45,11 +45,10 @@ def batch_size_from_message(names: np.ndarray) -> np.ndarray:
     uniq, codes = factorize(names)
     size = np.full(len(uniq), -1, dtype=np.int64)
     for i, text in enumerate(uniq):        # once per distinct message
-        bad = _NOT_A_COUNT.search(text)
-        if bad:
-            raise CaptureError(f"batch range {text[:60]!r}: batch size {bad.group(1)[:20]!r} is not a count of requests "
-                               "(a whole number); a damaged or edited export")
         m = _SIZE_RE.search(text)
+        if m and _NOT_A_COUNT.fullmatch(word := _WORD.match(text, m.start(1)).group()):
+            raise CaptureError(f"batch range {text[:60]!r}: batch size {word[:20]!r} is not written as a count of "
+                               "requests (digits only); a damaged or edited export")
         if m:
             if len(m.group(1)) > 10 or int(m.group(1)) > MAX_BATCH:
                 raise CaptureError(f"batch range {text[:60]!r}: a batch size beyond {MAX_BATCH} requests; "

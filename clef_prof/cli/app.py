@@ -60,7 +60,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     wanted = [] if command == "analyze" else [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
     for name in wanted:
         importlib.import_module(f".{name}", __package__).add_parser(sub)
-    p.command = command if command == "analyze" or command in COMMANDS else None
+    if command == "analyze" or command in COMMANDS:
+        p.command, p.command_args = command, argv[argv.index(command) + 1:]
     return p
 
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not parsed:          # a parser that failed: said in one line, as a command's failure is
         return code
     args = parsed[0]
-    if getattr(args, "output", None) == "-":        # -o -: stdout, as the shell's convention has it
+    if args.command in ("analyze", "compare", "bench") and args.output == "-":      # -o -: stdout
         args.output = None
     with report_to(sys.stdout, to_file=bool(getattr(args, "output", None))):
         return run_command(args.func, args)

@@ -47,11 +47,13 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    command: str | None = None     # the subcommand named: argparse says its unknown flags at the top
+    command: str | None = None      # the subcommand named: argparse says its unknown flags at the top
+    command_args: list = []         # the arguments after it
 
     def error(self, message):
         prog = self.prog
-        if self.command and message.startswith("unrecognized arguments"):
+        extra = message.partition("unrecognized arguments:")[2].split()
+        if self.command and extra and all(a in self.command_args for a in extra):
             prog = f"{prog} {self.command}"
         self.exit(2, f"{prog}: error: {' '.join(message.split())} (see {prog} --help)\n")
 

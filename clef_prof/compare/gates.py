@@ -371,7 +371,7 @@ def _label(metric: str, batch: str = "pooler") -> str:
     if metric.startswith("stages.") and metric.endswith(".host_ms_per_request"):
         return metric[len("stages."):-len(".host_ms_per_request")]
     if metric.startswith("per_request."):
-        metric = f"{batch}." + metric[len("per_request."):]
+        return f"{batch} {metric[len('per_request.'):].replace('.', ' ')}"
     return metric.removeprefix("stages.").removesuffix("_per_request").replace(".", " ")
 
 

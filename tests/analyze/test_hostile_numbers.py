@@ -283,7 +283,7 @@ def test_a_view_in_a_tables_place_is_refused_not_run(damaged, table, view):
     path = damaged(PR25, *endless.split("; "))
     for args in (("analyze", path), ("report", path, "--html", path.with_name("r.html"))):
         one_line(run_cli(*args), 1, f"{view} is a view, not a table")
-    for name in ("my_ranges", "NVTX_named", "CUPTI_mine"):
+    for name in ("my_ranges", "NVTX_named", "CUPTI_ACTIVITY_KIND_KERNEL_NAMED", "ENUM_mine"):
         own = damaged(PR25, f"CREATE VIEW {name} AS SELECT * FROM NVTX_EVENTS")
         assert json.loads(run_cli("analyze", own, "-f", "json").stdout)["requests"] == 290, name
 
@@ -330,19 +330,21 @@ def test_ranges_without_a_thread_are_said_to_be_left_out(damaged):
     assert not [w for w in analyze(str(TRACES / f"{MAIN}.sqlite")).result.warnings if "no thread" in w]
 
 
-@pytest.mark.parametrize("size", ["1.5", "0x10", "1_1"])
+@pytest.mark.parametrize("size", ["1.5", "0x10", "1_1", "1.5GB", "11.0"])
 def test_a_batch_size_that_is_no_count_is_refused(damaged, size):
     """`pooler n=1.5` was read as 1 and `n=0x10` as 0, silently: a size written as a number that
     is no count of requests is refused in one line, naming the range."""
     path = damaged(MAIN, f"UPDATE NVTX_EVENTS SET text = 'pooler n={size}' WHERE text = 'pooler n=11'")
-    one_line(run_cli("analyze", path), 1, f"batch range 'pooler n={size}': batch size '{size}' is not a count")
+    one_line(run_cli("analyze", path), 1, f"batch range 'pooler n={size}': batch size '{size}' is not written as a count")
 
 
 @pytest.mark.parametrize("text, size", [("pooler n=11/32", 11), ("pooler batch=11x128", 11), ("pooler n=11.", 11),
-                                        ("pooler n=11]", 11), ("pooler requests: 11/12", 11)])
+                                        ("pooler n=11]", 11), ("pooler requests: 11/12", 11),
+                                        ("pooler n=11 size=1.5 MB", 11), ("pooler n=11, batch=0x7f", 11)])
 def test_a_batch_size_followed_by_other_text_keeps_its_digits(damaged, text, size):
-    """Text after the digits (a fraction of a whole, a shape, punctuation) is no damage: the
-    leading count is the batch's size, as it always was (nine batches of 11: 256 requests)."""
+    """Text after the digits (a fraction of a whole, a shape, punctuation), or another field after
+    the size that is no count, is no damage: the size read is the batch's, as it always was (nine
+    batches of 11: 256 requests)."""
     path = damaged(MAIN, f"UPDATE NVTX_EVENTS SET text = '{text}' WHERE text = 'pooler n=11'")
     r = analyze(str(path)).result
     assert (r.requests, r.batches) == (256, 48)

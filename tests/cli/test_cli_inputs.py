@@ -285,14 +285,15 @@ def test_every_help_fits_the_width(cols, capsys, monkeypatch):
     (("report", "traces/gpu25-pr-slice.sqlite"), "the following arguments are required: --html"),
     (("demo-server", "--port", "abc"), "argument --port"),
     (("analyze", "traces/gpu25-pr-slice.sqlite", "--json"), "unrecognized arguments: --json"),
-    (("doctor", "--bogus"), "unrecognized arguments: --bogus")])
+    (("doctor", "--bogus"), "unrecognized arguments: --bogus"),
+    (("--bogus", "analyze", "traces/gpu25-pr-slice.sqlite"), "unrecognized arguments: --bogus")])
 def test_a_usage_error_is_one_line(args, needle):
     """A wrong flag or value is said in one line naming the command and where its help is, exit 2
     (argparse's own would print the usage block first)."""
     p = run_cli(*args, cwd=ROOT)
     lines = p.stderr.splitlines()
     assert p.returncode == 2 and p.stdout == "" and len(lines) == 1, p.stderr
-    command = "clef-prof" + (f" {args[0]}" if args and args[0] != "nosuch" else "")
+    command = "clef-prof" + (f" {args[0]}" if args and args[0] not in ("nosuch", "--bogus") else "")
     assert lines[0].startswith(f"{command}: error: ") and needle in lines[0], lines
     assert lines[0].endswith(f"(see {command} --help)")
 
@@ -314,12 +315,14 @@ def test_a_parser_that_fails_is_one_line(monkeypatch, capsys):
         app.main(["--debug", "analyze", "x"])
 
 
-@pytest.mark.parametrize("flag, what", [("--stages", "stage"), ("--batch", "batch range"), ("--domain", "domain")])
-def test_a_name_longer_than_names_are_read_is_refused(flag, what):
+@pytest.mark.parametrize("flag, what, n", [("--stages", "stage", 100_000), ("--batch", "batch range", 100_000),
+                                           ("--domain", "domain", 100_000), ("--batch", "batch range", 290)])
+def test_a_name_longer_than_names_are_read_is_refused(flag, what, n):
     """A 100,000-character name could match no range (names are read cut to 300 characters) and
-    was blamed on the capture ('LIKE or GLOB pattern too complex; the capture may be truncated')."""
-    p = run_cli("analyze", SLICE_MAIN, flag, "x" * 100_000)
+    was blamed on the capture ('LIKE or GLOB pattern too complex; the capture may be truncated');
+    a batch name of 290 left no room for its n=K (read as n=1 when cut after its first digit)."""
+    p = run_cli("analyze", SLICE_MAIN, flag, "x" * n)
     lines = p.stderr.splitlines()
     assert p.returncode == 1 and len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"clef-prof: error: {what} name 'xxxx") and "of 100,000 characters" in lines[0]
+    assert lines[0].startswith(f"clef-prof: error: {what} name 'xxxx") and f"of {n:,} characters" in lines[0]
     assert "capture" not in lines[0] and "corrupt" not in lines[0]

@@ -377,6 +377,7 @@ def test_short_labels_name_the_batch_range_and_are_no_metric_names():
 
     assert _label("per_request.pooler_host_ms", "forward") == "forward (batch)"
     assert _label("per_request.h2d_copies", "forward") == "forward h2d_copies"
+    assert _label("per_request.h2d_copies", "model.forward") == "model.forward h2d_copies"     # the name as given
     assert _label("stages.transfer.h2d_copies_per_request") == "transfer h2d_copies"
     assert _label("stages.head.host_ms_per_request") == "head"
     assert _label("overlap.gpu_busy_fraction_of_batch_spans") == "overlap gpu_busy_fraction_of_batch_spans"
