@@ -467,12 +467,14 @@ def _gpu_stream(stages, calls: _Calls, tally: CudaTally, n_slots: int, stream, p
         elif table == cu.GRAPH_TRACE:
             gpu.add_graph_rows(slot)
         rev = r["end"] < r["start"]             # reversed, or no end (read as 0)
+        damage["reversed"] += int(rev.sum())
+        drop = rev
         if bounds is not None:
             away = ((r["start"] < bounds[0]) | (r["end"] > bounds[1])) & ~rev
             damage["outside"] += int(away.sum())
-        if rev.any() or bounds is not None and away.any():
-            damage["reversed"] += int(rev.sum())
-            fine = ~rev if bounds is None else ~(rev | away)
+            drop = rev | away
+        if drop.any():
+            fine = ~drop
             busy.add(table, gpk[fine], r["start"][fine], r["end"][fine], (slot < n_stages + 1)[fine], batch[fine])
         else:
             busy.add(table, gpk, r["start"], r["end"], slot < n_stages + 1, batch)
@@ -566,7 +568,7 @@ def _unpaired(calls: _Calls, n_slots: int, unpaired_memcpy: int) -> list[str]:
     return out
 
 
-def _damaged(calls: _Calls, damage: dict[str, int]) -> list[str]:
+def _damaged(calls: _Calls, damage: dict) -> list[str]:
     """Rows no real capture holds: reversed or endless intervals, duplicated GPU records."""
     out = []
     if calls.reversed:

@@ -61,8 +61,9 @@ def impossible_times(cap: Export) -> None:
                        for c in ["start", *ends])
     n, first = cap.rows(f"SELECT count(*), min(rowid) FROM NVTX_EVENTS WHERE {cond}")[0]
     if n:
-        raise CaptureError(f"{n} NVTX_EVENTS row{'s' if n > 1 else ''} hold{'' if n > 1 else 's'} a start or end beyond {TIME_LIMIT:,} ns from the session's "
-                           f"start (the first: rowid {first}): no capture holds such times; a damaged or edited export")
+        rows = f"{n} NVTX_EVENTS rows hold" if n > 1 else "1 NVTX_EVENTS row holds"
+        raise CaptureError(f"{rows} a start or end beyond {TIME_LIMIT:,} ns from the session's start (the first: "
+                           f"rowid {first}): no capture holds such times; a damaged or edited export")
 
 
 def threadless_ranges(cap: Export) -> list[str]:

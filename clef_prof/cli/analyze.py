@@ -5,7 +5,7 @@ import os
 import sys
 
 from ..errors import EXIT_STRICT
-from .options import check_jobs, emit, import_numpy, say, stage_config
+from .options import check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
 def cmd_analyze(args) -> int:
@@ -15,9 +15,10 @@ def cmd_analyze(args) -> int:
     import_numpy()
     cfg = stage_config(args)
     paths = [resolve(c)[0] for c in args.captures]
+    inputs = [*args.captures, *([args.spec] if args.spec else [])]
     if args.output:
         from ..safeio import check_output
-        check_output(args.output, [*args.captures, *paths, *([args.spec] if args.spec else [])])
+        check_output(args.output, [*inputs, *paths])
     if len(paths) == 1 and not args.dask:
         results = [_analyze_one(paths[0], cfg, args).result]
     else:
@@ -36,26 +37,18 @@ def cmd_analyze(args) -> int:
         text = "".join(report.render_csv(r) if i == 0 else report.render_csv(r).split("\n", 1)[1]
                        for i, r in enumerate(results))
     if text is not None:
-        emit(text, args.output, [*args.captures, *([args.spec] if args.spec else [])])
-        if args.format == "csv" or args.output:
-            for r in results:
-                for w in r.warnings:
-                    say(f"warning: {r.path}: {w}")
-    elif args.output:
-        import io
-
-        from rich.console import Console
-
-        from ..explore import text as report
-        buf = io.StringIO()
-        for r in results:
-            report.render_terminal(r, Console(file=buf, color_system=None, soft_wrap=True), wide=args.wide)
-        emit(buf.getvalue(), args.output, [*args.captures, *([args.spec] if args.spec else [])])
+        emit(text, args.output, inputs)
     else:
         from ..explore import text as report
-        for r in results:
-            report.render_terminal(r, wide=args.wide)
-    if args.format == "table" and args.output:
+
+        def render(console=None):
+            for r in results:
+                report.render_terminal(r, console, wide=args.wide)
+        if args.output:
+            emit(render_text(render, soft_wrap=True), args.output, inputs)
+        else:
+            render()
+    if args.format == "csv" or args.output:         # the report holds them otherwise
         for r in results:
             for w in r.warnings:
                 say(f"warning: {r.path}: {w}")

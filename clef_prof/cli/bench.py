@@ -1,14 +1,13 @@
 """`clef-prof bench`: serving A/B without the profiler (clef_prof.bench.run)."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
 
 from ..bench import load as bl
 from ..bench.run import BenchError, rejudge, run, write_json
-from .options import HelpFormatter, emit, say
+from .options import HelpFormatter, emit, render_text, say
 
 
 def add_parser(sub) -> None:
@@ -121,10 +120,7 @@ def cmd_bench(args) -> int:
     elif args.format == "markdown":
         emit(bs.render_markdown(result), args.output)
     elif args.output:
-        from rich.console import Console
-        buf = io.StringIO()
-        bs.render_terminal(result, Console(file=buf, width=180, color_system=None))
-        emit(buf.getvalue(), args.output)
+        emit(render_text(lambda console: bs.render_terminal(result, console), width=180), args.output)
     else:
         bs.render_terminal(result)
     code = 0

@@ -1,12 +1,11 @@
 """`clef-prof compare`: main vs PR over repeated captures, with CI gates (clef_prof.compare)."""
 from __future__ import annotations
 
-import io
 import sys
 
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
-from .options import add_threshold_option, check_jobs, emit, import_numpy, say, stage_config
+from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
 def add_parser(sub) -> None:
@@ -84,11 +83,7 @@ def run(args) -> int:
     elif args.format == "markdown":
         emit(render_markdown(comp, args.all), args.output, inputs)
     elif args.output:
-        from rich.console import Console
-
-        buf = io.StringIO()
-        render_terminal(comp, Console(file=buf, color_system=None), args.all, args.wide)
-        emit(buf.getvalue(), args.output, inputs)
+        emit(render_text(lambda console: render_terminal(comp, console, args.all, args.wide)), args.output, inputs)
     else:
         render_terminal(comp, show_all=args.all, wide=args.wide)
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}

@@ -43,12 +43,12 @@ class Parser(argparse.ArgumentParser):
     """clef-prof's parsers: help filled to the width (HelpFormatter), and a usage error said in one
     line, as every other bad input is (argparse prints the whole usage first)."""
 
+    command: str | None = None      # the subcommand named: argparse says its unknown flags at the top
+    command_args: list = []         # the arguments after it
+
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
-
-    command: str | None = None      # the subcommand named: argparse says its unknown flags at the top
-    command_args: list = []         # the arguments after it
 
     def error(self, message):
         prog = self.prog
@@ -101,6 +101,18 @@ def emit(text: str, output: str | None, inputs=()) -> None:
         write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
+
+
+def render_text(render, **console) -> str:
+    """What `render(console)` prints on a rich Console without colour, as text: a terminal report
+    for a file (-o), laid out as it would be printed."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    render(Console(file=buf, color_system=None, **console))
+    return buf.getvalue()
 
 
 def say(text: str) -> None:

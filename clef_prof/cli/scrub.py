@@ -39,13 +39,13 @@ def _run(args) -> int:
             groups = grouped(found)
             wr, wp = max(len(g.rule) for g in groups), max(len(g.place) for g in groups)
             cols = width()
-            say = wrap(f"{args.check}: {len(found)} value(s) by rule and place (rule, table.column, values, "
+            lines = wrap(f"{args.check}: {len(found)} value(s) by rule and place (rule, table.column, values, "
                        "first rowids):", cols, "  ")
             for g in groups:
                 more = ", ..." if g.count > len(g.rowids) else ""
-                say += wrap(f"  {g.rule:<{wr}}  {g.place:<{wp}}  {g.count:>7}  rowid {', '.join(map(str, g.rowids))}"
+                lines += wrap(f"  {g.rule:<{wr}}  {g.place:<{wp}}  {g.count:>7}  rowid {', '.join(map(str, g.rowids))}"
                             f"{more}", cols, " " * (wr + wp + 15 if cols - (wr + wp + 15) >= 20 else 4))
-            print("\n".join(say))
+            print("\n".join(lines))
         if found:
             print(f"clef-prof: scrub --check: {len(found)} value(s) may carry secrets "
                   f"(clef-prof scrub IN OUT removes them)", file=sys.stderr)
