@@ -18,6 +18,7 @@ import threading
 import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import NoneType
@@ -68,6 +69,34 @@ def _readers() -> int:
 
 
 READERS = _readers()
+
+
+class Task(NamedTuple):
+    """What an analysis run on a thread of `parallel.map_captures` reads with: its reader
+    threads, and the event that stops it when the run ends early (a failure, Ctrl-C)."""
+
+    readers: int
+    stop: threading.Event
+
+
+TASK: ContextVar[Task | None] = ContextVar("clef_prof_task", default=None)
+
+
+class Cancelled(ClefError):
+    """An analysis stopped because the run it belongs to is ending."""
+
+
+def readers() -> int:
+    """Reader threads for an analysis on this thread: its task's share of the CPUs, else READERS."""
+    task = TASK.get()
+    return READERS if task is None else task.readers
+
+
+def check_stopped() -> None:
+    """Raise `Cancelled` when this thread's task was told to stop (between reads: one window)."""
+    task = TASK.get()
+    if task is not None and task.stop.is_set():
+        raise Cancelled("stopped: the run ended before this capture's analysis")
 # exports of this size and more are read through ADBC (its import costs more than it saves below)
 ADBC_BYTES = 256 << 20
 READER = os.environ.get("CLEF_PROF_READER", "")     # "native", "adbc" or "sqlite" forces one (benchmarks)
@@ -287,7 +316,7 @@ class Export:
             return []
         lo, hi = rng
         n = hi - lo + 1
-        parts = max(1, parts if parts is not None else max(READERS, -(-n // (rows or CHUNK_ROWS))))
+        parts = max(1, parts if parts is not None else max(readers(), -(-n // (rows or CHUNK_ROWS))))
         step = -(-n // parts)
         return [f"rowid >= {a} AND rowid < {min(a + step, hi + 1)}" for a in range(lo, hi + 1, step)]
 
@@ -376,6 +405,8 @@ class Export:
         wrapped in COALESCE(..., 0) in `sql` so the Arrow type is stable across batches.
         """
         dtypes = dtypes or {}
+        if not threaded:
+            check_stopped()
         try:
             return self._read(sql, names, dtypes, threaded)
         except _NotInteger as exc:
@@ -456,7 +487,7 @@ class Export:
 
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
-        return Stream(self, queries, READERS if workers is None else workers)
+        return Stream(self, queries, readers() if workers is None else workers)
 
     def _new_conn(self):
         uri = readonly_uri(self.path)
@@ -508,6 +539,11 @@ class Stream:
         return self
 
     def __next__(self) -> tuple[object, dict[str, np.ndarray]]:
+        try:
+            check_stopped()
+        except Cancelled:
+            self.close()
+            raise
         if self.back:
             return self.back.pop()
         if self.pool is None:

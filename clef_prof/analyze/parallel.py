@@ -1,16 +1,19 @@
 """Analyze many captures at once: one capture per task, results in input order.
 
-`map_captures` maps a per-capture function over paths in worker processes (ProcessPoolExecutor
-from a forkserver, each worker reading with usable CPUs // jobs threads; in this process when the
-input is small) and returns what it returned, in the order of `paths`; `analyze_many` maps
-`analyze` so, or with `dask=ADDRESS` on a Dask cluster (the way nsys recipes distribute one
-report per task), and returns the results (`Analysis.result`, a `model.Result`); `compare`
-maps its own loader (analyze's result and per-batch table). Each task reads one export and
-returns a small result of plain values, so nothing but paths and results crosses processes
-(results pickle).
+`map_captures` maps a per-capture function over paths, `jobs` captures at a time: on threads of
+this process (the default), each analysis reading with usable CPUs // jobs reader threads (SQLite
+and NumPy run without the GIL: no process to start, no result to pickle), or in worker processes
+(ProcessPoolExecutor from a forkserver; `pool="processes"` or CLEF_PROF_POOL=processes), and in
+this process, one after another, when the input is small. It returns what the function returned,
+in the order of `paths`; `analyze_many` maps `analyze` so, or with `dask=ADDRESS` on a Dask
+cluster (the way nsys recipes distribute one report per task), and returns the results
+(`Analysis.result`, a `model.Result`); `compare` maps its own loader (analyze's result and
+per-batch table). Each task reads one export and returns a small result of plain values
+(results pickle, for processes and Dask).
 
 A capture that fails becomes a `ClefError` naming its path: raised (the first failing capture
 in input order) with `errors="raise"`, or left in its place in the list with `errors="return"`.
+Leaving early (that failure, Ctrl-C) stops the analyses still running at their next read.
 Dask is optional: `pip install 'dask[distributed]'` on the client and the workers, which must
 see the capture paths (a shared file system) and have clef-prof installed.
 """
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Iterable, Literal
 
 from ..config import StageConfig
@@ -26,6 +30,7 @@ from ..errors import ClefError
 
 Outcome = tuple  # ("ok", result) or ("error", exception class name, message, exit code)
 SMALL_BYTES = 64 << 20      # jobs=None below this much input: analyze in this process
+POOLS = ("threads", "processes")
 
 
 def _size(path: str) -> int:
@@ -112,29 +117,42 @@ def _checked(paths: Iterable[str | os.PathLike], errors: str) -> list[str]:
 
 
 def worker_count(paths: list[str], jobs: int | None) -> int:
-    """The processes `map_captures` uses: `jobs`, or by default one per `export.READERS` CPUs
-    (an analysis keeps that many busy with its reader threads, so more processes would only
-    share the same CPUs and hold more analyses in memory) and none (1: this process) when the
+    """The captures `map_captures` analyzes at a time: `jobs`, or by default one per
+    `export.READERS` CPUs (an analysis keeps that many busy with its reader threads, so more at
+    once would only share the same CPUs and hold more analyses in memory) and one when the
     captures add up to less than 64 MB; at most one per capture."""
     if jobs is None:
         if sum(_size(p) for p in paths) < SMALL_BYTES:
-            return 1            # starting worker processes would cost more than it saves
+            return 1            # a small analysis is mostly Python: the GIL, or a process's start-up, would eat the gain
         from .export import READERS, usable_cpus
         jobs = usable_cpus() // max(1, READERS)
     return max(1, min(jobs, len(paths)))
 
 
+def pool_kind(pool: str | None = None) -> str:
+    """`pool`, else $CLEF_PROF_POOL, else "threads"; anything but "threads" or "processes" is refused."""
+    raw = pool if pool is not None else os.environ.get("CLEF_PROF_POOL", "").strip() or "threads"
+    if raw not in POOLS:
+        where = "pool" if pool is not None else "CLEF_PROF_POOL"
+        raise ClefError(f"{where}={raw!r}: expected threads or processes")
+    return raw
+
+
 def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple = (), jobs: int | None = None, *,
-                 errors: Literal["raise", "return"] = "raise") -> list:
+                 errors: Literal["raise", "return"] = "raise", pool: str | None = None) -> list:
     """`fn(path, *args)` for each path, in input order, `worker_count(paths, jobs)` captures at a
-    time (fn and args must pickle: a module-level function). A capture whose fn raises becomes a
-    `ClefError` naming its path: raised (the first in input order) or returned in its place."""
+    time, on threads or in worker processes (`pool_kind(pool)`; for processes fn and args must
+    pickle: a module-level function). A capture whose fn raises becomes a `ClefError` naming its
+    path: raised (the first in input order) or returned in its place."""
     paths = _checked(paths, errors)
+    kind = pool_kind(pool)
     if not paths:
         return []
     jobs = worker_count(paths, jobs)
     if jobs == 1:
         return _finish(paths, (_run_one(fn, p, *args) for p in paths), errors)
+    if kind == "threads":
+        return _on_threads(fn, paths, args, jobs, errors)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                              initargs=(_readers_per_job(jobs),)) as pool:
         futures = [pool.submit(_run_one, fn, p, *args) for p in paths]
@@ -146,20 +164,43 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
                 f.cancel()
 
 
+def _on_threads(fn: Callable, paths: list[str], args: tuple, jobs: int, errors: str) -> list:
+    """map_captures on `jobs` threads of this process, each analysis reading with its share of
+    the CPUs (`export.Task`); leaving early (a failure with errors="raise", Ctrl-C) stops the
+    analyses still running at their next read."""
+    from . import export
+    task = export.Task(_readers_per_job(jobs), threading.Event())
+
+    def run(path: str) -> Outcome:
+        export.TASK.set(task)
+        return _run_one(fn, path, *args)
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="clef-capture") as pool:
+        futures = [pool.submit(run, p) for p in paths]
+        try:
+            return _finish(paths, (f.result() for f in futures), errors)
+        finally:
+            task.stop.set()
+            for f in futures:
+                f.cancel()
+
+
 def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),
                  requests: int | None = None, jobs: int | None = None, *,
-                 errors: Literal["raise", "return"] = "raise", dask: str | None = None) -> list:
+                 errors: Literal["raise", "return"] = "raise", dask: str | None = None,
+                 pool: str | None = None) -> list:
     """`analyze(path).result` (a `model.Result`) for each path, in input order, `jobs` captures at a time.
 
-    jobs: worker processes (default: one per two CPUs, as an analysis reads with two threads; at
-    most one per capture, and none, i.e. in this process, when the captures add up to less than
-    64 MB); 1 analyzes in this process.
-    Each worker reads with usable CPUs // jobs threads (export.usable_cpus), so the machine is not oversubscribed.
+    jobs: captures at a time (default: one per two CPUs, as an analysis reads with two threads; at
+    most one per capture, and one, i.e. one after another, when the captures add up to less than
+    64 MB).
+    pool: "threads" (the default; $CLEF_PROF_POOL) or "processes" (each capture in a worker process).
+    Each analysis reads with usable CPUs // jobs threads (export.usable_cpus), so the machine is not oversubscribed.
     dask: a Dask scheduler address ("tcp://host:8786"), or "local" for a local cluster of
     `jobs` single-threaded workers; one capture per task, gathered in order.
     """
     if dask is None:
-        return map_captures(_result, paths, (config, requests), jobs, errors=errors)
+        return map_captures(_result, paths, (config, requests), jobs, errors=errors, pool=pool)
     paths = _checked(paths, errors)
     return _finish(paths, _dask_outcomes(paths, config, requests, jobs, dask), errors) if paths else []
 

@@ -48,8 +48,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="table: also every figure per stage (host ms total, per batch mean/p50/p99, shares, CUDA "
                         "counts), in blocks that fit the terminal")
     a.add_argument("--strict", action="store_true", help=f"exit {EXIT_STRICT} when the capture raises any warning")
-    a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once in worker processes "
-                   "(default: one per two CPUs for big inputs, in-process for small ones)")
+    a.add_argument("--jobs", "-j", type=int, help="captures analyzed at once, on threads "
+                   "(default: one per two CPUs for big inputs, one at a time for small ones)")
     a.add_argument("--dask", metavar="SCHEDULER", help="analyze the captures on a Dask cluster (address, or 'local'); "
                    "needs the dask.distributed package and paths every worker can read")
     add_stage_options(a)

@@ -38,8 +38,8 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the within-capture bootstrap (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     p.add_argument("--jobs", "-j", type=int,
-                   help="processes analyzing captures, each holding one analysis (default: as analyze, one per "
-                        "two CPUs and capture, none below 64 MB of input; 1 keeps the peak memory to one analysis)")
+                   help="captures analyzed at once, each holding one analysis (default: as analyze, one per "
+                        "two CPUs and capture, one below 64 MB of input; 1 keeps the peak memory to one analysis)")
     p.add_argument("--wide", action="store_true",
                    help="table: also the dotted metric names, the absolute change and p50/p99 per batch")
     p.add_argument("--all", action="store_true", help="also show metrics that are exactly 0 in every arm")
@@ -104,5 +104,5 @@ def _load(arms, cfg, args):
     n = len(exports)
     if sys.stderr.isatty() and args.format == "table" and not args.output and n > 1:
         procs = worker_count(exports, args.jobs)
-        say(f"analyzing {n} captures{f' in {procs} processes' if procs > 1 else ''} …")
+        say(f"analyzing {n} captures{f', {procs} at a time' if procs > 1 else ''} …")
     return comparison.load_all(arms, cfg, jobs=args.jobs)

@@ -72,10 +72,10 @@ def stage_config(args) -> StageConfig:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """--jobs is a number of processes: 0 or below would quietly mean one."""
+    """--jobs is a number of captures at a time: 0 or below would quietly mean one."""
     if jobs is not None and jobs < 1:
         from ..errors import ClefError
-        raise ClefError(f"--jobs {jobs}: expected at least 1 process (1 analyzes in this one)")
+        raise ClefError(f"--jobs {jobs}: expected at least 1 capture at a time (1: one after another)")
 
 
 def add_threshold_option(g) -> None:

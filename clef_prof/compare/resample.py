@@ -17,15 +17,26 @@ import numpy as np
 
 # at most this many weights (replicates x batches) are held at once, shared by the arms' threads
 _CHUNK_CELLS = 4_000_000
+# each arm's replicates come from this many independent streams, in fixed parts (whatever the
+# CPUs): the parts run on threads, and one seed gives the same sums on every machine
+STREAMS = 8
 # replicates drawn and counted at once: the draws and their counts (rows x batches) stay in the
 # CPU's cache, where one bincount over a whole chunk scatters across 32 MB (half the bootstrap's
 # time at 17,766 batches); NumPy's generator gives the same stream however its draws are split
 _COUNT_ROWS = 16
 
 
-def arm_rngs(seed: int, n_arms: int) -> list[np.random.Generator]:
-    """One independent, reproducible stream per arm (by the arm's position)."""
-    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n_arms)]
+def arm_rngs(seed: int, n_arms: int) -> list[list[np.random.Generator]]:
+    """`STREAMS` independent, reproducible streams per arm (by the arm's position): the i-th
+    draws the i-th part of the arm's replicates (`parts`)."""
+    return [[np.random.default_rng(s) for s in arm.spawn(STREAMS)]
+            for arm in np.random.SeedSequence(seed).spawn(n_arms)]
+
+
+def parts(n_boot: int) -> list[int]:
+    """Replicates drawn from each of an arm's `STREAMS` streams: n_boot split as evenly as can be."""
+    q, r = divmod(n_boot, STREAMS)
+    return [q + (i < r) for i in range(STREAMS)]
 
 
 def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: int,
@@ -58,18 +69,31 @@ def resampled_sums(rng: np.random.Generator, blocks: list[np.ndarray], n_boot: i
     return sums
 
 
-def resampled_sums_of_arms(rngs: list[np.random.Generator], arms: list[list[np.ndarray]],
+def resampled_sums_of_arms(rngs: list[list[np.random.Generator]], arms: list[list[np.ndarray]],
                            n_boot: int) -> list[np.ndarray]:
-    """`resampled_sums` of each arm (its generator, its captures' blocks), the arms on threads:
-    NumPy draws, counts and multiplies without the GIL, and each arm has its own stream, so the
-    sums are those of one arm after the other. The threads share `_CHUNK_CELLS` between them."""
+    """`resampled_sums` of each arm (its captures' blocks), its replicates in `parts`, each part from
+    its own stream (`arm_rngs`), the parts of all arms on threads: NumPy draws, counts and multiplies
+    without the GIL, and each part has its own stream, so the sums are the same on any number of
+    threads. The threads share `_CHUNK_CELLS` between them."""
     from ..analyze.export import usable_cpus
-    workers = max(1, min(len(arms), usable_cpus()))
+    jobs = [(rng, blocks, k) for streams, blocks in zip(rngs, arms)
+            for rng, k in zip(streams, parts(n_boot)) if k]
+    workers = max(1, min(len(jobs), usable_cpus()))
     cells = max(1, _CHUNK_CELLS // workers)
+
+    def one(job):
+        rng, blocks, k = job
+        return resampled_sums(rng, blocks, k, cells)
+
     if workers == 1:
-        return [resampled_sums(rng, blocks, n_boot, cells) for rng, blocks in zip(rngs, arms)]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda job: resampled_sums(job[0], job[1], n_boot, cells), zip(rngs, arms)))
+        done = [one(job) for job in jobs]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            done = list(pool.map(one, jobs))
+    per_arm = sum(1 for k in parts(n_boot) if k)
+    k = arms[0][0].shape[1] if arms and arms[0] else 0
+    return [np.concatenate(done[i * per_arm:(i + 1) * per_arm]) if per_arm else np.zeros((0, k))
+            for i in range(len(arms))]
 
 
 def ratio(sums: np.ndarray, num: int, den: int, scale: float = 1.0) -> np.ndarray:

@@ -3,6 +3,8 @@ threads each, which start method, and how a failing capture comes back, against 
 out here from the machine's CPU count and the files' sizes."""
 import os
 import sys
+import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -120,7 +122,8 @@ def test_start_method_forkserver_where_there_is_one_else_spawn(monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes from a forkserver")
-def test_worker_processes_give_what_this_process_gives(tmp_path):
+def test_worker_processes_give_what_this_process_gives(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLEF_PROF_POOL", "processes")
     paths = [_sparse(tmp_path / f"c{i}.sqlite", 10 * i) for i in range(4)]
     missing = str(tmp_path / "gone.sqlite")
     assert map_captures(os.path.getsize, paths, jobs=2) == [0, 10, 20, 30] == map_captures(os.path.getsize, paths, jobs=1)
@@ -145,3 +148,73 @@ def test_a_process_pinned_to_one_cpu_plans_for_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
                          preexec_fn=lambda: os.sched_setaffinity(0, {first})).stdout.split()
     assert out[1:] == ["1", "1", "1"], out
+
+
+def test_threads_give_what_this_process_gives_each_with_its_share_of_readers(tmp_path, monkeypatch):
+    """On threads (the default pool) each call runs with usable CPUs // jobs reader threads
+    (export.readers(), set per thread), and results and errors come back as one after another."""
+    monkeypatch.setattr(export, "usable_cpus", lambda: 8)
+    monkeypatch.delenv("CLEF_PROF_POOL", raising=False)
+    paths = [_sparse(tmp_path / f"c{i}.sqlite", 10 * i) for i in range(4)]
+    missing = str(tmp_path / "gone.sqlite")
+    seen = []
+
+    def size_and_readers(path):
+        seen.append((threading.current_thread().name.startswith("clef-capture"), export.readers()))
+        return os.path.getsize(path)
+
+    assert map_captures(size_and_readers, paths, jobs=2) == [0, 10, 20, 30]
+    assert seen == [(True, 4)] * 4 and export.readers() == export.READERS
+    seen.clear()
+    assert map_captures(size_and_readers, paths, jobs=1) == [0, 10, 20, 30]
+    assert seen == [(False, export.READERS)] * 4
+    got = map_captures(os.path.getsize, [paths[1], missing, paths[2]], jobs=3, errors="return")
+    assert got[0] == 10 and got[2] == 20
+    assert type(got[1]) is ClefError and got[1].path == missing and "FileNotFoundError" in str(got[1])
+
+
+def test_the_first_failure_stops_the_analyses_still_running(capture):
+    """With errors="raise" the first failing capture (input order) is raised and the analyses
+    still running on other threads stop at their next read (export.Cancelled), not run to the end."""
+    path = str(capture("gpu-q1c16-main"))
+    finished, started = [], threading.Event()
+
+    def fn(p):
+        if p == "bad":
+            started.wait(10)
+            raise CaptureError("bad: lacks table X")
+        started.set()
+        assert export.TASK.get().stop.wait(10)       # told to stop before its first read
+        from clef_prof.analyze.result import analyze
+        analyze(p)
+        finished.append(p)
+
+    t0 = time.monotonic()
+    with pytest.raises(CaptureError, match="^bad: lacks table X$"):
+        map_captures(fn, ["bad", path], jobs=2, pool="threads")
+    assert finished == [] and time.monotonic() - t0 < 10
+
+
+def test_a_stopped_task_stops_an_analysis_and_its_stream(capture):
+    from clef_prof.analyze.result import analyze
+    stop = threading.Event()
+    stop.set()
+    token = export.TASK.set(export.Task(1, stop))
+    try:
+        with pytest.raises(export.Cancelled, match="^stopped: the run ended before this capture's analysis$"):
+            analyze(str(capture("gpu-q1c16-main")))
+    finally:
+        export.TASK.reset(token)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("clef-read")]
+
+
+def test_pool_is_threads_or_processes(monkeypatch):
+    monkeypatch.delenv("CLEF_PROF_POOL", raising=False)
+    assert parallel.pool_kind() == "threads" and parallel.pool_kind("processes") == "processes"
+    monkeypatch.setenv("CLEF_PROF_POOL", "processes")
+    assert parallel.pool_kind() == "processes" and parallel.pool_kind("threads") == "threads"
+    monkeypatch.setenv("CLEF_PROF_POOL", "fork")
+    with pytest.raises(ClefError, match="^CLEF_PROF_POOL='fork': expected threads or processes$"):
+        map_captures(os.path.basename, ["a"])
+    with pytest.raises(ClefError, match="^pool='dask': expected threads or processes$"):
+        map_captures(os.path.basename, ["a"], pool="dask")

@@ -107,7 +107,7 @@ def test_jobs_below_one_is_refused(capture, command, jobs):
     argv = ["analyze", a, b] if command == "analyze" else ["compare", "--arm", f"main={a}", "--arm", f"pr={b}"]
     for captures in ((argv,) if command == "compare" else (argv, argv[:2])):
         p = run_main(*captures, "--jobs", jobs)
-        assert_one_line(p, 1, f"--jobs {jobs}: expected at least 1 process")
+        assert_one_line(p, 1, f"--jobs {jobs}: expected at least 1 capture at a time")
         assert p.stdout == ""
 
 

@@ -132,20 +132,22 @@ def test_benchmark_smoke_run(capture, tmp_path):
 
 def test_compare_memory_benchmark_smoke_run(tmp_path):
     """bench/bench_compare_mem.py end to end on the two slices in traces/, once each (no figure
-    asserted but what must hold whatever the load: every command ran, and the pooled compare ran
-    in more processes than the in-process one, whose tree is itself)."""
+    asserted but what must hold whatever the load: every command ran, the compare on worker
+    processes ran in more processes than the others, and one process's tree is itself)."""
     out = tmp_path / "mem.json"
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_compare_mem.py"),
                         str(ROOT / "traces" / "gpu-main-slice.sqlite"), str(ROOT / "traces" / "gpu-pr-slice.sqlite"),
-                        "--repeat", "1", "--jobs", "1,2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+                        "--repeat", "1", "--jobs", "1,2", "--pools", "threads,processes", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
     s = doc["summary"]
-    assert list(s) == ["analyze A", "analyze B", "compare --jobs 1", "compare --jobs 2"]
+    assert list(s) == ["analyze A", "analyze B", "compare --jobs 1", "compare --jobs 2, threads",
+                       "compare --jobs 2, processes"]
     assert all(r["runs"] == 1 and r["wall_s"] > 0 and r["largest_mb"] > 10 for r in s.values())
-    assert s["compare --jobs 1"]["processes"] == 1 and s["compare --jobs 1"]["tree_mb"] == s["compare --jobs 1"]["largest_mb"]
-    assert s["compare --jobs 2"]["processes"] >= 3          # the command, the forkserver, workers
-    assert "| `compare --jobs 2` |" in p.stdout
+    for one in ("compare --jobs 1", "compare --jobs 2, threads"):
+        assert s[one]["processes"] == 1 and s[one]["tree_mb"] == s[one]["largest_mb"]
+    assert s["compare --jobs 2, processes"]["processes"] >= 3          # the command, the forkserver, workers
+    assert "| `compare --jobs 2, processes` |" in p.stdout
 
 
 @pytest.mark.native

@@ -40,16 +40,29 @@ def test_sums_are_the_drawn_batches_whatever_the_chunks(sizes, cells):
         assert (got == blocks[0][0]).all()
 
 
-@pytest.mark.parametrize("cpus", [1, 2, 8])
-def test_arms_on_threads_are_the_arms_one_after_the_other(monkeypatch, cpus):
-    """Each arm from its own stream, whatever the threads and the share of the chunk each gets."""
+@pytest.mark.parametrize("cpus", [1, 2, 8, 32])
+@pytest.mark.parametrize("n_boot", [1500, 5, 1])
+def test_parts_on_threads_are_the_parts_one_after_the_other(monkeypatch, cpus, n_boot):
+    """Each arm's replicates in 8 parts, each part from its own stream, whatever the threads and
+    the share of the chunk each gets: the same sums on 1 CPU as on 32."""
     monkeypatch.setattr(export, "usable_cpus", lambda: cpus)
     gen = np.random.default_rng(6)
     arms = [[gen.integers(0, 1000, size=(n, 2)).astype(np.float64) for n in sizes]
             for sizes in [(3000, 40), (7,), (0, 1200)]]
-    got = resampled_sums_of_arms(arm_rngs(4, 3), arms, 1500)
-    want = [by_hand(rng, blocks, 1500) for rng, blocks in zip(arm_rngs(4, 3), arms)]
-    assert len(got) == 3 and all(np.array_equal(g, w) for g, w in zip(got, want))
+    got = resampled_sums_of_arms(arm_rngs(4, 3), arms, n_boot)
+    sizes = [n_boot // 8 + (i < n_boot % 8) for i in range(8)]
+    assert sum(sizes) == n_boot and resample.parts(n_boot) == sizes
+    want = [np.concatenate([by_hand(rng, blocks, k) for rng, k in zip(streams, sizes)])
+            for streams, blocks in zip(arm_rngs(4, 3), arms)]
+    assert len(got) == 3 and all(g.shape == (n_boot, 2) and np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_streams_are_the_seed_s_and_differ_by_arm_and_part():
+    a, b = arm_rngs(0, 2), arm_rngs(0, 2)
+    assert len(a) == 2 and len(a[0]) == 8
+    firsts = [[g.integers(0, 2**62) for g in arm] for arm in a]
+    assert firsts == [[g.integers(0, 2**62) for g in arm] for arm in b]
+    assert len({x for arm in firsts for x in arm}) == 16
 
 
 def test_ratio_of_sums_with_its_scale():
