@@ -71,12 +71,34 @@ def _readers() -> int:
 READERS = _readers()
 
 
-class Task(NamedTuple):
-    """What an analysis run on a thread of `parallel.map_captures` reads with: its reader
-    threads, and the event that stops it when the run ends early (a failure, Ctrl-C)."""
+class Task:
+    """What the analyses run on threads of one `parallel.map_captures` call read with: their
+    reader threads, and `cancel`, which stops them when the call ends early (a failure, Ctrl-C):
+    the reads running on their exports are interrupted, and each analysis raises `Cancelled` at
+    its next read."""
 
-    readers: int
-    stop: threading.Event
+    def __init__(self, readers: int):
+        self.readers = readers
+        self.stop = threading.Event()
+        self._open: dict[int, Export] = {}          # id -> export (a dataclass: not hashable)
+        self._lock = threading.Lock()
+
+    def opened(self, cap: "Export") -> None:
+        with self._lock:
+            self._open[id(cap)] = cap
+        if self.stop.is_set():
+            cap.interrupt_all()
+
+    def closed(self, cap: "Export") -> None:
+        with self._lock:
+            self._open.pop(id(cap), None)
+
+    def cancel(self) -> None:
+        self.stop.set()
+        with self._lock:
+            caps = list(self._open.values())
+        for cap in caps:
+            cap.interrupt_all()
 
 
 TASK: ContextVar[Task | None] = ContextVar("clef_prof_task", default=None)
@@ -93,10 +115,12 @@ def readers() -> int:
 
 
 def check_stopped() -> None:
-    """Raise `Cancelled` when this thread's task was told to stop (between reads: one window)."""
+    """Raise `Cancelled` when this thread's task was told to stop (checked before each read)."""
     task = TASK.get()
     if task is not None and task.stop.is_set():
         raise Cancelled("stopped: the run ended before this capture's analysis")
+
+
 # exports of this size and more are read through ADBC (its import costs more than it saves below)
 ADBC_BYTES = 256 << 20
 READER = os.environ.get("CLEF_PROF_READER", "")     # "native", "adbc" or "sqlite" forces one (benchmarks)
@@ -223,6 +247,7 @@ class Export:
     _local: threading.local = field(repr=False, default_factory=threading.local)
     _pool_conns: list = field(repr=False, default_factory=list)
     _rowid_ranges: dict = field(repr=False, default_factory=dict)
+    _task: Task | None = field(repr=False, default=None)   # the map_captures task this export is read for
     memo: dict = field(repr=False, default_factory=dict)     # per-export results of small queries
 
     def require(self, table: str, columns: Iterable[str], why: str) -> None:
@@ -258,9 +283,14 @@ class Export:
             raise ClefError("CLEF_PROF_READER=native: the C reader is not built (pip install needs a C compiler "
                             "and Python's headers)")
         big = native is None and (READER == "adbc" or (READER != "sqlite" and os.path.getsize(path) >= ADBC_BYTES))
-        return cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None, _native=native)
+        cap = cls(path=path, _conn=conn, _adbc=_adbc_module() if big else None, _native=native, _task=TASK.get())
+        if cap._task is not None:
+            cap._task.opened(cap)
+        return cap
 
     def close(self) -> None:
+        if self._task is not None:
+            self._task.closed(self)
         self.interrupt()
         for conn in self._pool_conns:
             try:
@@ -484,6 +514,18 @@ class Export:
             stop = getattr(conn, "interrupt", None)
             if stop is not None:
                 stop()
+
+    def interrupt_all(self) -> None:
+        """Stop every read running on this export now, the opening thread's too (from another
+        thread: `Task.cancel`); an ADBC read on the opening thread finishes its query."""
+        self.interrupt()
+        for conn in (self._main_conn, self._conn):
+            stop = getattr(conn, "interrupt", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # noqa: BLE001 - closed meanwhile by its own thread: nothing to stop
+                    pass
 
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""

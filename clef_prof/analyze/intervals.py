@@ -70,10 +70,11 @@ class Containment:
         depth = nesting_depth(self.outer_key, self.outer_start, self.outer_end)
         self.keys, okey = np.unique(self.outer_key, return_inverse=True)
         self.blocks = [[] for _ in range(len(self.keys))]
-        for level in range(int(depth.max()), -1, -1):
-            sel = np.flatnonzero(depth == level)
-            # composite sort: by key then start
-            order = sel[np.lexsort((self.outer_start[sel], okey[sel]))]
+        # one sort, innermost level first, then key, then start (ties in input order): each level
+        # is a run of it (a sort per level would cost depth x ranges when ranges nest deep)
+        by_level = np.lexsort((self.outer_start, okey, -depth))
+        cuts = np.flatnonzero(np.diff(depth[by_level])) + 1
+        for order in np.split(by_level, cuts):
             ok_sorted = okey[order]
             bounds = np.searchsorted(ok_sorted, np.arange(len(self.keys) + 1), side="left")
             for k in range(len(self.keys)):

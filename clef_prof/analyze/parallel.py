@@ -19,10 +19,8 @@ see the capture paths (a shared file system) and have clef-prof installed.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Callable, Iterable, Literal
 
 from ..config import StageConfig
@@ -102,6 +100,7 @@ def _outcome(future) -> Outcome:
 def _context():
     """forkserver where there is one (safe with threads, and workers start from a server that
     has clef_prof imported already), else spawn."""
+    import multiprocessing
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -153,6 +152,7 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
         return _finish(paths, (_run_one(fn, p, *args) for p in paths), errors)
     if kind == "threads":
         return _on_threads(fn, paths, args, jobs, errors)
+    from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                              initargs=(_readers_per_job(jobs),)) as pool:
         futures = [pool.submit(_run_one, fn, p, *args) for p in paths]
@@ -166,23 +166,38 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
 
 def _on_threads(fn: Callable, paths: list[str], args: tuple, jobs: int, errors: str) -> list:
     """map_captures on `jobs` threads of this process, each analysis reading with its share of
-    the CPUs (`export.Task`); leaving early (a failure with errors="raise", Ctrl-C) stops the
-    analyses still running at their next read."""
+    the CPUs (`export.Task`). Leaving early (a failure with errors="raise", Ctrl-C) cancels the
+    task and returns at once: the reads running are interrupted, and an analysis between reads
+    stops at its next one on its own (daemon) thread, which nothing waits for."""
     from . import export
-    task = export.Task(_readers_per_job(jobs), threading.Event())
+    task = export.Task(_readers_per_job(jobs))
+    outcomes: list = [None] * len(paths)
+    done = [threading.Event() for _ in paths]
+    todo = iter(range(len(paths)))
+    lock = threading.Lock()
 
-    def run(path: str) -> Outcome:
+    def work() -> None:
         export.TASK.set(task)
-        return _run_one(fn, path, *args)
+        while not task.stop.is_set():
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            outcomes[i] = _run_one(fn, paths[i], *args)
+            done[i].set()
 
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="clef-capture") as pool:
-        futures = [pool.submit(run, p) for p in paths]
-        try:
-            return _finish(paths, (f.result() for f in futures), errors)
-        finally:
-            task.stop.set()
-            for f in futures:
-                f.cancel()
+    for k in range(jobs):
+        threading.Thread(target=work, name=f"clef-capture-{k}", daemon=True).start()
+
+    def in_order():
+        for i, ready in enumerate(done):
+            ready.wait()
+            yield outcomes[i]
+
+    try:
+        return _finish(paths, in_order(), errors)
+    finally:
+        task.cancel()
 
 
 def analyze_many(paths: Iterable[str | os.PathLike], config: StageConfig = StageConfig(),

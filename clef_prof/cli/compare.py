@@ -66,6 +66,8 @@ def run(args) -> int:
         return 0
     check_jobs(args.jobs)
     import_numpy()
+    if args.seed < 0:
+        raise CompareError(f"--seed {args.seed}: expected a whole number, 0 or more")
     if args.bootstrap < 100:
         raise CompareError(f"--bootstrap {args.bootstrap}: at least 100 replicates are needed for an interval")
     if not 0.5 <= args.confidence < 1:

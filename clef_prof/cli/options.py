@@ -72,10 +72,13 @@ def stage_config(args) -> StageConfig:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """--jobs is a number of captures at a time: 0 or below would quietly mean one."""
+    """--jobs is a number of captures at a time: 0 or below would quietly mean one. $CLEF_PROF_POOL
+    is checked here too, before any input is read or converted, whatever the number of captures."""
     if jobs is not None and jobs < 1:
         from ..errors import ClefError
         raise ClefError(f"--jobs {jobs}: expected at least 1 capture at a time (1: one after another)")
+    from ..analyze.parallel import pool_kind
+    pool_kind()
 
 
 def add_threshold_option(g) -> None:

@@ -115,9 +115,11 @@ def test_a_dead_worker_is_a_failed_capture():
 
 
 def test_start_method_forkserver_where_there_is_one_else_spawn(monkeypatch):
-    if "forkserver" in parallel.multiprocessing.get_all_start_methods():
+    import multiprocessing
+    if "forkserver" in multiprocessing.get_all_start_methods():
         assert parallel._context().get_start_method() == "forkserver"
-    monkeypatch.setattr(parallel.multiprocessing, "get_all_start_methods", lambda: ["spawn", "fork"])
+    import multiprocessing
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn", "fork"])
     assert parallel._context().get_start_method() == "spawn"
 
 
@@ -197,9 +199,9 @@ def test_the_first_failure_stops_the_analyses_still_running(capture):
 
 def test_a_stopped_task_stops_an_analysis_and_its_stream(capture):
     from clef_prof.analyze.result import analyze
-    stop = threading.Event()
-    stop.set()
-    token = export.TASK.set(export.Task(1, stop))
+    task = export.Task(1)
+    task.cancel()
+    token = export.TASK.set(task)
     try:
         with pytest.raises(export.Cancelled, match="^stopped: the run ended before this capture's analysis$"):
             analyze(str(capture("gpu-q1c16-main")))
@@ -218,3 +220,51 @@ def test_pool_is_threads_or_processes(monkeypatch):
         map_captures(os.path.basename, ["a"])
     with pytest.raises(ClefError, match="^pool='dask': expected threads or processes$"):
         map_captures(os.path.basename, ["a"], pool="dask")
+
+
+def test_leaving_early_waits_for_no_analysis(tmp_path):
+    """An analysis between reads (a long stretch of Python, here a wait) cannot be interrupted:
+    the first failure is raised at once all the same, and that analysis stops on its own thread."""
+    release, waited = threading.Event(), []
+
+    def fn(p):
+        if p == "bad":
+            raise CaptureError("bad: lacks table X")
+        waited.append(release.wait(30))
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(CaptureError, match="^bad: lacks table X$"):
+            map_captures(fn, ["bad", "slow"], jobs=2, pool="threads")
+        assert time.monotonic() - t0 < 10 and waited == []
+    finally:
+        release.set()
+
+
+@pytest.mark.native
+def test_cancel_interrupts_a_read_on_the_analysis_own_thread(capture):
+    """With one reader thread an analysis reads on its own connection; `Task.cancel` from another
+    thread interrupts that read too (an endless query here), not only the reader threads'."""
+    path = str(capture("gpu-q1c16-main"))
+    task, out = export.Task(1), {}
+    endless = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+               "SELECT count(*) AS n FROM (SELECT x FROM c LIMIT 4000000000000)")
+
+    def read():
+        export.TASK.set(task)
+        t0 = time.monotonic()
+        try:
+            with export.Export.open(path) as cap:
+                assert cap._native is not None
+                cap.read(endless, ["n"])
+        except Exception as exc:  # noqa: BLE001 - what the interrupted read raises
+            out["error"] = exc
+        out["s"] = time.monotonic() - t0
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.5)
+    task.cancel()
+    t.join(30)
+    assert not t.is_alive() and "error" in out and out["s"] < 10, out
+    assert task._open == {}                      # the export unregistered itself when closed
