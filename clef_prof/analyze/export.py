@@ -510,22 +510,12 @@ class Export:
     def interrupt(self) -> None:
         """Stop the reads running on reader threads now (the C reader's and sqlite3's; an ADBC
         read finishes its window)."""
-        for conn in list(self._pool_conns):
-            stop = getattr(conn, "interrupt", None)
-            if stop is not None:
-                stop()
+        _interrupt(list(self._pool_conns))
 
     def interrupt_all(self) -> None:
         """Stop every read running on this export now, the opening thread's too (from another
         thread: `Task.cancel`); an ADBC read on the opening thread finishes its query."""
-        self.interrupt()
-        for conn in (self._main_conn, self._conn):
-            stop = getattr(conn, "interrupt", None)
-            if stop is not None:
-                try:
-                    stop()
-                except Exception:  # noqa: BLE001 - closed meanwhile by its own thread: nothing to stop
-                    pass
+        _interrupt([*self._pool_conns, self._main_conn, self._conn])
 
     def stream(self, queries: Iterable[Query], workers: int | None = None) -> "Stream":
         """Read `queries` in order on reader threads, starting now; iterate for (tag, columns)."""
@@ -551,6 +541,17 @@ class Export:
         if self._main_conn is None:
             self._main_conn = self._new_conn()
         return self._main_conn
+
+
+def _interrupt(conns: list) -> None:
+    """Interrupt each connection that can be (C reader, sqlite3; ADBC's and None cannot)."""
+    for conn in conns:
+        stop = getattr(conn, "interrupt", None)
+        if stop is not None:
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - closed meanwhile by the thread that owns it: nothing to stop
+                pass
 
 
 class Stream:

@@ -122,7 +122,7 @@ def worker_count(paths: list[str], jobs: int | None) -> int:
     captures add up to less than 64 MB; at most one per capture."""
     if jobs is None:
         if sum(_size(p) for p in paths) < SMALL_BYTES:
-            return 1            # a small analysis is mostly Python: the GIL, or a process's start-up, would eat the gain
+            return 1            # a small analysis is mostly Python: the GIL or a process's start-up eats the gain
         from .export import READERS, usable_cpus
         jobs = usable_cpus() // max(1, READERS)
     return max(1, min(jobs, len(paths)))

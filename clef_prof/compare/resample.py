@@ -76,8 +76,8 @@ def resampled_sums_of_arms(rngs: list[list[np.random.Generator]], arms: list[lis
     without the GIL, and each part has its own stream, so the sums are the same on any number of
     threads. The threads share `_CHUNK_CELLS` between them."""
     from ..analyze.export import usable_cpus
-    jobs = [(rng, blocks, k) for streams, blocks in zip(rngs, arms)
-            for rng, k in zip(streams, parts(n_boot)) if k]
+    sizes = [k for k in parts(n_boot) if k]       # the first streams' parts: parts never grow
+    jobs = [(rng, blocks, k) for streams, blocks in zip(rngs, arms) for rng, k in zip(streams, sizes)]
     workers = max(1, min(len(jobs), usable_cpus()))
     cells = max(1, _CHUNK_CELLS // workers)
 
@@ -90,10 +90,9 @@ def resampled_sums_of_arms(rngs: list[list[np.random.Generator]], arms: list[lis
     else:
         with ThreadPoolExecutor(workers) as pool:
             done = list(pool.map(one, jobs))
-    per_arm = sum(1 for k in parts(n_boot) if k)
-    k = arms[0][0].shape[1] if arms and arms[0] else 0
-    return [np.concatenate(done[i * per_arm:(i + 1) * per_arm]) if per_arm else np.zeros((0, k))
-            for i in range(len(arms))]
+    n = len(sizes)
+    cols = arms[0][0].shape[1] if arms and arms[0] else 0
+    return [np.concatenate(done[i * n:(i + 1) * n]) if n else np.zeros((0, cols)) for i in range(len(arms))]
 
 
 def ratio(sums: np.ndarray, num: int, den: int, scale: float = 1.0) -> np.ndarray:
