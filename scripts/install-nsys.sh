@@ -10,7 +10,7 @@
 # target-linux-x64/nsys. Nothing here is committed: /.nsys/ is in .gitignore.
 #
 # Usage:
-#   scripts/install-nsys.sh [--check] [--force] [--quiet] [VERSION...]
+#   scripts/install-nsys.sh [--check] [--force] [--quiet] [--libs-only] [VERSION...]
 #     VERSION   2022.4 and/or 2023.4 (default: both)
 #     --check   after installing, record a CPU-only capture with each version
 #               (python nvtx==0.2.11 in a cached venv .nsys/venv-nvtx-0.2.11),
@@ -18,6 +18,8 @@
 #               run `nsys stats` on the export
 #     --force   reinstall even if already installed
 #     --quiet   print only the nsys paths (stdout)
+#     --libs-only  fetch only the bundled libraries into .nsys/.deps/lib and
+#               print that folder (tests/test_install_nsys.py uses it)
 #   Env: NSYS_DIR (default <repo>/.nsys), NSYS_APT_MIRROR (default
 #        http://deb.debian.org/debian), NSYS_APT_KEYRING (default
 #        /usr/share/keyrings/debian-archive-keyring.gpg).
@@ -30,11 +32,17 @@
 # .nsys/ (591 MB for 2022.4, 651 MB for 2023.4; the nvtx venvs made by --check
 # and the tests add 64 MB).
 #
-# The machine's apt state is not touched: apt runs with a private sources list
-# (one suite, components non-free and main), private lists and cache under
-# .nsys/.apt/<suite>/, and only `apt-get update` + `apt-get download`; the
-# .debs are unpacked with dpkg -x. Runs as root (apt-get download as another
-# user also works if it may write .nsys/).
+# The machine's apt state is neither touched nor consulted: apt runs with a
+# private sources list (one suite, components non-free and main), private
+# lists and cache under .nsys/.apt/<suite>/, an empty package status of its own
+# (so the packages the machine has installed, at whatever version, say a
+# libssh-4 from bookworm-security, never become the version asked for: apt
+# would pick the installed version as the candidate and find no source for it
+# in these lists) and no default release; only `apt-get update` +
+# `apt-get download`, of the versions these lists hold; the .debs are unpacked
+# with dpkg -x. The machine's own apt configuration (a proxy, say) still
+# applies. Runs as root (apt-get download as another user also works if it may
+# write .nsys/).
 #
 # Fixes applied to the Debian layout so the CLI works outside /usr:
 #  - target-linux-x64 is moved out of usr/lib/x86_64-linux-gnu/nsight-systems/
@@ -67,12 +75,13 @@ DEP_PKGS="libssh-4 libpfm4 libelf1 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkr
 HOST_LIBS="libssh.so.4 libpfm.so.4 libgssapi_krb5.so.2 libkrb5.so.3 libk5crypto.so.3 libkrb5support.so.0 libkeyutils.so.1 libcom_err.so.2 libcrypto.so.3"
 TARGET_LIBS="libelf.so.1"
 
-CHECK=0 FORCE=0 QUIET=0 VERSIONS=()
+CHECK=0 FORCE=0 QUIET=0 LIBS_ONLY=0 VERSIONS=()
 for a in "$@"; do
   case $a in
     --check) CHECK=1 ;;
     --force) FORCE=1 ;;
     --quiet|-q) QUIET=1 ;;
+    --libs-only) LIBS_ONLY=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     2022.4|2023.4) VERSIONS+=("$a") ;;
     *) echo "install-nsys: unknown argument: $a (try --help)" >&2; exit 2 ;;
@@ -97,6 +106,7 @@ apt_opts() { # $1 = suite
   echo "-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=/dev/null" \
        "-o Dir::State::Lists=$d/lists -o Dir::Cache=$d/cache" \
        "-o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null" \
+       "-o Dir::State::status=$d/status -o APT::Default-Release=" \
        "-o APT::Sandbox::User=root -o Acquire::Languages=none"
 }
 
@@ -105,6 +115,7 @@ apt_update() { # $1 = suite; once per run
   case $UPDATED in *" $1 "*) return 0 ;; esac
   local d=$DEST/.apt/$1
   mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
+  : >"$d/status"
   echo "deb [signed-by=$KEYRING] $MIRROR $1 non-free main" >"$d/sources.list"
   log "apt-get update ($1 non-free main, private lists in $d)"
   # shellcheck disable=SC2046
@@ -293,6 +304,11 @@ print(db.execute("""select count(*) from NVTX_EVENTS e join StringIds s on s.id 
   log "check $ver: OK (6 NVTX ranges recorded, stats ran)"
 }
 
+if [ "$LIBS_ONLY" = 1 ]; then
+  fetch_deps
+  echo "$DEST/.deps/lib"
+  exit 0
+fi
 for v in "${VERSIONS[@]}"; do install_one "$v"; done
 # Release the lock: nsys agents started by --check must not inherit it.
 exec 9>&-
