@@ -13,6 +13,13 @@ def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builti
     return _open(path, **kw)
 
 
+def history_frame(path, **kw):
+    """A history store (clef-prof history) as a pandas DataFrame: one row per result and metric, with
+    its change points (`clef_prof.history.frame.history_frame`)."""
+    from .history.frame import history_frame as _frame
+    return _frame(path, **kw)
+
+
 _ANNOTATIONS = ("stage", "batch", "request", "enqueued")
 
 

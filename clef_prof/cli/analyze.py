@@ -5,6 +5,7 @@ import os
 import sys
 
 from ..errors import EXIT_STRICT
+from .history import check_store, store_results
 from .options import check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
@@ -12,6 +13,7 @@ def cmd_analyze(args) -> int:
     from ..analyze.inputs import resolve
 
     check_jobs(args.jobs)
+    check_store(args)
     import_numpy()
     cfg = stage_config(args)
     paths = [resolve(c)[0] for c in args.captures]
@@ -52,6 +54,7 @@ def cmd_analyze(args) -> int:
         for r in results:
             for w in r.warnings:
                 say(f"warning: {r.path}: {w}")
+    store_results(args, "analyze", [r.to_json() for r in results])
     if args.strict and any(r.warnings for r in results):
         n = sum(len(r.warnings) for r in results)
         print(f"clef-prof: --strict: {n} warning(s); figures not trusted", file=sys.stderr)

@@ -12,7 +12,7 @@ from .options import HelpFormatter, Parser, add_stage_options
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
             "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "demo": "demo",
-            "load": "load", "bench": "bench", "export": "export"}
+            "load": "load", "bench": "bench", "export": "export", "history": "history"}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -53,6 +53,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     a.add_argument("--dask", metavar="SCHEDULER", help="analyze the captures on a Dask cluster (address, or 'local'); "
                    "needs the dask.distributed package and paths every worker can read")
     add_stage_options(a)
+    from .history import add_store_option
+    add_store_option(a)
     a.set_defaults(func=cmd_analyze)
 
     import importlib

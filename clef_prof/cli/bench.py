@@ -7,6 +7,7 @@ import sys
 
 from ..bench import load as bl
 from ..bench.run import BenchError, rejudge, run, write_json
+from .history import add_store_option, check_store, store_results
 from .options import HelpFormatter, emit, render_text, say
 
 
@@ -96,6 +97,7 @@ def add_parser(sub) -> None:
     o.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     o.add_argument("--out", metavar="DIR", help="keep the server logs and bench.json (every window) here")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    add_store_option(o)
     p.set_defaults(func=cmd_bench)
 
 
@@ -103,6 +105,7 @@ def cmd_bench(args) -> int:
     from ..bench import stats as bs
     from ..compare.gates import gate_line
 
+    check_store(args)
     if args.from_dir:
         if args.arm or args.out:
             raise BenchError("--from re-judges saved windows: give no --arm or --out with it")
@@ -123,6 +126,7 @@ def cmd_bench(args) -> int:
         emit(render_text(lambda console: bs.render_terminal(result, console), width=180), args.output)
     else:
         bs.render_terminal(result)
+    store_results(args, "bench", [result])
     code = 0
     for v in result["gates"]:
         say(f"clef-prof: {v['case']}: {gate_line(v, '')}")

@@ -1,10 +1,12 @@
 """`clef-prof compare`: main vs PR over repeated captures, with CI gates (clef_prof.compare)."""
 from __future__ import annotations
 
+import json
 import sys
 
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
+from .history import add_store_option, check_store, store_results
 from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
@@ -50,6 +52,7 @@ def add_parser(sub) -> None:
     g.add_argument("--batch", help="name of the outer batch range (default 'pooler')")
     g.add_argument("--stages", help="comma-separated stage names (default parse,index,transfer,head,encode)")
     add_threshold_option(g)
+    add_store_option(p)
     p.set_defaults(func=run)
 
 
@@ -73,6 +76,7 @@ def run(args) -> int:
     if not 0.5 <= args.confidence < 1:
         raise CompareError(f"--confidence {args.confidence}: expected a fraction in [0.5, 1), e.g. 0.95")
     gates = [parse_gate(t, known) for t in args.fail_if]
+    check_store(args)
     arms = collect(args.folders, args.arm, args.baseline)
     data = _load(arms, cfg, args)
     comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence)
@@ -88,6 +92,7 @@ def run(args) -> int:
         emit(render_text(lambda console: render_terminal(comp, console, args.all, args.wide)), args.output, inputs)
     else:
         render_terminal(comp, show_all=args.all, wide=args.wide)
+    store_results(args, "compare", [json.loads(render_json(comp))])
     kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
     for v in verdicts:
         say(f"clef-prof: {gate_line(v, kinds[v['metric']])}")
