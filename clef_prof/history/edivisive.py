@@ -9,7 +9,7 @@ the scaled sample energy distance is
 
     Q(tau, kappa) = n m / (n + m) * ( 2/(n m) sum |X_i - Y_j|^a
                                       - sum_{i<k} |X_i - X_k|^a / C(n, 2)
-                                      - sum_{j<k} |Y_j - Y_k|^a / C(m, 2) ),   0 < a < 2.
+                                      - sum_{j<k} |Y_j - Y_k|^a / C(m, 2) ),   0 < a <= 2.
 
 The best split of each segment maximises Q over tau and kappa; the best over all segments is a
 candidate change point (at tau: the first point of the new segment). It is kept when a
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ALPHA = 1.0           # the exponent a of the distance (1: the mean's change, as e.divisive's default)
+ALPHA = 1.0           # the exponent a of the distance (e.divisive's default; in (0, 2) any change of
+                      # distribution is seen, at 2 only a change of mean, as ecp allows)
 SIG_LEVEL = 0.05      # e.divisive's default significance level
 PERMUTATIONS = 199    # e.divisive's default R
 MIN_SIZE = 2          # the fewest points a segment may have (e.divisive allows no fewer)
@@ -125,8 +126,8 @@ def e_divisive(series, sig_level: float = SIG_LEVEL, permutations: int = PERMUTA
     z = np.asarray(series, dtype=np.float64)
     if z.ndim != 1 or not np.isfinite(z).all():
         raise ValueError("e_divisive: a 1-D series of finite values is needed")
-    if not 0 < alpha < 2:
-        raise ValueError(f"e_divisive: alpha {alpha} is not in (0, 2)")
+    if not 0 < alpha <= 2:
+        raise ValueError(f"e_divisive: alpha {alpha} is not in (0, 2] (2: only a change of mean is seen)")
     if min_size < 1 or permutations < 1:
         raise ValueError("e_divisive: min_size and permutations must be at least 1")
     rng = np.random.default_rng(seed)
