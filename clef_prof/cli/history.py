@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
                "  clef-prof analyze runs/pr -f json --store history.db\n"
                "  clef-prof history add history.db report.json --commit $(git rev-parse HEAD)\n"
                "  clef-prof history history.db --branch main\n"
-               "  clef-prof history history.db --fail-if-new-change 'stages.*.host_ms_per_request,"
-               "per_request.h2d_copies'\n"
+               "  clef-prof history history.db \\\n"
+               "      --fail-if-new-change 'stages.*.host_ms_per_request,per_request.h2d_copies'\n"
                "  clef-prof history history.db --html trends.html\n\n"
                "exit 1: a gated series has a new change point; 3: a gated series is too short to judge")
     p.add_argument("words", nargs="+", metavar="DB | add DB FILE.json",
