@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Mutation passes (bench/mutate.py) side by side on a lent many-core machine, until a deadline.
+# Mutation passes (benchmarks/mutate.py) side by side on a lent many-core machine, until a deadline.
 #
 #   bash scripts/device-mutate.sh JOBFILE [SECONDS]
 #
-# Each line of JOBFILE is NAME ARGS...: one `bench/mutate.py ARGS` pass whose result lands in
+# Each line of JOBFILE is NAME ARGS...: one `benchmarks/mutate.py ARGS` pass whose result lands in
 # $OUT/res/NAME.json (and .jsonl as it goes); JOBS of them run at once (default: the cores). A pass
-# still running at the deadline is stopped with SIGTERM, which bench/mutate.py answers by writing what
+# still running at the deadline is stopped with SIGTERM, which benchmarks/mutate.py answers by writing what
 # it has. Wheels under $WHEELS (default .device/wheels: packages the machine lacks) go to /tmp/site
 # first. Tests that fail there without any mutation (another machine's packages) are left out and named in the log.
 # The results come back as one archive, $OUT/mutate-results.tar.xz: combine them with
-# `python3 bench/mutate.py --report res/*.json`.
+# `python3 benchmarks/mutate.py --report res/*.json`.
 set -u
 jobfile=$1
 budget=${2:-520}
@@ -28,7 +28,7 @@ one() {
     shift
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 90 ]; then echo "$name: not started"; return; fi
-    timeout -s TERM -k 60 "$left" python3 bench/mutate.py --drop-failing --json "$out/res/$name.json" "$@" \
+    timeout -s TERM -k 60 "$left" python3 benchmarks/mutate.py --drop-failing --json "$out/res/$name.json" "$@" \
         >"$out/res/$name.log" 2>&1
     echo "$name: exit $? $(grep -m1 '^| \*\*all' "$out/res/$name.log")"
 }

@@ -3,7 +3,7 @@
 # profiler (`clef-prof record --profiler torch`) and with Nsight Systems (`clef-prof record
 # --nsys`, as scripts/gpu-record-demo.sh runs it), the same load; analyze of each side by side
 # (per-stage host ms per request, counts per request, each manifest's profiler_cost); and the
-# annotation emission check and its cost (bench/bench_annotate_torch.py); results under OUT.
+# annotation emission check and its cost (benchmarks/bench_annotate_torch.py); results under OUT.
 # Servers (SERVERS): demo-pr, demo-main (the demo server's variants), bertsrv (a transformers
 # BertModel behind aiohttp, stages injected from tests/programs/bertsrv.toml).
 #
@@ -37,8 +37,8 @@ exec > >(tee "$OUT/results.txt") 2>&1
 echo "== versions"
 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 
-echo "== annotation emission and cost (bench/bench_annotate_torch.py)"
-timeout 60 "$PY" bench/bench_annotate_torch.py -n "$BENCH_N" --repeat 5 ${BASE:+--baseline "$BASE"} --out "$WORK/bench"
+echo "== annotation emission and cost (benchmarks/bench_annotate_torch.py)"
+timeout 60 "$PY" benchmarks/bench_annotate_torch.py -n "$BENCH_N" --repeat 5 ${BASE:+--baseline "$BASE"} --out "$WORK/bench"
 cp "$WORK/bench/bench_annotate_torch.json" "$OUT/" 2>/dev/null
 
 PORT=8765

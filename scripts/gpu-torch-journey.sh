@@ -3,7 +3,7 @@
 # (variant pr: clef_prof.request on its HTTP threads, clef_prof.enqueued where a request joins the
 # queue, batches naming their ids) recorded with `clef-prof record --profiler torch`; then the trace's
 # own count of request/enqueue user_annotation events (plain json, no clef_prof code), analyze's
-# journey section (text and JSON) and bench/bench_annotate_torch.py (emission and cost of the
+# journey section (text and JSON) and benchmarks/bench_annotate_torch.py (emission and cost of the
 # request and enqueue annotations beside stages and batches). Results under OUT; the recording,
 # xz-compressed, as OUT/torch-journey.tar.xz (scrub before committing any of it).
 #
@@ -68,8 +68,8 @@ print("requests", d.get("requests"), "batches", d.get("batches"), "warnings", js
 print("client check:", json.dumps(j.get("client")))
 PY
 
-echo "== annotation emission and cost (bench/bench_annotate_torch.py)"
-timeout 90 "$PY" bench/bench_annotate_torch.py -n "${BENCH_N:-200000}" --repeat 5 ${BASE:+--baseline "$BASE"} \
+echo "== annotation emission and cost (benchmarks/bench_annotate_torch.py)"
+timeout 90 "$PY" benchmarks/bench_annotate_torch.py -n "${BENCH_N:-200000}" --repeat 5 ${BASE:+--baseline "$BASE"} \
     --out "$WORK/bench"
 cp "$WORK/bench/bench_annotate_torch.json" "$OUT/" 2>/dev/null
 ls -la "$OUT"

@@ -1,4 +1,4 @@
-"""The verdict calibration harness (bench/verdict_calibration.py, also run as a script for the
+"""The verdict calibration harness (benchmarks/verdict_calibration.py, also run as a script for the
 table in docs/statistics.md) for the tests in tests/bench and tests/compare, and a compare
 capture built from per-batch arrays, so that a simulated study can go through `compare` itself."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def harness():
-    spec = importlib.util.spec_from_file_location("verdict_calibration", ROOT / "bench" / "verdict_calibration.py")
+    spec = importlib.util.spec_from_file_location("verdict_calibration", ROOT / "benchmarks" / "verdict_calibration.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

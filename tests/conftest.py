@@ -137,7 +137,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="session")
 def captures_dir(tmp_path_factory) -> Path:
     """Where the captures are decompressed: a fresh folder, or CLEF_TEST_CAPTURES (an existing folder
-    that many sessions share, e.g. the runs of bench/mutate.py; the files in it are read-only)."""
+    that many sessions share, e.g. the runs of benchmarks/mutate.py; the files in it are read-only)."""
     shared = os.environ.get("CLEF_TEST_CAPTURES")
     if shared:
         assert Path(shared).is_dir(), f"CLEF_TEST_CAPTURES={shared}: not a folder"

@@ -65,7 +65,7 @@ def test_readme_example_is_the_real_output():
 
 def test_paths_the_docs_name_exist():
     """Every repository path the README and the docs name in code spans (`tests/...`,
-    `bench/...`, `scripts/...`, ...) is there: a file, a folder, or the stem of files
+    `benchmarks/...`, `scripts/...`, ...) is there: a file, a folder, or the stem of files
     (`tests/data/cpu23-nsyspy-split` for its .sqlite.xz and .json.xz). Globs and placeholders are
     left alone."""
     pat = re.compile(r"`((?:tests|bench|scripts|clef_prof|annotations|notebooks|traces|docs)/"

@@ -1,5 +1,5 @@
 """The analyze path stays light: what a fresh `clef-prof analyze` / `report` / `--help` / `doctor` imports
-(the guard on start-up cost; speed itself is measured by bench/bench_small.py, not here).
+(the guard on start-up cost; speed itself is measured by benchmarks/bench_small.py, not here).
 Modules named with a dot are checked by full name (numpy.ma: NumPy imports it lazily).
 The record path (record, ab, load, demo-server: what runs on GPU machines beside the server) imports
 no pandas, NumPy, rich or pyarrow at all, and runs with them blocked."""

@@ -26,7 +26,7 @@ Reading: the decompressed text is read in chunks and the events are decoded one 
 the standard library's C scanner (`JSONDecoder.scan_once`; an event cut by a chunk's end goes the
 careful way, `raw_decode` reading more text); only the events of those categories are kept, as
 compact tuples with one copy of each name, so memory is bounded by the chunk size plus the kept
-events, not by the trace (bench/bench_kineto.py measures it against `json.load`, ijson and
+events, not by the trace (benchmarks/bench_kineto.py measures it against `json.load`, ijson and
 HTA's parser). Timestamps are decimal
 microseconds: they are converted from their text to integer ns exactly (no float rounding), so a
 trace written with three decimals (PyTorch >= 2.0) keeps ns precision; one written in whole

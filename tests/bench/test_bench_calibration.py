@@ -1,5 +1,5 @@
 """bench's verdict against a known truth, by a seeded simulation through bench's own functions
-(bench/verdict_calibration.py): at every design that gives a verdict (3, 4, 6, 8 servers per arm;
+(benchmarks/verdict_calibration.py): at every design that gives a verdict (3, 4, 6, 8 servers per arm;
 1 to 3 windows), with between-server spreads from 0 to 10% and 2.2% window noise, the A/A
 false-positive rate is at most 5% within simulation error and not needlessly low, and the
 interval covers a true +15% change. The two-level bootstrap it replaced called noise a change in

@@ -1,4 +1,4 @@
-"""bench/: a K-times tiling of a real export analyzes to exactly K times its counts, stays valid
+"""benchmarks/: a K-times tiling of a real export analyzes to exactly K times its counts, stays valid
 input for `nsys stats`, and the benchmark runs end to end on a small tiling (no timing asserted)."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ MAIN = (1520, 282, 13680, 5_204_480, 22800, 1520, 282)
 
 
 def _scale_export():
-    spec = importlib.util.spec_from_file_location("scale_export", ROOT / "bench" / "scale_export.py")
+    spec = importlib.util.spec_from_file_location("scale_export", ROOT / "benchmarks" / "scale_export.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -106,10 +106,10 @@ def test_nsys_stats_reads_the_tiling(tiled):
 
 @pytest.mark.nsys("2023.4")
 def test_benchmark_smoke_run(capture, tmp_path):
-    """The CI run of bench/bench_analyze.py: a 4x tiling (~75 MB), one run each (nsys stats too),
+    """The CI run of benchmarks/bench_analyze.py: a 4x tiling (~75 MB), one run each (nsys stats too),
     no timing."""
     out = tmp_path / "bench.json"
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_analyze.py"), "--source",
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_analyze.py"), "--source",
                         str(capture("gpu-q1c16-main")), "--tiles", "4", "--repeat", "1", "--workdir", str(tmp_path),
                         "--json", str(out), "--tree", f"this={ROOT}", "--tree", f"again={ROOT}"],
                        capture_output=True, text=True, timeout=600)
@@ -131,11 +131,11 @@ def test_benchmark_smoke_run(capture, tmp_path):
 
 
 def test_compare_memory_benchmark_smoke_run(tmp_path):
-    """bench/bench_compare_mem.py end to end on the two slices in traces/, once each (no figure
+    """benchmarks/bench_compare_mem.py end to end on the two slices in traces/, once each (no figure
     asserted but what must hold whatever the load: every command ran, the compare on worker
     processes ran in more processes than the others, and one process's tree is itself)."""
     out = tmp_path / "mem.json"
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_compare_mem.py"),
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compare_mem.py"),
                         str(ROOT / "traces" / "gpu-main-slice.sqlite"), str(ROOT / "traces" / "gpu-pr-slice.sqlite"),
                         "--repeat", "1", "--jobs", "1,2", "--pools", "threads,processes", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -152,14 +152,14 @@ def test_compare_memory_benchmark_smoke_run(tmp_path):
 
 @pytest.mark.native
 def test_readers_benchmark_smoke_run(capture, tmp_path):
-    """bench/bench_readers.py end to end on a real capture, one round (no timing asserted): the
+    """benchmarks/bench_readers.py end to end on a real capture, one round (no timing asserted): the
     queries are the ones analyze streams, and every reader reads the same rows: all the kernel
     and memcpy rows, and the API calls of interest among the runtime rows."""
     from conftest import sql
 
     path = capture("gpu-q1c16-main")
     out = tmp_path / "readers.json"
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_readers.py"), str(path), "--repeat", "1",
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_readers.py"), str(path), "--repeat", "1",
                         "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())

@@ -1,5 +1,5 @@
 """compare's verdict between captures against a known truth, by a seeded simulation through
-compare's own functions (bench/verdict_calibration.py): 3, 4, 6, 8 captures per arm, capture-to-
+compare's own functions (benchmarks/verdict_calibration.py): 3, 4, 6, 8 captures per arm, capture-to-
 capture spreads from 0 to 10% and batch noise that moves a capture's figure by about 2.2%. The
 two-level bootstrap it replaced gave 16-51% false positives with 2% capture variation."""
 from __future__ import annotations

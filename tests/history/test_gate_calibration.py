@@ -1,5 +1,5 @@
 """The history gate's false-alarm rate and power, by the seeded simulation behind docs/history.md
-(bench/history_calibration.py, through `trends.analyse` itself). Seeded: the same figures every
+(benchmarks/history_calibration.py, through `trends.analyse` itself). Seeded: the same figures every
 run; each is held to the documented figure within 3 binomial standard deviations of the two study
 counts, and a false-alarm rate to its bound (the level) within 3 standard deviations."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("history_calibration", ROOT / "bench" / "history_calibration.py")
+spec = importlib.util.spec_from_file_location("history_calibration", ROOT / "benchmarks" / "history_calibration.py")
 SIM = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(SIM)
 

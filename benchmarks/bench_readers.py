@@ -12,7 +12,7 @@ takes that thread's CPU time, so that a load change meets every reader alike:
 - adbc: ADBC into Arrow, columns into NumPy (the reader without the C one, from 256 MB);
 - sqlite: the group_concat reader (the one without the C reader, below 256 MB).
 
-    python bench/bench_readers.py /tmp/main-1g.sqlite --repeat 5 [--only floor,native,adbc]
+    python benchmarks/bench_readers.py /tmp/main-1g.sqlite --repeat 5 [--only floor,native,adbc]
 """
 from __future__ import annotations
 

@@ -4,11 +4,11 @@ torch.profiler (where each range is also a record_function); and a check that th
 the profiler's trace with the same names and batch message, from the profiling thread and from a
 thread started before the profiler.
 
-    PYTHONPATH=$PWD python3 bench/bench_annotate_torch.py [--baseline ROOT] [--out DIR]
+    PYTHONPATH=$PWD python3 benchmarks/bench_annotate_torch.py [--baseline ROOT] [--out DIR]
 
 --baseline ROOT times the same loops with the clef_prof of another checkout (today's code) in
 the same runs, for the before/after comparison. Each figure is the best of --repeat loops of -n
-iterations, thread CPU time, an empty loop's cost subtracted (as bench/bench_annotate.py).
+iterations, thread CPU time, an empty loop's cost subtracted (as benchmarks/bench_annotate.py).
 Without torch only the first row is measured.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ gzip-compressed, as Kineto's `.pt.trace.json.gz`, and reads both). Each reader r
 process (time, and peak RSS from the child's VmHWM, so one reader's garbage does not count
 against the next), `--repeat` times; the median of each is printed:
 
-    PYTHONPATH=$PWD python3 bench/bench_kineto.py --seed trace.json --mb 500 --repeat 2
+    PYTHONPATH=$PWD python3 benchmarks/bench_kineto.py --seed trace.json --mb 500 --repeat 2
 
 HTA (`pip install HolisticTraceAnalysis ijson`, e.g. in a venv made with
 --system-site-packages; `--python /tmp/hta-venv/bin/python` runs the readers there) is read with

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Time and peak memory of `analyze` with and without the request journeys, on a tiled capture.
 
-    python bench/bench_journey.py                       # tests/data/gpu25-journey x45: ~100k requests, 0.47 GB
-    python bench/bench_journey.py --size 1G             # tiled to 1 GiB: ~210k requests
-    python bench/bench_journey.py --tiles 5             # a smaller one
-    python bench/bench_journey.py --export BIG.sqlite   # an export made before
+    python benchmarks/bench_journey.py                       # tests/data/gpu25-journey x45: ~100k requests, 0.47 GB
+    python benchmarks/bench_journey.py --size 1G             # tiled to 1 GiB: ~210k requests
+    python benchmarks/bench_journey.py --tiles 5             # a smaller one
+    python benchmarks/bench_journey.py --export BIG.sqlite   # an export made before
 
 The source is the GPU recording in tests/data (2,225 request ranges, 149 batches, 24.8 MB),
-tiled in time by bench/scale_export.py. Each run is a fresh `python -c` process (best of
+tiled in time by benchmarks/scale_export.py. Each run is a fresh `python -c` process (best of
 --repeat, wall time; peak RSS from getrusage): once as analyze runs, once with the journey step
 replaced by one that returns nothing. Journeys are read with their own queries (request ranges,
 enqueue marks, the batches' full rid lists) and joined with sorted searches: the issue's bound is
@@ -91,7 +91,7 @@ def main() -> None:
         with lzma.open(ROOT / "tests" / "data" / "gpu25-journey.sqlite.xz") as f, open(src, "wb") as g:
             shutil.copyfileobj(f, g)
         export = os.path.join(tmp, "tiled.sqlite")
-        subprocess.run([sys.executable, str(ROOT / "bench" / "scale_export.py"), src, export,
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_export.py"), src, export,
                         *(["--size", a.size] if a.size else ["--tiles", str(a.tiles)])], check=True, capture_output=True)
         if not a.same_ids:
             print(f"distinct ids per tile: {distinct_ids(src, export):,} messages changed")

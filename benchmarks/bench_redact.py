@@ -4,7 +4,7 @@ text value of an export, and a hostile export can hold one huge string: a rule t
 (a name of unbounded length before a secret word, a lazy gap between a command and its flag)
 turns a 100 kB value into minutes.
 
-    python bench/bench_redact.py [--sizes 20000,200000] [--json out.json]
+    python benchmarks/bench_redact.py [--sizes 20000,200000] [--json out.json]
 
 For each shape of hostile value (long runs of one character, of a secret word, of commands
 without their flag, of base64 characters, ...), at each size, the CPU time of one

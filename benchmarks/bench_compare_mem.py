@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How much memory does `clef-prof compare` of two captures take, against `analyze` of one?
 
-    python bench/bench_compare_mem.py A.sqlite B.sqlite                 # e.g. two 1 GB exports
-    python bench/bench_compare_mem.py A.sqlite B.sqlite --jobs 1,2,auto --repeat 3 --json out.json
-    python bench/bench_compare_mem.py A.sqlite B.sqlite --tree ../main     # another checkout's code
-    taskset -c 0-3 python bench/bench_compare_mem.py A.sqlite B.sqlite --jobs 1,auto --pools threads,processes
+    python benchmarks/bench_compare_mem.py A.sqlite B.sqlite                 # e.g. two 1 GB exports
+    python benchmarks/bench_compare_mem.py A.sqlite B.sqlite --jobs 1,2,auto --repeat 3 --json out.json
+    python benchmarks/bench_compare_mem.py A.sqlite B.sqlite --tree ../main     # another checkout's code
+    taskset -c 0-3 python benchmarks/bench_compare_mem.py A.sqlite B.sqlite --jobs 1,auto --pools threads,processes
 
 Each command runs in a fresh process, in a rotating order, every file in the page cache:
 `clef-prof analyze A -f json`, `clef-prof analyze B -f json`, and `clef-prof compare --arm

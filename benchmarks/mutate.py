@@ -21,10 +21,10 @@ in the baseline (traced with sys.settrace; a line run while a fixture is set up 
 whole test file, a line run only at import for the module's test files). --rerun skips what an
 earlier result killed. A benchmark, not a test: run it by hand (docs/mutation.md).
 
-    python3 bench/mutate.py                       # the default modules, CPU-only selection
-    python3 bench/mutate.py clef_prof/analyze/ranks.py --show-survivors
-    python3 bench/mutate.py clef_prof/analyze --rerun last.jsonl --json now.json
-    python3 bench/mutate.py --report last.jsonl now.jsonl      # the table, with the current equivalent list
+    python3 benchmarks/mutate.py                       # the default modules, CPU-only selection
+    python3 benchmarks/mutate.py clef_prof/analyze/ranks.py --show-survivors
+    python3 benchmarks/mutate.py clef_prof/analyze --rerun last.jsonl --json now.json
+    python3 benchmarks/mutate.py --report last.jsonl now.jsonl      # the table, with the current equivalent list
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ MODULE_TESTS = {
     "clef_prof/bench/*": ("tests/bench",),
     "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
 }
-EQUIVALENT = ROOT / "bench" / "mutation_equivalent.json"
+EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
 
 # comparison operator -> what it becomes (relaxed/strict, negated)
 _CMP = {ast.Lt: [ast.LtE], ast.LtE: [ast.Lt], ast.Gt: [ast.GtE], ast.GtE: [ast.Gt], ast.Eq: [ast.NotEq],

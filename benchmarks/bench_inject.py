@@ -1,7 +1,7 @@
 """What `clef-prof inject` costs a program that runs with no profiler attached.
 
-    python bench/bench_inject.py                       # this tree
-    python bench/bench_inject.py --clef-prof ../old/clef_prof   # another copy, to compare
+    python benchmarks/bench_inject.py                       # this tree
+    python benchmarks/bench_inject.py --clef-prof ../old/clef_prof   # another copy, to compare
 
 A generated script (a target function and an `lru_cache` target defined in the main module,
 then a loop of --loop iterations at its top level, then --calls calls of the lru_cache target

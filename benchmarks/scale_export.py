@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Scale a real Nsight Systems SQLite export to a target size by tiling its event rows in time.
 
-    python bench/scale_export.py SRC.sqlite OUT.sqlite --size 1G
-    python bench/scale_export.py SRC.sqlite OUT.sqlite --tiles 3
+    python benchmarks/scale_export.py SRC.sqlite OUT.sqlite --size 1G
+    python benchmarks/scale_export.py SRC.sqlite OUT.sqlite --tiles 3
 
 Tile k (k = 1 .. K-1) is a copy of every event row of the source, shifted by k * span in
 time and by k * (max + 1) in correlationId (and NVTX rangeId), appended to the same table,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """How fast are the commands people run on the captures they actually make (tens of MB)?
 
-    python bench/bench_small.py                      # tests/data/gpu-q1c16-main (17 MB), 7 rounds
-    python bench/bench_small.py --runs 9 --json out.json
-    python bench/bench_small.py --tree main=/tmp/main-copy --tree .   # two trees, side by side
+    python benchmarks/bench_small.py                      # tests/data/gpu-q1c16-main (17 MB), 7 rounds
+    python benchmarks/bench_small.py --runs 9 --json out.json
+    python benchmarks/bench_small.py --tree main=/tmp/main-copy --tree .   # two trees, side by side
 
 Whole-process runs, side by side, after one warm-up run of each (byte-code caches written, as
 for an installed package; PYTHONDONTWRITEBYTECODE is dropped): each round runs every command once, in a rotating order, so

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """How fast and lean is `clef-prof analyze` on big captures, against the floor and against nsys?
 
-    python bench/bench_analyze.py --source gpu-q1c16-main.sqlite --sizes 100M,1G,4G
-    python bench/bench_analyze.py --files a.sqlite b.sqlite          # existing exports
-    python bench/bench_analyze.py --source SRC --tiles 4 --repeat 1  # the CI smoke run
+    python benchmarks/bench_analyze.py --source gpu-q1c16-main.sqlite --sizes 100M,1G,4G
+    python benchmarks/bench_analyze.py --files a.sqlite b.sqlite          # existing exports
+    python benchmarks/bench_analyze.py --source SRC --tiles 4 --repeat 1  # the CI smoke run
 
-For each export (made by bench/scale_export.py from --source, or given), on the same file,
+For each export (made by benchmarks/scale_export.py from --source, or given), on the same file,
 with the file in the page cache:
 
   a  the floor: a bare SELECT of the columns analyze reads, table by table, one thread.

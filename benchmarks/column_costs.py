@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What each column analyze reads costs, table by table, on one export (issue 26).
 
-    python bench/column_costs.py EXPORT.sqlite [--repeat 5]
+    python benchmarks/column_costs.py EXPORT.sqlite [--repeat 5]
 
 For each big table analyze streams (CUDA API calls of interest, kernels, memcpys), the CPU
 time of its query as analyze sends it (ADBC into Arrow, read as NumPy), and of the same query

@@ -18,7 +18,7 @@ in docs/history.md are those of the shipped code.
 - the change's interval: of the studies whose change point the gate found within one result of
   the truth, the share whose interval holds the true change.
 
-    python bench/history_calibration.py [--studies 1000] [--seed 1]
+    python benchmarks/history_calibration.py [--studies 1000] [--seed 1]
 """
 from __future__ import annotations
 

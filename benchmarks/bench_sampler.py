@@ -1,7 +1,7 @@
 """Cost of clef-prof's Python sampler (clef_prof.annotate.sampler) to a CPU-bound Python server.
 
-    python bench/bench_sampler.py                   # nsys 2023.4, off / 100 / 1000 Hz, 3 rounds
-    python bench/bench_sampler.py --rates 0,100,1000 --rounds 5 --seconds 3 --nsys PATH
+    python benchmarks/bench_sampler.py                   # nsys 2023.4, off / 100 / 1000 Hz, 3 rounds
+    python benchmarks/bench_sampler.py --rates 0,100,1000 --rounds 5 --seconds 3 --nsys PATH
 
 Each run is one `nsys profile -t nvtx` of a child that serves "requests" as fast as it can for
 --seconds: a CPU-bound handler (JSON decode, a pure-Python loop, JSON encode; about 1 ms) inside a

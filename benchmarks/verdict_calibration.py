@@ -1,6 +1,6 @@
 """Calibration of bench's and compare's verdicts by simulation, through the tool's own functions.
 
-    python bench/verdict_calibration.py [--studies 4000] [--seed 0]
+    python benchmarks/verdict_calibration.py [--studies 4000] [--seed 0]
 
 A study is one A/B run of a design (units per arm; windows per server for bench). Every unit
 (a fresh server, a capture) gets its own level, drawn around the arm's true figure with a

@@ -1,8 +1,8 @@
 """Per-call cost of clef-prof's annotations, with no profiler attached and under nsys.
 
-    python bench/bench_annotate.py                  # no profiler, then under nsys 2023.4
-    python bench/bench_annotate.py --no-nsys        # no profiler only
-    python bench/bench_annotate.py --nsys PATH      # a given nsys binary
+    python benchmarks/bench_annotate.py                  # no profiler, then under nsys 2023.4
+    python benchmarks/bench_annotate.py --no-nsys        # no profiler only
+    python benchmarks/bench_annotate.py --nsys PATH      # a given nsys binary
 
 Each figure is the best of several timed loops, in ns per iteration, with the cost of an
 empty loop iteration subtracted. Time is the calling thread's CPU time (time.thread_time_ns),
