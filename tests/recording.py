@@ -102,6 +102,8 @@ def _profile_once(nsys, argv, stem, env, cwd, nsys_args, timeout, trace) -> Path
     sqlite = stem.parent / f"{stem.name}.sqlite"
     p = subprocess.run([nsys, "export", "--type", "sqlite", "-o", sqlite, "--force-overwrite", "true", rep],
                        capture_output=True, text=True, timeout=timeout)
+    if p.returncode and nsys_crash(p.stdout + p.stderr):      # a report cut by the agent's loss
+        return None
     assert p.returncode == 0 and sqlite.exists(), p.stdout[-2000:] + p.stderr[-2000:]
     return sqlite
 

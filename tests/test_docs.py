@@ -39,7 +39,7 @@ def test_readme_is_a_front_door():
 def test_ci_runs_the_readmes_test_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    cmd = "python3 -m pip install -e '.[test]' && bash scripts/install-nsys.sh && python3 -m pytest -q"
+    cmd = "bash scripts/install-test-tools.sh && python3 -m pip install -e '.[test]' && python3 -m pytest -q"
     assert f"```bash\n{cmd}\n```" in readme
     assert cmd in ci
 

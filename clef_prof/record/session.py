@@ -81,7 +81,7 @@ class NsysCrashed(CaptureFailed):
 _NSYS_THROW = re.compile(r"/QuadD/\S*?([\w.]+\.cpp\(\d+\)): Throw in function (.*)")
 _NSYS_ERRINFO = re.compile(r"\[(?:QuadDCommon::tag_(\w+)|boost::errinfo_(api_function)_)\*\] = (.*)")
 _NSYS_RESUMER = re.compile(r"^(Failed to (?:probe|resume) the process\b.*)$", re.M)   # nsys' ProcessResumer
-_NSYS_AGENT_LOST = re.compile(r"^(Connection to the Agent lost\.?)[ \t]*$", re.M)      # nsys' CLI and its agent
+_NSYS_AGENT_LOST = re.compile(r"^(Connection to the Agent lost\.?|End of file)[ \t]*$", re.M)   # nsys' CLI and its agent
 _NSYS_USAGE = re.compile(r"^usage: nsys \w+ \[<args>\]", re.M)     # after nsys' line on a switch it refused
 
 
@@ -91,7 +91,8 @@ def nsys_crash(text: str) -> str | None:
     ENOENT in ProcessWaiterImpl, when the agent, told the app's pid through nsys, opens the app's
     semaphore before nsys-launcher has created it. 2022.4 also fails its handshake with the launched
     process now and then under load, with one line of its ProcessResumer ("Failed to probe the
-    process (sync)") and no report, or loses its agent ("Connection to the Agent lost.")."""
+    process (sync)") and no report, or loses its agent ("Connection to the Agent lost."; 2023.4
+    prints boost.asio's bare "End of file" when that socket closes, and leaves no report either)."""
     m = _NSYS_THROW.search(text)
     if m is None:
         r = _NSYS_RESUMER.search(text)

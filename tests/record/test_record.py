@@ -195,6 +195,10 @@ def test_nsys_crash_is_read_from_its_log():
     # 2022.4 under load, verbatim twice on stdout and stderr of an nsys profile in CI, no report
     assert nsys_crash("Connection to the Agent lost.\n") == "Connection to the Agent lost."
     assert nsys_crash("my server: Connection to the Agent lost.\n") is None
+    # 2023.4 under load with --delay/--duration: boost.asio's end of file on the agent's socket,
+    # the whole of what nsys profile printed (CI's log of tests/recording.py), no report
+    assert nsys_crash("End of file\n") == "End of file"
+    assert nsys_crash("parse: End of file reached\n") is None
 
 
 @pytest.mark.nsys("2023.4")
