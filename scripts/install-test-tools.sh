@@ -8,18 +8,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+# the names tests/conftest.py's CHROMIUM_NAMES looks for
+have_browser=""
+for b in chromium chromium-browser google-chrome google-chrome-stable; do command -v "$b" >/dev/null 2>&1 && have_browser=1; done
+[ -n "$have_browser" ] || need+=(chromium)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || need+=(python3-dev)
 if [ "${#need[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then as_root=(); elif command -v sudo >/dev/null 2>&1; then as_root=(sudo); else as_root=(none); fi
-  if [ "${as_root[*]}" = none ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=$(command -v sudo || true)
+  if [ "$(id -u)" != 0 ] && [ -z "$sudo" ]; then
     echo "install-test-tools: ${need[*]} missing and no root or sudo: the tests needing them are skipped (failed under CI=true); as root: apt-get install -y ${need[*]}" >&2
   else
     echo "install-test-tools: apt-get install ${need[*]}"
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+    ${sudo:+$sudo} env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    ${sudo:+$sudo} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
 fi
 exec bash scripts/install-nsys.sh "$@"
