@@ -345,6 +345,32 @@ def test_from_rejudges_saved_windows(ab, capsys):
             assert a["ci"][0] < b["ci"][0] < b["ci"][1] < a["ci"][1]            # narrower, same centre
 
 
+def test_store_hook_keeps_each_cases_arms(ab, tmp_path):
+    """`bench --from ... --store`: one bench result in the store, whose figures are the saved run's
+    own per-arm throughput and latencies (json.load of the same run), one series per case and arm."""
+    import sqlite3
+
+    _, r, tmp = ab
+    db = tmp_path / "h.db"
+    p = bench("--from", tmp / "run", "-f", "json", "--store", db, mark=uuid.uuid4().hex, timeout=60)
+    assert p.returncode == 0 and "stored 1 result(s)" in p.stderr, p.stderr
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert con.execute("SELECT kind, payload_schema FROM results").fetchall() == [("bench", "clef-prof/bench/2")]
+        got = {(s, m): v for s, m, v in con.execute("SELECT series, metric, value FROM figures")}
+    finally:
+        con.close()
+    again = json.loads(p.stdout)
+    want = {}
+    for c in again["cases"]:
+        label = str(c.get("label") or json.dumps(c.get("case"), sort_keys=True))
+        for arm, a in c["arms"].items():
+            for k in ("throughput_rps", "latency_ms_p50", "latency_ms_p99"):
+                want[(f"case={label} arm={arm}", k)] = a[k]
+    assert len(want) == len(r["cases"]) * 2 * 3
+    assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-12)
+
+
 def test_three_arms_name_their_arm(ab, tmp_path, capsys):
     """With 3 arms each table row and gate line says which arm it is: the saved run with a third
     arm made of the slow arm's windows (so both non-baseline arms fire the same gate)."""

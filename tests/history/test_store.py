@@ -265,3 +265,19 @@ def test_bad_command_lines(tmp_path, results):
                     "does not exist")
     assert_one_line(run_main("history", db, "--sig-level", "0.7"), 1, "--sig-level")
     assert_one_line(run_main("history", db, "-o", db), 1, "is an input")
+
+
+def test_compare_store_hook_keeps_each_arms_figures(tmp_path):
+    """`compare --store`: the stored figures are compare's own JSON, arm by arm (json.load of the
+    same command's -o output), exact counts flagged as compare says."""
+    db, out = tmp_path / "h.db", tmp_path / "c.json"
+    p = run_main("compare", "--arm", f"main={TRACES / 'gpu-main-slice.sqlite'}", "--arm", f"pr={TRACES / 'gpu-pr-slice.sqlite'}",
+                 "-f", "json", "-o", out, "--store", db)
+    assert p.returncode == 0, p.stderr
+    assert "stored 1 result(s)" in p.stderr and rows(db)[0][5] == "compare"
+    doc = json.loads(out.read_text())
+    want = {(f"arm={arm}", m["metric"], a["mean"], int(bool(m.get("deterministic"))))
+            for m in doc["metrics"] for arm, a in m["arms"].items() if a and a.get("mean") is not None}
+    got = set(rows(db, "SELECT series, metric, value, exact FROM figures"))
+    assert got == want and {s for s, *_ in got} == {"arm=main", "arm=pr"}
+    assert any(e for *_, e in got) and not all(e for *_, e in got)
