@@ -241,10 +241,10 @@ def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, 
         raise ClefError(f"cannot reach the Dask scheduler {address!r}: {type(exc).__name__}: {exc}") from None
     try:
         # map: one capture per task (pure=False: a capture file can change under the same path);
-        # reduce: gather the small results back here, in input order
+        # reduce: the small results back here, in input order
         n = len(paths)
         futures = client.map(_run_one, [_result] * n, paths, [config] * n, [requests] * n, pure=False)
-        return client.gather(futures)
+        return [_outcome(f) for f in futures]      # a task whose workers all died names its capture
     finally:
         client.close()
         if cluster is not None:
