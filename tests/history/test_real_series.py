@@ -1,14 +1,16 @@
-"""A real series: the demo server recorded 10 times as main, then 10 times as pr, with the project's
-nsys on this CPU, each stored by `analyze --store` (commit and branch from $CLEF_PROF_COMMIT and
-$CLEF_PROF_BRANCH), then read by `clef-prof history`.
+"""A real series: the demo server recorded 10 times as main, then 10 times as a PR, with the
+project's nsys on this CPU, each stored by `analyze --store` (commit and branch from
+$CLEF_PROF_COMMIT and $CLEF_PROF_BRANCH), then read by `clef-prof history`.
 
-On the CPU the two variants differ in one stage: `transfer` (main turns each of 9 lists into bytes,
-pr extends 3 arrays with 3 lists each and then turns them into bytes: about 1.7 times the host
-time). parse, index, head and encode run the same code in both. The oracle does not come from
-clef-prof: each capture's transfer ns per request summed by SQL from its NVTX ranges, and the two
-variants' 10 figures completely apart (a rank-sum U of 0: two-sided p = 2 / C(20, 10) = 1.1e-5).
+The PR adds a wait to one stage: `head` sleeps 0.5 ms per request (`demo-server --delay-ms 0.5`);
+parse, index, transfer and encode run the same code in both. A wait, not more Python work: on a
+loaded 2-core machine the CPU time of a stage swings by 2-3x between captures (a 1.7x change of
+transfer, the CPU path's difference between the variants, was not apart under a load average of
+10), while a sleep is at least its length under any load. The oracle does not come from clef-prof:
+each capture's head ns per request summed by SQL from its NVTX ranges, and the two commits' 10
+figures completely apart (a rank-sum U of 0: two-sided p = 2 / C(20, 10) = 1.1e-5).
 
-The variants are recorded in pairs at once (main i beside pr i), so that the load of this shared
+The two are recorded in pairs at once (main i beside PR i), so that the load of this shared
 2-core machine falls on both alike: a stage that did not change then has exchangeable figures, and
 at the level the test asks (1e-4 a series) one of the four shows a change by chance in at most
 4 runs in 10,000. They are stored in commit order, the 10 main results first.
@@ -30,7 +32,9 @@ from conftest import sql
 from httpcheck import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-UNCHANGED = ("parse", "index", "head", "encode")
+UNCHANGED = ("parse", "index", "transfer", "encode")
+CHANGED = "head"
+PR_DELAY_MS = 0.5
 
 
 def record_pair(out: Path, i: int, token: str) -> dict[str, Path]:
@@ -42,7 +46,7 @@ def record_pair(out: Path, i: int, token: str) -> dict[str, Path]:
         port, folder = free_port(), out / f"{variant}-{i}"
         cmd = [sys.executable, "-m", "clef_prof", "record", "--out", folder, "--url", f"http://127.0.0.1:{port}",
                "--warmup", "0.5", "--duration", "1", "-q", "--", sys.executable, "-m", "clef_prof", "demo-server",
-               "--port", str(port), "--variant", variant]
+               "--port", str(port), "--variant", "main", *(["--delay-ms", str(PR_DELAY_MS)] if variant == "pr" else [])]
         started[variant] = (folder, subprocess.Popen(list(map(str, cmd)), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                      stderr=subprocess.PIPE, text=True))
     for variant, (folder, p) in started.items():
@@ -51,11 +55,11 @@ def record_pair(out: Path, i: int, token: str) -> dict[str, Path]:
     return {v: f for v, (f, _) in started.items()}
 
 
-def transfer_ns_per_request(export: Path) -> float:
-    """The oracle: Σ transfer range ns / Σ K of the 'pooler n=K' ranges, by SQL over NVTX_EVENTS."""
+def head_ns_per_request(export: Path) -> float:
+    """The oracle: Σ head range ns / Σ K of the 'pooler n=K' ranges, by SQL over NVTX_EVENTS."""
     text = "coalesce(e.text, (SELECT value FROM StringIds s WHERE s.id = e.textId))"
     (ns,), = sql(export, f'SELECT sum(e."end" - e.start) FROM NVTX_EVENTS e WHERE e.eventType = 59 '
-                         f"AND e.\"end\" IS NOT NULL AND {text} = 'transfer'")
+                         f"AND e.\"end\" IS NOT NULL AND {text} = 'head'")
     sizes = sql(export, f"SELECT {text} FROM NVTX_EVENTS e WHERE e.eventType = 59 AND e.\"end\" IS NOT NULL "
                         f"AND {text} LIKE 'pooler n=%'")
     return ns / sum(int(t.split()[1][2:]) for (t,) in sizes)
@@ -77,16 +81,17 @@ def test_ten_main_then_ten_pr_the_change_point_is_at_the_switch(tmp_path, monkey
         for pair in pairs:
             p = run_main("analyze", pair[variant], "-f", "json", "-o", tmp_path / f"{variant}.json", "--store", db)
             assert p.returncode == 0 and "stored 1 result(s)" in p.stderr, p.stderr
-    # the oracle: transfer apart, completely
+    # the oracle: head apart, completely, by at least most of the wait
     exports = {v: [json.loads((pr[v] / "manifest.json").read_text())["export"] for pr in pairs] for v in ("main", "pr")}
-    oracle = {v: [transfer_ns_per_request(pair[v] / e) for pair, e in zip(pairs, exports[v])] for v in exports}
+    oracle = {v: [head_ns_per_request(pair[v] / e) for pair, e in zip(pairs, exports[v])] for v in exports}
     assert max(oracle["main"]) < min(oracle["pr"]), oracle
+    assert min(oracle["pr"]) > 0.9 * PR_DELAY_MS * 1e6, oracle
 
     p = run_main("history", db, "-f", "json", "--metric", "stages.*.host_ms_per_request", "--sig-level", "0.0001")
     assert p.returncode == 0, p.stderr
     series = {s["metric"].split(".")[1]: s for s in json.loads(p.stdout)["series"]}
-    assert sorted(series) == sorted([*UNCHANGED, "transfer"])
-    t = series["transfer"]
+    assert sorted(series) == sorted([*UNCHANGED, CHANGED])
+    t = series[CHANGED]
     assert [pt["commit"] for pt in t["points"]] == ["main"] * 10 + ["pr"] * 10
     # the stored figure is the capture's: within 5% of the oracle's SQL sum (analyze leaves out ranges cut at edges)
     for pt, ns in zip(t["points"], oracle["main"] + oracle["pr"]):
@@ -97,11 +102,11 @@ def test_ten_main_then_ten_pr_the_change_point_is_at_the_switch(tmp_path, monkey
     for stage in UNCHANGED:
         assert series[stage]["changes"] == [], (stage, series[stage]["changes"])
     # at the default level too, the switch is found where it is
-    doc = json.loads(run_main("history", db, "-f", "json", "--metric", "stages.transfer.host_ms_per_request").stdout)
+    doc = json.loads(run_main("history", db, "-f", "json", "--metric", f"stages.{CHANGED}.host_ms_per_request").stdout)
     assert [c["index"] for c in doc["series"][0]["changes"]] == [10]
-    # the gate: the newest results (commit pr) start the change in transfer, in no other stage
+    # the gate: the newest results (commit pr) start the change in head, in no other stage
     p = run_main("history", db, "--sig-level", "0.0001", "--fail-if-new-change", "stages.*.host_ms_per_request")
     assert p.returncode == 1, p.stderr
     fired = [ln for ln in p.stderr.splitlines() if ": fired:" in ln]
-    assert len(fired) == 1 and "stages.transfer.host_ms_per_request" in fired[0] and "main..pr" in fired[0], p.stderr
+    assert len(fired) == 1 and f"stages.{CHANGED}.host_ms_per_request" in fired[0] and "main..pr" in fired[0], p.stderr
     assert "5 noisy series judged at 0.01% each: family-wise false-alarm rate at most 0.05%" in p.stderr
