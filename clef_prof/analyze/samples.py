@@ -162,6 +162,7 @@ class StackCounts:
     by_time: int = 0                # nsys' samples placed by time only (their thread not tied to an OS thread)
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open
     notes: list[str] = field(default_factory=list)  # what the source itself says (nsys: payloads, ties)
+    own_samples: int = 0            # samples of clef-prof's own threads, left out (leave_out_own)
     thread_ties: dict[int, int] = field(default_factory=dict)  # nsys: Python thread ordinal -> globalTid, where certain
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
@@ -181,15 +182,65 @@ class StackCounts:
 
 
 def count(cap: Export, stages: Stages) -> StackCounts | None:
-    """The samples of the capture per (slot, stack): clef-prof's sampler's, else the self time of a
-    Kineto trace's python_function events (`durations`); None when it holds neither."""
+    """The samples of the capture per (slot, stack): clef-prof's sampler's, else nsys' own, else
+    the self time of a Kineto trace's python_function events (`durations`); None when it holds
+    none. clef-prof's own threads are left out (`leave_out_own`)."""
     if not cap.has("StringIds"):
         return None
     if not has_samples(cap):
         found = nsyspy.marks(cap)
         if found is not None:
-            return nsys_counts(cap, stages, *found)
-        return durations(cap, stages) if cap.has(PY_TABLE) else None
+            return leave_out_own(nsys_counts(cap, stages, *found))
+        return leave_out_own(durations(cap, stages)) if cap.has(PY_TABLE) else None
+    return leave_out_own(_sampler_counts(cap, stages))
+
+
+_OWN_FILE = re.compile(r"(^|[/\\])clef_prof[/\\]")
+_THREADING = ("threading.py",)
+IDLE_NAMES = frozenset({"select", "poll", "epoll", "wait", "wait_for", "sleep", "acquire", "_wait_for_tstate_lock",
+                        "join", "accept", "recv_into", "_recv_bytes", "_poll"})
+IDLE_FILES = frozenset({"selectors.py", "threading.py", "queue.py", "base_events.py", "connection.py", "socket.py",
+                        "ssl.py", "subprocess.py", "popen_fork.py", "synchronize.py", "thread.py", "process.py",
+                        "windows_events.py", "socketserver.py"})
+_BUILTIN_IDLE = re.compile(r"^<built-in (method|function) (select|poll|epoll|wait|sleep|acquire)\b")
+
+
+def _own(sc: StackCounts) -> np.ndarray:
+    """Per function: it is clef-prof's own code or the threading module that starts threads."""
+    return np.array([bool(_OWN_FILE.search(f)) or f.endswith(_THREADING) for f in sc.func_file], dtype=bool)
+
+
+def leave_out_own(sc: StackCounts | None) -> StackCounts | None:
+    """The counts less the samples of clef-prof's own threads (its clock thread `_run (clock.py)`,
+    the sampler): a stack none of whose frames is outside clef_prof and `threading`. A server's
+    stack that passes through clef-prof's wrappers holds its own frames too and stays."""
+    if sc is None or not sc.stacks:
+        return sc
+    own_func = _own(sc)
+    own = np.array([all(own_func[f] for f in st) for st in sc.stacks], dtype=bool)
+    k = int(sc.counts[:, own].sum())
+    if k:
+        sc.counts = sc.counts.copy()
+        sc.counts[:, own] = 0
+        sc.samples -= k
+        sc.own_samples = k
+    return sc
+
+
+def idle_functions(sc: StackCounts) -> np.ndarray:
+    """Per function: a wait of an idle thread (select, poll, epoll, wait, sleep, a lock's acquire,
+    join...) in the standard library's waiting modules, or such a built-in (Kineto's names): a
+    leaf there is a thread parked, not work."""
+    out = np.zeros(len(sc.func_name), dtype=bool)
+    for i, (name, file) in enumerate(zip(sc.func_name, sc.func_file)):    # once per distinct function
+        base = file.replace("\\", "/").rsplit("/", 1)[-1]
+        leaf = name.rsplit(".", 1)[-1]
+        out[i] = (leaf in IDLE_NAMES and base in IDLE_FILES) or (not file and bool(_BUILTIN_IDLE.match(name)))
+    return out
+
+
+def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
+    """clef-prof's sampler's samples per (slot, stack)."""
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
@@ -245,6 +296,9 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         return None, sc.notes
     self_, incl = sc.function_counts()
     per_slot = sc.counts.sum(axis=1)
+    idle_func = idle_functions(sc)
+    idle_stack = np.array([bool(idle_func[st[0]]) for st in sc.stacks], dtype=bool)
+    idle_slot = sc.counts[:, idle_stack].sum(axis=1) if len(sc.stacks) else np.zeros(len(sc.slots), np.int64)
     n = sc.samples
     period_ms = sc.ms_per_sample
     fn_name, fn_file = sc.func_name, sc.func_file
@@ -281,15 +335,19 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         total = int(per_slot[j])
         if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
             continue
-        out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(total),
-                                  few=not timed and total < FEW_SAMPLES,
+        idle = int(idle_slot[j])
+        # (outside) is every thread's time out of the stages, parked threads included: only its work
+        # stands for host time per request; a stage's or batch's thread waits inside its own span
+        work = total - idle if name == OUTSIDE_SLOT else total
+        out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(work),
+                                  few=not timed and total < FEW_SAMPLES, idle_samples=idle,
                                   top_self=top(self_[j], incl[j], total, True) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False) if total else [])
     res = Samples(source=KINETO_SOURCE if timed else sc.source, samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
                   observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
                   cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit,
-                  placed_by_time=sc.by_time, unplaced=sc.unplaced)
+                  placed_by_time=sc.by_time, unplaced=sc.unplaced, own_samples=sc.own_samples)
     return res, sc.notes + _warnings(res)
 
 
@@ -323,6 +381,12 @@ def _warnings(s: Samples) -> list[str]:
                    "outermost frames were cut (inclusive shares of outer functions are low)")
     if s.samples == 0:
         out.append("Python samples: the sampler's domain is in the capture but no sample could be used")
+    staged = sum(f.samples for k, f in s.stages.items() if k not in (BATCH_SLOT, OUTSIDE_SLOT))
+    if s.samples and not staged:
+        where = ", ".join(f"{f.samples:,} in {k}" for k, f in s.stages.items() if f.samples)
+        out.append(f"Python samples: none of the {s.samples:,} {'ns' if s.unit == 'ns' else 'samples'} lies in a stage "
+                   f"range ({where}): the sampled threads are not the stages' threads, or their samples cannot be "
+                   "tied to them; no per-stage function figure")
     return out
 
 

@@ -162,3 +162,74 @@ def test_hostile_samples_are_counted_not_fatal(split, tmp_path):
     funcs = {f.function: f for st in s.stages.values() for f in st.top_self}
     assert NO_FRAMES in funcs and UNKNOWN_STACK in funcs and UNKNOWN_FRAME in funcs
     assert r.to_json()["samples"]["unknown_stack"] == 1
+
+
+# --------------------------------------------- #35 B10: the tool's own threads, idle waits, no stage
+
+
+@pytest.fixture(scope="module")
+def clocked(tmp_path_factory):
+    """sampled_split.py recorded with record's clock marks on (CLEF_PROF_CLOCK_MARKS=1): clef-prof's
+    clock thread (`_run`, clock.py) runs beside the program and the sampler samples it too."""
+    from recording import profile
+
+    tmp = tmp_path_factory.mktemp("clocked")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEF_PROF_")}
+    env.update(PYTHONPATH=str(ROOT), CLEF_PROF_PY_SAMPLING_HZ=str(HZ), CLEF_PROF_CLOCK_MARKS="1")
+    return profile([sys.executable, "sampled_split.py", "--seconds", "1.5", "--out", tmp / "facts.json"],
+                   tmp / "clocked", "2023.4", env, PROGRAMS, trace="nvtx")
+
+
+def _own_by_hand(path) -> tuple[int, int]:
+    """(sample marks, those whose every frame is clef-prof's or threading's) by SQL and a reading of
+    the sampler's definitions."""
+    frames, stacks = {}, {}
+    for (v,) in sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof %'"):
+        if v.startswith("clef-prof frame "):
+            key, _name, file, _line = v[len("clef-prof frame "):].split("\t")
+            frames[key] = file
+        elif v.startswith("clef-prof stack "):
+            key, ids = v[len("clef-prof stack "):].split("\t")
+            stacks[key] = ids.split()
+    rows = sql(path, "SELECT t.value, m.int64Value FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
+                     "WHERE m.eventType = 34 AND t.value LIKE 't %'")
+    own = 0
+    for msg, sid in rows:
+        pid = msg.split()[1]
+        files = [frames[f"{pid}:{f}"] for f in stacks[f"{pid}:{sid}"]]
+        own += all("/clef_prof/" in f or f.endswith("threading.py") for f in files)
+    return len(rows), own
+
+
+@pytest.mark.nsys("2023.4")
+def test_the_tools_own_clock_thread_is_left_out(clocked):
+    marks, own = _own_by_hand(clocked)
+    assert own >= 50, (marks, own)                  # ~1.5 s at 200 Hz asked on the clock thread
+    s = analyze(str(clocked)).result.samples
+    assert s.own_samples == own and s.samples == marks - own
+    (in_head,), = sql(clocked, SAMPLES_IN_HEAD)
+    assert s.stages["head"].samples == in_head      # the program's own thread: untouched
+    assert sum(f.samples for f in s.stages.values()) == marks - own
+    for f in s.stages.values():
+        assert not any(t.file.endswith("clock.py") for t in f.top_self + f.top_inclusive)
+    assert s.threads >= 1
+
+
+def test_samples_in_no_stage_are_said_and_strict_fails(tmp_path, capture):
+    """cpu23-sampled with its head ranges renamed (as a server whose stages are on threads the
+    sampler cannot tie): every sample is in (batch) or (outside); a warning says no sample can be
+    attributed to a stage, and --strict fails on it."""
+    from clicheck import run_main
+    from conftest import edited_copy
+
+    path = edited_copy(capture("cpu23-sampled"), tmp_path / "nostage.sqlite",
+                       "UPDATE StringIds SET value = 'not-a-stage' WHERE value = 'head'")
+    (marks,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
+                          "WHERE m.eventType = 34 AND t.value LIKE 't %'")
+    r = analyze(str(path)).result
+    assert r.samples.samples == marks and r.samples.stages["head"].samples == 0
+    said = [w for w in r.warnings if w.startswith("Python samples: none of the")]
+    assert len(said) == 1 and f"none of the {marks:,} samples lies in a stage range" in said[0]
+    assert run_main("analyze", path, "--strict").returncode != 0
+    ok = analyze(str(capture("cpu23-sampled"))).result
+    assert not [w for w in ok.warnings if w.startswith("Python samples: none of the")]
