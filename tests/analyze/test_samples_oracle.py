@@ -66,7 +66,7 @@ def oracle(path, stage_names) -> dict:
     for s, e, g, name in sql(path, RANGES):
         ranges[g].append((s, e, name))
     slot_of, self_, incl, times = {}, defaultdict(Counter), defaultdict(Counter), defaultdict(list)
-    per_slot = Counter()
+    per_slot, seq = Counter(), defaultdict(list)
     for t, msg, sid, mg in sql(path, MARKS):
         _, pid, tid = msg.split()
         g = ((mg >> 24) << 24) | int(tid)
@@ -80,10 +80,11 @@ def oracle(path, stage_names) -> dict:
         self_[slot][st[0]] += 1
         for f in set(st):
             incl[slot][f] += 1
+        seq[slot].append((t, st[0], set(st)))
         slot_of[t] = slot
     gaps = [b - a for ts in times.values() for a, b in zip(ts, ts[1:]) if b > a]
     med = statistics.median(gaps)
-    return dict(samples=sum(per_slot.values()), per_slot=per_slot, self=self_, incl=incl, hz=hz,
+    return dict(samples=sum(per_slot.values()), per_slot=per_slot, self=self_, incl=incl, hz=hz, seq=seq,
                 period_ms=med / 1e6, observed_hz=1e9 / med, threads=len(times))
 
 
@@ -94,6 +95,24 @@ JOIN NVTX_EVENTS h ON h.eventType = 59 AND h.start <= m.start AND m.start <= h."
      AND (h.globalTid & 16777215) = CAST(substr(t.value, instr(substr(t.value, 3), ' ') + 3) AS INTEGER)
 JOIN StringIds hn ON hn.id = h.textId AND hn.value = 'head'
 WHERE m.eventType = 34 AND t.value LIKE 't %' ORDER BY m.start"""
+
+
+def interval_by_hand(member: list[bool]) -> tuple[float, float]:
+    """A share's interval by hand (#35 C7): the wider, at each end, of Wilson's and the block
+    interval over min(n // 8, 10) consecutive time blocks (none below 5 blocks): the ratio of the
+    blocks' sums, variance sum((k_b - p n_b)^2) / (B - 1) * B / n^2, Student's t (compare's exact
+    quantile) on B - 1 degrees of freedom."""
+    from clef_prof.compare.welch import t_quantile
+    n, k = len(member), sum(member)
+    lo, hi = _wilson(k, n)
+    blocks = min(n // 8, 10)
+    if blocks < 5:
+        return lo, hi
+    edges = [i * n // blocks for i in range(blocks + 1)]
+    p = k / n
+    ss = sum((sum(member[a:b]) - p * (b - a)) ** 2 for a, b in zip(edges, edges[1:]))
+    half = float(t_quantile(0.975, blocks - 1)) * math.sqrt(ss / (blocks - 1) * blocks / n ** 2)
+    return min(lo, max(p - half, 0.0)), max(hi, min(p + half, 1.0))
 
 
 def idle_by_hand(self_counts) -> float:
@@ -132,8 +151,16 @@ def check_slots(s, want: dict, requests: int) -> None:
             for f in top:
                 k_s, k_i = f.self_samples, f.inclusive_samples
                 assert (f.self_share, f.inclusive_share) == (pytest.approx(k_s / n), pytest.approx(k_i / n))
-                assert (f.self_share_low, f.self_share_high) == pytest.approx(_wilson(k_s, n), abs=1e-12)
-                assert (f.inclusive_share_low, f.inclusive_share_high) == pytest.approx(_wilson(k_i, n), abs=1e-12)
+                keys = [k for k in inc if (k[0], k[1]) == (f.function, f.file)]
+                if len(keys) != 1:      # texts repeated under several string ids: no one key to follow
+                    continue
+                order = sorted(want["seq"][slot], key=lambda x: x[0])
+                self_in = [leaf == keys[0] for _, leaf, _ in order]
+                incl_in = [keys[0] in on for _, _, on in order]
+                assert sum(self_in) == k_s and sum(incl_in) == k_i
+                assert (f.self_share_low, f.self_share_high) == pytest.approx(interval_by_hand(self_in), abs=2e-3)
+                assert (f.inclusive_share_low, f.inclusive_share_high) == pytest.approx(interval_by_hand(incl_in),
+                                                                                        abs=2e-3)
                 assert f.self_ms_per_request == pytest.approx(k_s * want["period_ms"] / requests, rel=1e-12)
                 assert f.inclusive_ms_per_request == pytest.approx(k_i * want["period_ms"] / requests, rel=1e-12)
 
@@ -209,7 +236,9 @@ def _kineto_oracle(trace: dict) -> tuple[dict, dict, dict]:
         while x["args"].get("Python parent id") is not None:
             x = by_id[x["args"]["Python parent id"]]
             on_stack.add(fn(x))
-        if all(re.search(r"(^|/)clef_prof/", f[1]) or f[1].endswith("threading.py") for f in on_stack):
+        root = x                        # the outermost event of its stack
+        if fn(root)[1].endswith("threading.py") and all(re.search(r"(^|/)clef_prof/", f[1]) or
+                                                        f[1].endswith("threading.py") for f in on_stack):
             continue                    # clef-prof's own thread (#35 B10): left out
         self_[slot][fn(e)] += own
         for f in on_stack:
@@ -396,6 +425,7 @@ def _nsys_oracle(db, stage_names, ties: dict | None = None) -> dict:
     if ties:            # 2023.4: the OS thread of each ordinal (-category), as the program says
         hand = [(t, ties[-k], frames) for t, k, frames in hand]
     per_slot, self_, incl, times = Counter(), defaultdict(Counter), defaultdict(Counter), defaultdict(list)
+    seq = defaultdict(list)
     for t, tid, frames in hand:
         times[tid].append(t)
         holding = [(a, name) for a, b, name in ranges[tid] if a <= t <= b]
@@ -407,9 +437,11 @@ def _nsys_oracle(db, stage_names, ties: dict | None = None) -> dict:
         self_[slot][st[0]] += 1
         for f in set(st):
             incl[slot][f] += 1
+        seq[slot].append((t, st[0], set(st)))
     gaps = [b - a for ts in times.values() for a, b in zip(sorted(ts), sorted(ts)[1:]) if b > a]
     med = statistics.median(gaps)
-    return dict(samples=len(hand), per_slot=per_slot, self=self_, incl=incl, period_ms=med / 1e6, threads=len(times))
+    return dict(samples=len(hand), per_slot=per_slot, self=self_, incl=incl, period_ms=med / 1e6, threads=len(times),
+                seq=seq)
 
 
 @pytest.mark.parametrize("tag", ["split", "threads", "idle"])
