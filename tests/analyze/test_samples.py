@@ -127,9 +127,9 @@ def _recording(rng, ratio: float, seconds: float = 1.5):
 def test_share_interval_covers_the_split_over_simulated_recordings(lo, hi, least):
     """#35 C7: the sampler's process simulated (seeded), 400 recordings a design, each judged by
     the real interval code (samples.share_interval). A sampler period near the batch's, or half of
-    it, makes neighbouring samples see the same phase: Wilson's binomial interval then covers 53% and
-    78% (measured 2026-12-07, seed 35); the block interval holds 87% and 93% there and >= 98% off
-    resonance (the real recordings tick at 0.8-0.9 x a batch). `least` is what the test holds it to."""
+    it, makes neighbouring samples see the same phase: Wilson's binomial interval then covers 55.5% and
+    75% (this seed); the block interval 88.5% and 93.5% there, 99% over periods 0.2-1.5 x a batch
+    (Wilson 95%), 100% at 0.75-0.9 x (the real recordings' range). `least` is what the test holds it to."""
     rng = np.random.default_rng(35)
     covered = wilson_covered = 0
     n = 400
