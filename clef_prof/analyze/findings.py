@@ -377,7 +377,7 @@ RULES = (
          _ev_pageable, _sev_pageable, _tx_pageable),
     Rule("small-h2d-copies", "stage", "small H2D copies", "h2d_copies_per_request", "per request",
          _ev_pack, _sev_pack, _tx_pack),
-    Rule("sync-in-stage", "stage", "waits for the GPU (synchronize calls, D2H readbacks)", "syncs_per_request", "per request",
+    Rule("sync-in-stage", "stage", "waits for the GPU", "syncs_per_request", "per request",
          _ev_sync, _sev_sync, _tx_sync),
     Rule("no-cuda-graph", "stage", "kernel launches without a CUDA graph", "kernel_launches_per_request",
          "per request", _ev_graph, _sev_graph, _tx_graph),
