@@ -134,15 +134,21 @@ def _tx_pack(ev, s):
 
 
 def _ev_sync(r: Result, s, th):
+    """Waits for the GPU in a stage: synchronize calls, synchronous memcpy calls and D2H readbacks.
+    A readback is a wait whether its copy blocks (pageable memory, cudaMemcpy) or a synchronize
+    follows it (pinned memory): the calls cannot be paired from counts, so the stage waits at
+    least max(synchronizing calls, D2H copies) times."""
     st = r.stages[s]
     b = st.cuda
     if not _cuda(r) or b.sync_calls is None or not st.instances:
         return None
     req = r.requests
-    n = b.sync_calls + (b.sync_memcpy_calls or 0)
+    calls = b.sync_calls + (b.sync_memcpy_calls or 0)
+    n = max(calls, b.d2h_copies or 0)
     return {"syncs_per_request": n / req, "syncs_per_batch": n / st.instances, "syncs": n, "requests": req,
             "batches": st.instances, "stream_or_event_syncs": b.sync_calls - (b.device_syncs or 0),
-            "device_syncs": b.device_syncs, "synchronous_memcpy_calls": b.sync_memcpy_calls}
+            "device_syncs": b.device_syncs, "synchronous_memcpy_calls": b.sync_memcpy_calls,
+            "synchronizing_calls": calls, "d2h_readbacks": b.d2h_copies, "d2h_bytes": b.d2h_bytes}
 
 
 def _sev_sync(ev, th):
@@ -155,7 +161,10 @@ def _tx_sync(ev, s):
     parts = [f"{ev[k]:,} {label}" for k, label in (("stream_or_event_syncs", "stream/event synchronize"),
                                                   ("device_syncs", "device synchronize"),
                                                   ("synchronous_memcpy_calls", "synchronous memcpy")) if ev[k]]
-    return (f"{ev['syncs_per_request']:.2f} synchronizing calls per request ({ev['syncs_per_batch']:.2f} per batch; "
+    if ev["d2h_readbacks"]:
+        parts.append(f"{ev['d2h_readbacks']:,} D2H readbacks of {ev['d2h_bytes'] / ev['d2h_readbacks']:,.0f} B "
+                     "on average")
+    return (f"{ev['syncs_per_request']:.2f} waits for the GPU per request ({ev['syncs_per_batch']:.2f} per batch; "
             f"{', '.join(parts)} over {ev['requests']:,} requests) in {s}",
             f"stop waiting for the GPU inside {s}: no .item()/.cpu()/synchronize per item; pinned non_blocking copies, "
             "and one readback per batch at its end",
@@ -368,7 +377,7 @@ RULES = (
          _ev_pageable, _sev_pageable, _tx_pageable),
     Rule("small-h2d-copies", "stage", "small H2D copies", "h2d_copies_per_request", "per request",
          _ev_pack, _sev_pack, _tx_pack),
-    Rule("sync-in-stage", "stage", "synchronizing calls", "syncs_per_request", "per request",
+    Rule("sync-in-stage", "stage", "waits for the GPU", "syncs_per_request", "per request",
          _ev_sync, _sev_sync, _tx_sync),
     Rule("no-cuda-graph", "stage", "kernel launches without a CUDA graph", "kernel_launches_per_request",
          "per request", _ev_graph, _sev_graph, _tx_graph),

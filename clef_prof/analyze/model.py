@@ -372,10 +372,11 @@ class SampleFigures:
     few: bool
     top_self: list[FunctionSamples]
     top_inclusive: list[FunctionSamples]
+    idle_samples: int = 0           # whose leaf is a wait (select, poll, wait, sleep, acquire...): parked, not work
 
     def to_json(self) -> dict:
         return {"samples": self.samples, "share_of_samples": self.share_of_samples,
-                "ms_per_request": self.ms_per_request, "few": self.few,
+                "ms_per_request": self.ms_per_request, "few": self.few, "idle_samples": self.idle_samples,
                 "top_self": [f.to_json() for f in self.top_self],
                 "top_inclusive": [f.to_json() for f in self.top_inclusive]}
 
@@ -403,6 +404,7 @@ class Samples:
     unit: str = "samples"           # "ns" from a Kineto trace: the counts are self ns of python_function events
     placed_by_time: int = 0         # nsys' samples of a Python thread tied to no OS thread, placed by time only
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open then
+    own_samples: int = 0            # samples of clef-prof's own threads (its clock thread): left out
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}

@@ -54,6 +54,61 @@ def wilson(k: np.ndarray, n: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np
     return lo, hi
 
 
+BLOCK_SAMPLES = 8                   # samples per time block of the block interval, at least
+MIN_BLOCKS = 5                      # fewer blocks than this: the Wilson interval alone
+MAX_BLOCKS = 10                     # more blocks: shorter ones, blind to correlation longer than a block
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile by its Cornish-Fisher expansion in 1/df (within 0.3% of the exact one
+    at df >= 4, where the block interval uses it; analyze is below compare.welch's exact one)."""
+    z, v = _normal_q(p), float(df)
+    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3))
+
+
+def _normal_q(p: float) -> float:
+    import math
+    lo, hi = 0.0, 40.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def share_interval(member: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The interval of each row's share of a slot's samples; `member` (functions, samples) in time
+    order: whether each sample counts to the function. Samples are not independent draws: the
+    sampler ticks at a nearly fixed period against a program that repeats itself (batch after
+    batch), so neighbouring samples see the same phase, and the binomial (Wilson) interval is too
+    narrow. So the interval is the wider, at each end, of Wilson's and a block interval: the
+    samples cut into consecutive time blocks of at least BLOCK_SAMPLES (at most n / BLOCK_SAMPLES
+    blocks, at most MAX_BLOCKS), the share as the ratio of the blocks' sums, its variance from the blocks'
+    residuals (a ratio estimator over clusters) with Student's t on blocks - 1 degrees of freedom:
+    it holds correlation within a block's span. Coverage is measured by a seeded simulation of the
+    sampler against a program of batches (tests/analyze/test_samples.py)."""
+    member = np.atleast_2d(np.asarray(member, dtype=bool))
+    m, n = member.shape
+    k = member.sum(axis=1)
+    lo, hi = wilson(k, np.full(m, n), z)
+    blocks = min(n // BLOCK_SAMPLES, MAX_BLOCKS)
+    if blocks < MIN_BLOCKS:
+        return lo, hi
+    edges = (np.arange(blocks + 1) * n) // blocks
+    kb = np.add.reduceat(member.astype(np.int64), edges[:-1], axis=1)     # (m, blocks)
+    nb = np.diff(edges).astype(float)
+    p = k / n
+    resid = kb - p[:, None] * nb[None, :]
+    var = (resid ** 2).sum(axis=1) / (blocks - 1) * blocks / n ** 2
+    half = t_quantile(_phi(z), blocks - 1) * np.sqrt(var)
+    return np.minimum(lo, np.clip(p - half, 0.0, 1.0)), np.maximum(hi, np.clip(p + half, 0.0, 1.0))
+
+
+def _phi(z: float) -> float:
+    import math
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
 @dataclass
 class _Defs:
     """The sampler's definitions: functions, and per stack its frames as function indices."""
@@ -162,6 +217,8 @@ class StackCounts:
     by_time: int = 0                # nsys' samples placed by time only (their thread not tied to an OS thread)
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open
     notes: list[str] = field(default_factory=list)  # what the source itself says (nsys: payloads, ties)
+    own_samples: int = 0            # samples of clef-prof's own threads, left out (leave_out_own)
+    sequence: np.ndarray | None = None  # (2, samples) int64: each sample's slot and stack column, in time order
     thread_ties: dict[int, int] = field(default_factory=dict)  # nsys: Python thread ordinal -> globalTid, where certain
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
@@ -181,15 +238,79 @@ class StackCounts:
 
 
 def count(cap: Export, stages: Stages) -> StackCounts | None:
-    """The samples of the capture per (slot, stack): clef-prof's sampler's, else the self time of a
-    Kineto trace's python_function events (`durations`); None when it holds neither."""
+    """The samples of the capture per (slot, stack): clef-prof's sampler's, else nsys' own, else
+    the self time of a Kineto trace's python_function events (`durations`); None when it holds
+    none. clef-prof's own threads are left out (`leave_out_own`)."""
     if not cap.has("StringIds"):
         return None
     if not has_samples(cap):
         found = nsyspy.marks(cap)
         if found is not None:
-            return nsys_counts(cap, stages, *found)
-        return durations(cap, stages) if cap.has(PY_TABLE) else None
+            return leave_out_own(nsys_counts(cap, stages, *found))
+        return leave_out_own(durations(cap, stages)) if cap.has(PY_TABLE) else None
+    return leave_out_own(_sampler_counts(cap, stages))
+
+
+_OWN_FILE = re.compile(r"(^|[/\\])clef_prof[/\\]")
+_THREADING = ("threading.py",)
+_OWN_THREAD = re.compile(r"(^|[/\\])clef_prof[/\\]annotate[/\\](clock|sampler)\.py$")   # the tool's thread entries
+IDLE_NAMES = frozenset({"select", "poll", "epoll", "wait", "wait_for", "sleep", "acquire", "_wait_for_tstate_lock",
+                        "join", "accept", "recv_into", "_recv_bytes", "_poll"})
+IDLE_FILES = frozenset({"selectors.py", "threading.py", "queue.py", "base_events.py", "connection.py", "socket.py",
+                        "ssl.py", "subprocess.py", "popen_fork.py", "synchronize.py", "thread.py", "process.py",
+                        "windows_events.py", "socketserver.py"})
+_BUILTIN_IDLE = re.compile(r"^<built-in (method|function) (select|poll|epoll|wait|sleep|acquire)\b")
+
+
+def _own(sc: StackCounts) -> np.ndarray:
+    """Per function: it is clef-prof's own code or the threading module that starts threads."""
+    return np.array([bool(_OWN_FILE.search(f)) or f.endswith(_THREADING) for f in sc.func_file], dtype=bool)
+
+
+def leave_out_own(sc: StackCounts | None) -> StackCounts | None:
+    """The counts less the samples of clef-prof's own threads (its clock thread `_run (clock.py)`,
+    the sampler): a thread (threading's frames outermost) none of whose frames is outside clef_prof
+    and `threading`, or whose entry below them is clef_prof's clock or sampler module, whatever it
+    calls (ctypes' Python code when it marks). The main thread, and a server's stack that passes
+    through clef-prof's wrappers, stay."""
+    if sc is None or not sc.stacks:
+        return sc
+    own_func = _own(sc)
+    entry = np.array([bool(_OWN_THREAD.search(f)) for f in sc.func_file], dtype=bool)
+    threading_ = np.array([f.endswith(_THREADING) for f in sc.func_file], dtype=bool)
+
+    def is_own(st: tuple[int, ...]) -> bool:
+        if not threading_[st[-1]]:          # not a thread threading started (the main thread): kept
+            return False
+        outer = [f for f in reversed(st) if not threading_[f]]      # root first, below threading's frames
+        return all(own_func[f] for f in st) or bool(outer and entry[outer[0]])
+
+    own = np.array([is_own(st) for st in sc.stacks], dtype=bool)    # once per distinct stack
+    k = int(sc.counts[:, own].sum())
+    if k:
+        if sc.sequence is not None:
+            sc.sequence = sc.sequence[:, ~own[sc.sequence[1]]]
+        sc.counts = sc.counts.copy()
+        sc.counts[:, own] = 0
+        sc.samples -= k
+        sc.own_samples = k
+    return sc
+
+
+def idle_functions(sc: StackCounts) -> np.ndarray:
+    """Per function: a wait of an idle thread (select, poll, epoll, wait, sleep, a lock's acquire,
+    join...) in the standard library's waiting modules, or such a built-in (Kineto's names): a
+    leaf there is a thread parked, not work."""
+    out = np.zeros(len(sc.func_name), dtype=bool)
+    for i, (name, file) in enumerate(zip(sc.func_name, sc.func_file)):    # once per distinct function
+        base = file.replace("\\", "/").rsplit("/", 1)[-1]
+        leaf = name.rsplit(".", 1)[-1]
+        out[i] = (leaf in IDLE_NAMES and base in IDLE_FILES) or (not file and bool(_BUILTIN_IDLE.match(name)))
+    return out
+
+
+def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
+    """clef-prof's sampler's samples per (slot, stack)."""
     d = _definitions(cap)
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
@@ -230,8 +351,10 @@ def count(cap: Export, stages: Stages) -> StackCounts | None:
     counts = np.bincount(slot * n_stack + st, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
     period_ms, observed = _period_ms(gtid, t, d.asked_hz)
     cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
+    order = np.argsort(t, kind="stable")
     return StackCounts(slots=slots, func_name=d.func_name + [UNKNOWN_STACK], func_file=d.func_file + [""],
                        stacks=d.stacks + [(len(d.func_name),)], counts=counts, samples=n,
+                       sequence=np.stack([slot[order], st[order]]).astype(np.int64),
                        threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz, observed_hz=observed,
                        ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
                        outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions)
@@ -245,6 +368,9 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         return None, sc.notes
     self_, incl = sc.function_counts()
     per_slot = sc.counts.sum(axis=1)
+    idle_func = idle_functions(sc)
+    idle_stack = np.array([bool(idle_func[st[0]]) for st in sc.stacks], dtype=bool)
+    idle_slot = sc.counts[:, idle_stack].sum(axis=1) if len(sc.stacks) else np.zeros(len(sc.slots), np.int64)
     n = sc.samples
     period_ms = sc.ms_per_sample
     fn_name, fn_file = sc.func_name, sc.func_file
@@ -258,18 +384,27 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
             return float(k) / 1e6 / requests
         return None if period_ms is None else float(k) * period_ms / requests
 
-    def bounds(k: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    leaf = np.array([st[0] for st in sc.stacks], dtype=np.int64)
+
+    def bounds(k: np.ndarray, total: int, j: int, funcs: np.ndarray, inclusive: bool) -> tuple[np.ndarray, np.ndarray]:
         if timed:           # measured durations, not a draw: no sampling interval (docs/sampling.md)
             share = k / total
             return share, share
-        return wilson(k, np.full(len(k), total))
+        if sc.sequence is None or not len(funcs):
+            return wilson(k, np.full(len(k), total))
+        cols = sc.sequence[1][sc.sequence[0] == j]          # the slot's samples' stacks, in time order
+        if inclusive:       # once per top function and distinct stack
+            on = np.array([[f in st for st in sc.stacks] for f in funcs.tolist()], dtype=bool)
+        else:
+            on = leaf[None, :] == funcs[:, None]
+        return share_interval(on[:, cols])
 
-    def top(mat_row: np.ndarray, other: np.ndarray, total: int, by_self: bool) -> list[FunctionSamples]:
+    def top(mat_row: np.ndarray, other: np.ndarray, total: int, by_self: bool, j: int) -> list[FunctionSamples]:
         order = np.argsort(-mat_row, kind="stable")[:TOP]
         order = order[mat_row[order] > 0]
         s_k, i_k = (mat_row[order], other[order]) if by_self else (other[order], mat_row[order])
-        s_lo, s_hi = bounds(s_k, total)
-        i_lo, i_hi = bounds(i_k, total)
+        s_lo, s_hi = bounds(s_k, total, j, order, False)
+        i_lo, i_hi = bounds(i_k, total, j, order, True)
         return [FunctionSamples(function=fn_name[f], file=fn_file[f], self_samples=int(a), inclusive_samples=int(c),
                                 self_share=a / total, self_share_low=float(sl), self_share_high=float(sh),
                                 inclusive_share=c / total, inclusive_share_low=float(il),
@@ -281,15 +416,19 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         total = int(per_slot[j])
         if total == 0 and name in (BATCH_SLOT, OUTSIDE_SLOT):
             continue
-        out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(total),
-                                  few=not timed and total < FEW_SAMPLES,
-                                  top_self=top(self_[j], incl[j], total, True) if total else [],
-                                  top_inclusive=top(incl[j], self_[j], total, False) if total else [])
+        idle = int(idle_slot[j])
+        # (outside) is every thread's time out of the stages, parked threads included: only its work
+        # stands for host time per request; a stage's or batch's thread waits inside its own span
+        work = total - idle if name == OUTSIDE_SLOT else total
+        out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(work),
+                                  few=not timed and total < FEW_SAMPLES, idle_samples=idle,
+                                  top_self=top(self_[j], incl[j], total, True, j) if total else [],
+                                  top_inclusive=top(incl[j], self_[j], total, False, j) if total else [])
     res = Samples(source=KINETO_SOURCE if timed else sc.source, samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
                   observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
                   cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit,
-                  placed_by_time=sc.by_time, unplaced=sc.unplaced)
+                  placed_by_time=sc.by_time, unplaced=sc.unplaced, own_samples=sc.own_samples)
     return res, sc.notes + _warnings(res)
 
 
@@ -323,6 +462,12 @@ def _warnings(s: Samples) -> list[str]:
                    "outermost frames were cut (inclusive shares of outer functions are low)")
     if s.samples == 0:
         out.append("Python samples: the sampler's domain is in the capture but no sample could be used")
+    staged = sum(f.samples for k, f in s.stages.items() if k not in (BATCH_SLOT, OUTSIDE_SLOT))
+    if s.samples and not staged:
+        where = ", ".join(f"{f.samples:,} in {k}" for k, f in s.stages.items() if f.samples)
+        out.append(f"Python samples: none of the {s.samples:,} {'ns' if s.unit == 'ns' else 'samples'} lies in a stage "
+                   f"range ({where}): the sampled threads are not the stages' threads, or their samples cannot be "
+                   "tied to them; no per-stage function figure")
     return out
 
 
@@ -551,7 +696,9 @@ def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: in
     n_stack = len(stacks)
     counts = np.bincount(slot * n_stack + st_of, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
     period_ms, observed = _period_ms(cat, t, sc_empty["asked_hz"])
+    order = np.argsort(t, kind="stable")
     return StackCounts(slots=slots, func_name=func_name, func_file=func_file, stacks=stacks, counts=counts, samples=m,
+                       sequence=np.stack([slot[order], st_of[order]]).astype(np.int64),
                        threads=threads, asked_hz=sc_empty["asked_hz"], observed_hz=observed,
                        ms_per_sample=period_ms, unknown_stack=0, unreadable=int(bad.sum()), outside_session=n_outside,
                        cut_stacks=int(cut_each[keep][use].sum()), bad_definitions=0, source=nsyspy.SOURCE,

@@ -496,6 +496,7 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
     from ..compare.welch import MIN_UNITS
 
     base = names[0]
+    windows, refused = bs.usable(windows)
     out_cases = []
     for ci, case in enumerate(cases):
         per_arm = {n: [w for w in windows if w["case"] == ci and w["arm"] == n] for n in names}
@@ -503,7 +504,7 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
              "arms": {n: bs.arm_figures(ws) for n, ws in per_arm.items()},
              "changes": bs.changes(per_arm, base, confidence)}
         out_cases.append(c)
-    notes = list(notes)
+    notes = list(notes) + [n for n in refused if n not in notes]
     if any(w.get("device_memory_peak_mib") is not None for w in windows) and \
             all(w.get("server_device_memory_peak_mib") is None for w in windows):
         note = "NVML listed no process of the servers (another PID namespace?): whole-device memory only"

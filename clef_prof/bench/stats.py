@@ -26,6 +26,36 @@ METRICS = {  # name: (numerator column, denominator column, unit)
 SCHEMA = "clef-prof/bench/2"
 
 
+def _real(v) -> float | None:
+    """v as a finite float, None where it is not one (a string, a bool, NaN, inf, missing)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def usable(windows: list[dict]) -> tuple[list[dict], list[str]]:
+    """The windows that are measurements, and a note for each one that is not: completions must be
+    a finite count >= 0 and elapsed_s a finite time > 0 (a saved report may have been edited or
+    damaged), a latency finite and > 0 where given. A refused window gives no figure and no verdict."""
+    kept, notes = [], []
+    for w in windows:
+        bad = []
+        c, e = _real(w.get("completions")), _real(w.get("elapsed_s"))
+        if c is None or c < 0:
+            bad.append(f"completions {w.get('completions')!r}")
+        if e is None or e <= 0:
+            bad.append(f"elapsed_s {w.get('elapsed_s')!r}")
+        for m, (num, den, _) in METRICS.items():
+            if den is None and w.get(num) is not None and ((_real(w[num]) or 0.0) <= 0):
+                bad.append(f"{num} {w[num]!r}")
+        if bad:
+            notes.append(f"window {w.get('seq')} (arm {w.get('arm')}, server {w.get('server')}) left out: "
+                         f"{', '.join(bad)} is not a measurement")
+        else:
+            kept.append(w)
+    return kept, notes
+
+
 def _blocks(windows: list[dict], metric: str) -> list[np.ndarray]:
     """One (windows, 2) array per server: numerator and denominator columns."""
     num, den, _ = METRICS[metric]
@@ -115,6 +145,15 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
                  "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None,
                  "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
+            dead = [n_ for n_, b in ((baseline, blocks[baseline]), (n, blocks[n]))
+                     if not all(v > 0 for v in _per_server(b))]
+            if dead:
+                # a server that completed nothing has no figure on the log scale, and the linear
+                # scale's interval then reaches below -100%: no verdict
+                c["verdict"] = (f"not judged: a server of {' and '.join(dead)} has no {metric} "
+                                "(it completed no request)")
+                out.append(c)
+                continue
             if min(n_base, n_arm) >= 2:
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))

@@ -159,24 +159,30 @@ def collect(folders: list[str], arm_specs: list[str], baseline: str | None = Non
 
 
 def _distinct(arm: str, refs: list[CaptureRef], notes: list[str]) -> list[CaptureRef]:
-    """The captures of an arm less byte-identical copies (a copied export or report is the same run,
-    not another one: counted twice it would shrink the interval between runs). Only files of equal
-    size are hashed."""
-    def files(r: CaptureRef) -> list[str]:
-        return [p for p in dict.fromkeys((r.export, r.source)) if os.path.isfile(p) and not p.endswith(".json")]
+    """The captures of an arm less byte-identical copies (a copied export, report or Kineto trace is
+    the same run, not another one: counted twice it would shrink the interval between runs). A
+    Kineto capture is its trace files together (a folder of ranks is a copy only if every file is);
+    only files of equal size are hashed."""
+    from ..analyze import kineto
 
-    by_size: dict[tuple[str, int], list[tuple[CaptureRef, str]]] = {}
+    def keys(r: CaptureRef) -> list[tuple[str, ...]]:
+        traces = kineto.trace_files(r.source) if os.path.exists(r.source) else []
+        if traces:
+            return [tuple(traces)]
+        return [(p,) for p in dict.fromkeys((r.export, r.source)) if os.path.isfile(p) and not p.endswith(".json")]
+
+    by_size: dict[tuple, list[tuple[CaptureRef, tuple[str, ...]]]] = {}
     for r in refs:
-        for p in files(r):
-            by_size.setdefault((os.path.splitext(p)[1], os.path.getsize(p)), []).append((r, p))
-    seen: dict[str, CaptureRef] = {}
+        for k in keys(r):
+            by_size.setdefault(tuple((os.path.splitext(p)[1], os.path.getsize(p)) for p in k), []).append((r, k))
+    seen: dict[tuple, CaptureRef] = {}
     dropped: set[int] = set()
     for group in by_size.values():
         if len({id(r) for r, _ in group}) < 2:
             continue
-        for r, p in group:
-            digest = _sha256(p)
-            if digest is None or id(r) in dropped:
+        for r, k in group:
+            digest = tuple(_sha256(p) for p in k)
+            if None in digest or id(r) in dropped:
                 continue
             first = seen.setdefault(digest, r)
             if first is not r:

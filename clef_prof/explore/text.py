@@ -229,7 +229,8 @@ def samples_head(result: Result) -> list[str]:
     rate = f"{s.observed_hz:.0f} Hz observed" if s.observed_hz else "rate unknown"
     asked = f" (asked {s.asked_hz:g} Hz)" if s.asked_hz else ""
     each = f"{s.ms_per_sample:.2f} ms each" if s.ms_per_sample else "no time per sample"
-    return [f"Python samples: {s.samples:,} on {s.threads} thread(s), {rate}{asked}, {each}; per stage, the top "
+    own = f" ({s.own_samples:,} of clef-prof's own threads left out)" if s.own_samples else ""
+    return [f"Python samples: {s.samples:,}{own} on {s.threads} thread(s), {rate}{asked}, {each}; per stage, the top "
             f"functions by self samples (the innermost Python frame: the line that called into C), share of the "
             f"stage's samples with its {s.confidence:.0%} interval, ms per request = samples x ms each / requests"]
 
@@ -244,7 +245,10 @@ def _sample_stages(result: Result):
             continue
         few = "; too few to measure shares" if st.few else ""
         what = f"{st.samples / 1e6:,.3f} ms" if result.samples.unit == "ns" else f"{st.samples:,} samples"
-        title = f"{stage}: {what} ({100 * st.share_of_samples:.0f}% of all), {_jms(st.ms_per_request)} ms per request{few}"
+        idle = f"; {100 * st.idle_samples / st.samples:.0f}% idle waits" if st.idle_samples else ""
+        work = " of work" if st.idle_samples and stage == "(outside)" else ""
+        title = (f"{stage}: {what} ({100 * st.share_of_samples:.0f}% of all{idle}), {_jms(st.ms_per_request)} ms per "
+                 f"request{work}{few}")
         out.append((title, [(label(f), share_text(f), share_text(f, self_=False), _jms(f.self_ms_per_request))
                             for f in st.top_self[:SAMPLE_TOP]]))
     return out

@@ -169,9 +169,39 @@ def test_a_device_synchronize_in_a_stage_is_split_from_stream_syncs(changed, cap
     ev = f.evidence
     assert (ev["syncs"], ev["stream_or_event_syncs"], ev["device_syncs"]) == (stream + device, stream, device)
     assert ev["synchronous_memcpy_calls"] == 0
-    assert f.summary == (f"{(stream + device) / req:.2f} synchronizing calls per request ({(stream + device) / batches:.2f}"
+    assert f.summary == (f"{(stream + device) / req:.2f} waits for the GPU per request ({(stream + device) / batches:.2f}"
                          f" per batch; {stream:,} stream/event synchronize, {device:,} device synchronize over {req:,} "
                          "requests) in transfer")
+
+
+D2H_IN_STAGE = ("n.value LIKE 'cudaMemcpy%' AND r.correlationId IN (SELECT correlationId FROM "
+                "CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2)")
+
+
+def test_a_d2h_readback_is_a_wait_for_the_gpu(changed, capture):
+    """#35 B11: BertModel.forward (head) reads one byte back per batch. On the recording a
+    cudaStreamSynchronize follows each (pinned): one wait each, not two. With those synchronize
+    calls deleted (a readback into pageable memory blocks by itself) the D2H copies are still the
+    stage's waits, counted and named; SQL counts both."""
+    path = capture("gpu25-bertsrv")
+    d2h = sql(path, IN_STAGE.format(stage="head", what=D2H_IN_STAGE))[0][0]
+    syncs = sql(path, IN_STAGE.format(stage="head", what="n.value LIKE 'cudaStreamSynchronize%'"))[0][0]
+    one_byte = sql(path, "SELECT count(*), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2 AND bytes = 1")[0]
+    req, batches = sql(path, REQUESTS)[0][0], sql(path, BATCHES)[0][0]
+    assert (d2h, syncs, batches) == (149, 149, 149) and one_byte == (149, 149)
+    th = thresholds({"sync_max_per_batch": 0.5})
+    ev = fd.evidence(analyze(str(path)).result, "sync-in-stage", "head")
+    assert (ev["syncs"], ev["synchronizing_calls"], ev["d2h_readbacks"], ev["d2h_bytes"]) == (149, 149, 149, 149)
+    cut = changed("gpu25-bertsrv", "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid IN (SELECT r.rowid FROM "
+                  "CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId JOIN NVTX_EVENTS e ON "
+                  "e.globalTid = r.globalTid AND r.start >= e.start AND r.start < e.[end] JOIN StringIds s ON "
+                  "s.id = e.textId WHERE s.value = 'head' AND n.value LIKE 'cudaStreamSynchronize%')")
+    assert sql(cut, IN_STAGE.format(stage="head", what="n.value LIKE 'cudaStreamSynchronize%'"))[0][0] == 0
+    r = analyze(str(cut)).result
+    f = {(f.id, f.stage): f for f in fd.evaluate(r, th)}[("sync-in-stage", "head")]
+    assert (f.evidence["syncs"], f.evidence["synchronizing_calls"], f.evidence["d2h_readbacks"]) == (d2h, 0, d2h)
+    assert f.summary == (f"{d2h / req:.2f} waits for the GPU per request ({d2h / batches:.2f} per batch; {d2h:,} D2H "
+                         f"readbacks of 1 B on average over {req:,} requests) in head")
 
 
 def test_sync_text_names_only_the_kinds_present(main, capture):
@@ -179,9 +209,9 @@ def test_sync_text_names_only_the_kinds_present(main, capture):
     syncs = sql(path, IN_STAGE.format(stage="transfer", what="n.value LIKE 'cudaStreamSynchronize%'"))[0][0]
     req, batches = sql(path, REQUESTS)[0][0], sql(path, BATCHES)[0][0]
     f = {(f.id, f.stage): f for f in main.findings}[("sync-in-stage", "transfer")]
-    assert f.summary == (f"{syncs / req:.2f} synchronizing calls per request ({syncs / batches:.2f} per batch; "
+    assert f.summary == (f"{syncs / req:.2f} waits for the GPU per request ({syncs / batches:.2f} per batch; "
                          f"{syncs:,} stream/event synchronize over {req:,} requests) in transfer")
-    assert f.summary.startswith("9.00 synchronizing calls per request (48.51 per batch; 13,680 stream/event")
+    assert f.summary.startswith("9.00 waits for the GPU per request (48.51 per batch; 13,680 stream/event")
 
 
 def test_one_sync_in_a_stage_fires_at_threshold_zero(bert):

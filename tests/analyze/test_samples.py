@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from clef_prof.analyze.result import analyze
-from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, wilson
+from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, share_interval, wilson
 from clef_prof.annotate import sampler
 from conftest import SAMPLES_IN_HEAD, sql
 
@@ -77,9 +77,12 @@ def test_three_to_one_split_within_its_interval(split):
     # (a share past 0.818, 2.2 SD out) happens in 1-2% of runs; the Wilson check above is the
     # calibrated one. Their order is not in doubt at this size (a share <= 0.5 is 7.9 SD out):
     assert k3 > k1 > 0
-    # the reported interval is the 95% Wilson interval of three's share of the head samples
+    # the reported interval holds Wilson's 95% interval of three's share of the head samples, widened
+    # where the samples' time blocks vary more than draws would (#35 C7; by hand: test_samples_oracle)
     f3 = _fn(head.top_self, "three")
-    assert (f3.self_share_low, f3.self_share_high) == pytest.approx(_by_hand_wilson(k3, head.samples, 1.96), abs=1e-3)
+    w_lo, w_hi = _by_hand_wilson(k3, head.samples, 1.96)
+    assert f3.self_share_low <= w_lo + 1e-3 and f3.self_share_high >= w_hi - 1e-3
+    assert f3.self_share_low <= truth <= f3.self_share_high
     assert f3.file.endswith("sampled_split.py") and f3.self_ms_per_request == pytest.approx(
         k3 * s.ms_per_sample / r.requests)
     # main() holds the stage: on the stack of every head sample, counted once per sample
@@ -96,6 +99,66 @@ def test_wilson_interval_covers_at_its_level():
             lo, hi = wilson(k, np.full(len(k), n))
             cover = float(((lo <= p) & (p <= hi)).mean())
             assert 0.93 <= cover <= 0.975, (n, p, cover)
+
+
+def _recording(rng, ratio: float, seconds: float = 1.5):
+    """One simulated recording of sampled_split.py under the sampler: batches whose head runs three
+    (3u) then one (u), u 2-4 ms jittered 5% a batch, a gap between batches; the sampler ticks every
+    `ratio` x the batch period (1% jitter, a random phase) and each tick samples what runs then.
+    Returns (three? per head sample, in time order; the program's own split, as its perf_counter
+    measures it)."""
+    u, gap = rng.uniform(2.0, 4.0), rng.uniform(0.05, 0.5)
+    n_b = int(seconds * 1000 / (4 * u + gap)) + 2
+    uu = u * (1 + 0.05 * rng.standard_normal(n_b)).clip(0.5)
+    three, one = 3 * uu * (1 + 0.03 * rng.standard_normal(n_b)), uu
+    start = np.concatenate([[0.0], np.cumsum(three + one + gap)[:-1]])
+    last = start[-1] + three[-1] + one[-1]
+    period = (4 * u + gap) * ratio
+    ticks = rng.uniform(0, period) + np.cumsum(period * (1 + 0.01 * rng.standard_normal(int(last / period) + 5)))
+    ticks = ticks[ticks < last]
+    b = np.searchsorted(start, ticks, side="right") - 1
+    off = ticks - start[b]
+    in3 = off < three[b]
+    head = in3 | (off < three[b] + one[b])
+    return in3[head], three[:-1].sum() / (three[:-1].sum() + one[:-1].sum())
+
+
+@pytest.mark.parametrize("lo, hi, least", [(0.75, 0.9, 0.95), (0.2, 1.5, 0.95), (0.48, 0.52, 0.9), (0.97, 1.03, 0.8)])
+def test_share_interval_covers_the_split_over_simulated_recordings(lo, hi, least):
+    """#35 C7: the sampler's process simulated (seeded), 400 recordings a design, each judged by
+    the real interval code (samples.share_interval). A sampler period near the batch's, or half of
+    it, makes neighbouring samples see the same phase: Wilson's binomial interval then covers 55.5% and
+    75% (this seed); the block interval 88.5% and 93.5% there, 99% over periods 0.2-1.5 x a batch
+    (Wilson 95%), 100% at 0.75-0.9 x (the real recordings' range). `least` is what the test holds it to."""
+    rng = np.random.default_rng(35)
+    covered = wilson_covered = 0
+    n = 400
+    for _ in range(n):
+        m, truth = _recording(rng, rng.uniform(lo, hi))
+        a, b = share_interval(m[None, :])
+        covered += bool(a[0] <= truth <= b[0])
+        w = wilson(np.array([m.sum()]), np.array([len(m)]))
+        wilson_covered += bool(w[0][0] <= truth <= w[1][0])
+    assert covered / n >= least and covered >= wilson_covered, (covered / n, wilson_covered / n)
+
+
+def test_share_interval_on_the_real_recordings(capture):
+    """The 7 real recordings of sampled_split.py in tests/data (3 main, 3 pr with three 6x, one
+    more main): each 95% interval of three's share of head holds the program's own split, and on
+    these recordings the time blocks vary more than binomial draws (the interval is wider than
+    Wilson's on all 7: 0.140 against 0.109 wide on cpu23-samples-main-1)."""
+    data = ROOT / "tests" / "data"
+    truth = json.loads((data / "cpu23-samples-compare.truth.json").read_text())
+    truth["cpu23-sampled"] = json.loads((data / "cpu23-sampled.truth.json").read_text())["ground_truth"]
+    wider = 0
+    for name, t in truth.items():
+        head = analyze(str(capture(name))).result.samples.stages["head"]
+        f3 = _fn(head.top_self, "three")
+        share = t["ns"]["three"] / (t["ns"]["three"] + t["ns"]["one"])
+        assert f3.self_share_low <= share <= f3.self_share_high, (name, share, f3)
+        w_lo, w_hi = wilson(np.array([f3.self_samples]), np.array([head.samples]))
+        wider += (f3.self_share_high - f3.self_share_low) > float(w_hi[0] - w_lo[0]) + 1e-9
+    assert wider == 7
 
 
 def test_sampler_needs_a_profiler(monkeypatch):
@@ -162,3 +225,79 @@ def test_hostile_samples_are_counted_not_fatal(split, tmp_path):
     funcs = {f.function: f for st in s.stages.values() for f in st.top_self}
     assert NO_FRAMES in funcs and UNKNOWN_STACK in funcs and UNKNOWN_FRAME in funcs
     assert r.to_json()["samples"]["unknown_stack"] == 1
+
+
+# --------------------------------------------- #35 B10: the tool's own threads, idle waits, no stage
+
+
+@pytest.fixture(scope="module")
+def clocked(tmp_path_factory):
+    """sampled_split.py recorded with record's clock marks on (CLEF_PROF_CLOCK_MARKS=1): clef-prof's
+    clock thread (`_run`, clock.py) runs beside the program and the sampler samples it too."""
+    from recording import profile
+
+    tmp = tmp_path_factory.mktemp("clocked")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEF_PROF_")}
+    env.update(PYTHONPATH=str(ROOT), CLEF_PROF_PY_SAMPLING_HZ=str(HZ), CLEF_PROF_CLOCK_MARKS="1")
+    return profile([sys.executable, "sampled_split.py", "--seconds", "1.5", "--out", tmp / "facts.json"],
+                   tmp / "clocked", "2023.4", env, PROGRAMS, trace="nvtx")
+
+
+def _own_by_hand(path) -> tuple[int, int]:
+    """(sample marks, those of clef-prof's own threads: a thread started by threading whose every frame
+    is clef-prof's or threading's, or that was entered at clef-prof's clock or sampler module) by SQL and a reading of the sampler's
+    definitions."""
+    frames, stacks = {}, {}
+    for (v,) in sql(path, "SELECT value FROM StringIds WHERE value LIKE 'clef-prof %'"):
+        if v.startswith("clef-prof frame "):
+            key, _name, file, _line = v[len("clef-prof frame "):].split("\t")
+            frames[key] = file
+        elif v.startswith("clef-prof stack "):
+            key, ids = v[len("clef-prof stack "):].split("\t")
+            stacks[key] = ids.split()
+    rows = sql(path, "SELECT t.value, m.int64Value FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
+                     "WHERE m.eventType = 34 AND t.value LIKE 't %'")
+    own = 0
+    for msg, sid in rows:
+        pid = msg.split()[1]
+        files = [frames[f"{pid}:{f}"] for f in stacks[f"{pid}:{sid}"]]
+        entry = [f for f in reversed(files) if not f.endswith("threading.py")]
+        own += files[-1].endswith("threading.py") and (
+            all("/clef_prof/" in f or f.endswith("threading.py") for f in files) or
+            (bool(entry) and entry[0].endswith(("clef_prof/annotate/clock.py", "clef_prof/annotate/sampler.py"))))
+    return len(rows), own
+
+
+@pytest.mark.nsys("2023.4")
+def test_the_tools_own_clock_thread_is_left_out(clocked):
+    marks, own = _own_by_hand(clocked)
+    assert own >= 50, (marks, own)                  # ~1.5 s at 200 Hz asked on the clock thread
+    s = analyze(str(clocked)).result.samples
+    assert s.own_samples == own and s.samples == marks - own
+    (in_head,), = sql(clocked, SAMPLES_IN_HEAD)
+    assert s.stages["head"].samples == in_head      # the program's own thread: untouched
+    assert sum(f.samples for f in s.stages.values()) == marks - own
+    for f in s.stages.values():             # the clock thread's loop; the main thread starting it stays
+        assert not any(t.file.endswith("clock.py") and t.function == "_run" for t in f.top_self + f.top_inclusive), \
+            [(t.function, t.file) for t in f.top_self + f.top_inclusive if t.file.endswith("clock.py")]
+    assert s.threads >= 1
+
+
+def test_samples_in_no_stage_are_said_and_strict_fails(tmp_path, capture):
+    """cpu23-sampled with its head ranges renamed (as a server whose stages are on threads the
+    sampler cannot tie): every sample is in (batch) or (outside); a warning says no sample can be
+    attributed to a stage, and --strict fails on it."""
+    from clicheck import run_main
+    from conftest import edited_copy
+
+    path = edited_copy(capture("cpu23-sampled"), tmp_path / "nostage.sqlite",
+                       "UPDATE StringIds SET value = 'not-a-stage' WHERE value = 'head'")
+    (marks,), = sql(path, "SELECT count(*) FROM NVTX_EVENTS m JOIN StringIds t ON t.id = m.textId "
+                          "WHERE m.eventType = 34 AND t.value LIKE 't %'")
+    r = analyze(str(path)).result
+    assert r.samples.samples == marks and r.samples.stages["head"].samples == 0
+    said = [w for w in r.warnings if w.startswith("Python samples: none of the")]
+    assert len(said) == 1 and f"none of the {marks:,} samples lies in a stage range" in said[0]
+    assert run_main("analyze", path, "--strict").returncode != 0
+    ok = analyze(str(capture("cpu23-sampled"))).result
+    assert not [w for w in ok.warnings if w.startswith("Python samples: none of the")]

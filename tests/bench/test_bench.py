@@ -371,6 +371,57 @@ def test_store_hook_keeps_each_cases_arms(ab, tmp_path):
     assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-12)
 
 
+def test_from_refuses_windows_that_are_not_measurements(ab, tmp_path, capsys):
+    """A damaged copy of the saved run: NaN completions, zero and negative elapsed, a string. Each such
+    window is left out with a note naming it, and the figures are the ratio of sums over the others
+    (recomputed here from json.load); no interval comes from a refused window."""
+    from clef_prof.cli.app import main
+
+    _, r, tmp = ab
+    saved = json.loads((tmp / "run" / "bench.json").read_text())
+    slow = saved["cases"][0]["arms"]["slow"]["windows"]
+    damage = {0: ("completions", float("nan")), 1: ("elapsed_s", 0.0), 2: ("elapsed_s", -1.5), 3: ("completions", "x")}
+    for i, (k, v) in damage.items():
+        slow[i][k] = v
+    (tmp_path / "bench.json").write_text(json.dumps(saved))
+    assert main(["bench", "--from", str(tmp_path), "-f", "json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for i, (k, v) in damage.items():
+        assert sum(f"window {slow[i]['seq']} (arm slow, server {slow[i]['server']}) left out: {k} {v!r}" in n
+                   for n in res["notes"]) == 1
+    kept = [w for i, w in enumerate(slow) if i not in damage]
+    figure = res["cases"][0]["arms"]["slow"]
+    assert figure["window_count"] == len(kept) == len(slow) - 4
+    assert figure["throughput_rps"] == pytest.approx(sum(w["completions"] for w in kept) / sum(w["elapsed_s"] for w in kept))
+    for c in res["cases"][0]["changes"]:
+        assert c["ci"] is None or c["ci"][0] > -100.0
+
+
+def test_from_server_that_answered_nothing_is_not_judged(ab, tmp_path, capsys):
+    """One slow server completed nothing (as with --allow-errors against a dead server): its
+    throughput is 0, so no log-scale interval exists; the change is not judged (no linear interval
+    reaching below -100%), and the gate on it does not pass as within noise."""
+    from clef_prof.cli.app import main
+
+    _, r, tmp = ab
+    saved = json.loads((tmp / "run" / "bench.json").read_text())
+    server = saved["cases"][0]["arms"]["slow"]["windows"][0]["server"]
+    for c in saved["cases"]:
+        for w in c["arms"]["slow"]["windows"]:
+            if w["server"] == server:
+                w.update({"errors": w["errors"] + w["completions"], "completions": 0, "throughput_rps": 0.0,
+                          **{k: None for k in w if k.startswith("latency_ms_")}})
+    (tmp_path / "bench.json").write_text(json.dumps(saved))
+    assert main(["bench", "--from", str(tmp_path), "--fail-if", "throughput_rps < -2%", "-f", "json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for case in res["cases"]:
+        (t,) = [c for c in case["changes"] if c["metric"] == "throughput_rps"]
+        assert t["ci"] is None and t["beyond_noise"] is False
+        assert t["verdict"] == "not judged: a server of slow has no throughput_rps (it completed no request)"
+        assert case["arms"]["slow"]["server_rps"].count(0.0) == 1
+    assert {g["basis"] for g in res["gates"]} == {"too few"} and not any(g["fired"] for g in res["gates"])
+
+
 def test_three_arms_name_their_arm(ab, tmp_path, capsys):
     """With 3 arms each table row and gate line says which arm it is: the saved run with a third
     arm made of the slow arm's windows (so both non-baseline arms fire the same gate)."""

@@ -88,18 +88,18 @@ def test_changes_by_hand():
     assert bs.verdict_text(t) == f"within noise (detects ±{100 * math.expm1((Q975_4 + Q80_4) * se):.1f}%)"
 
 
-def test_a_server_with_no_completion_is_judged_on_the_linear_scale():
+def test_a_server_with_no_completion_gives_no_verdict():
+    """A server at 0 req/s has no log figure; the linear scale's interval would be
+    [1 - 2.78 * 0.82, ...] req/s on a base of 1 req/s: below -100%. No verdict instead (#35 B7)."""
     main = [w("main", s, c, 10.0, 20.0) for s, c in ((1, 0), (2, 10), (3, 20))]      # 0, 1, 2 req/s
     pr = [w("pr", s, c, 10.0, 20.0) for s, c in ((4, 10), (5, 20), (6, 30))]         # 1, 2, 3 req/s
     ch = bs.changes({"main": main, "pr": pr}, "main", 0.95)
     assert [c["metric"] for c in ch] == ["throughput_rps", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
                                          "latency_ms_mean"]
     t, lat = ch[:2]
-    se = math.sqrt(1 / 3 + 1 / 3)
-    assert t["scale"] == "linear" and t["df"] == pytest.approx(4.0, rel=1e-12)
-    assert t["ci_abs"] == pytest.approx([1 - Q975_4 * se, 1 + Q975_4 * se], rel=1e-12)
-    assert t["ci"] == pytest.approx([100 * (1 - Q975_4 * se), 100 * (1 + Q975_4 * se)], rel=1e-12)   # base 1 req/s
-    assert t["mdc_abs"] == pytest.approx((Q975_4 + Q80_4) * se, rel=1e-12)
+    assert t["ci"] is None and t["ci_abs"] is None and t["mdc_pct"] is None and t["beyond_noise"] is False
+    assert t["verdict"] == "not judged: a server of main has no throughput_rps (it completed no request)"
+    assert t["change"] == pytest.approx(1.0, rel=1e-12) and t["change_pct"] == pytest.approx(100.0, rel=1e-12)
     assert lat["change"] == 0.0 and lat["ci"] == [0.0, 0.0] and lat["verdict"] == "within noise"
 
 

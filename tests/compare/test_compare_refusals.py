@@ -93,6 +93,41 @@ def test_torch_traces_have_no_nsys_version(tmp_path):
     assert not [n for n in comp["notes"] if n.startswith("captures from different nsys versions")]
 
 
+def test_byte_identical_torch_traces_count_once(tmp_path):
+    """Copies of one Kineto trace in an arm are one capture with a note, as nsys copies are (#35 B8):
+    counted twice they gave every stage 'beyond noise (detects +-0.0%)'. A folder of traces is a copy
+    only when every file is: one differing rank keeps it."""
+    import lzma
+    from conftest import DATA
+    from clef_prof.compare.arm import collect
+    raw = {n: lzma.decompress((DATA / f"kineto-{n}.pt.trace.json.xz").read_bytes())
+           for n in ("demo-main", "demo-pr", "journey-pr")}
+    copies = [tmp_path / f"main-{i}.pt.trace.json" for i in (1, 2, 3)]
+    for p in copies:
+        p.write_bytes(raw["demo-main"])
+    pr = tmp_path / "pr.pt.trace.json"
+    pr.write_bytes(raw["demo-pr"])
+    rc, comp, err = _compare("--arm", "a=" + ",".join(map(str, copies)), "--arm", f"b={pr}")
+    assert rc == 0, err
+    assert comp["arms"]["a"]["captures"] == 1 and comp["arms"]["b"]["captures"] == 1
+    assert [n for n in comp["notes"] if "byte-identical" in n] == [
+        f"arm a: {c} is a byte-identical copy of {copies[0]} (the same run, not another): counted once"
+        for c in copies[1:]]
+    # folders of two traces of one run: a full copy is dropped; one whose second file differs (by its
+    # last byte, a space for a newline: the same size, so it is hashed) is another capture
+    folders = {}
+    for name, tails in (("r1", (b"\n", b"\n")), ("r2", (b"\n", b"\n")), ("r3", (b"\n", b" "))):
+        d = tmp_path / name
+        d.mkdir()
+        for i, tail in enumerate(tails):
+            (d / f"rank{i}.pt.trace.json").write_bytes(raw["demo-main"] + tail)
+        folders[name] = d
+    arms = collect([], [f"a={folders['r1']},{folders['r2']},{folders['r3']}", f"b={pr}"])
+    assert [r.source for r in arms.captures["a"]] == [str(folders["r1"]), str(folders["r3"])]
+    assert arms.notes == [f"arm a: {folders['r2']} is a byte-identical copy of {folders['r1']} (the same run, not "
+                          "another): counted once"]
+
+
 def test_a_capture_without_cuda_is_named_with_the_reason(capture):
     """The traced capture first in the arms, the untraced one second: the message names the one
     without CUDA records and analyze's own reason for it."""
