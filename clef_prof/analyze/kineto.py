@@ -708,23 +708,77 @@ def to_export(path: str, quiet: bool = False) -> str:
                          f"{' in the folder' if os.path.isdir(path) else ''}")
     key = _fingerprint(files)
     stem = os.path.basename(os.path.normpath(path)).split(".")[0] or "trace"
-    out = os.path.join(cache_dir(), f"{stem}-{key[:16]}.sqlite")
-    if os.path.isfile(out):
+    name = f"{stem}-{key[:16]}.sqlite"
+    out = os.path.join(cache_dir(), name)
+    if _whole(out):
         return out
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(out), f".{stem}.{os.getpid()}.tmp.sqlite")
+    # a cached file that is not a whole conversion (cut short, overwritten, another program's) is
+    # made anew; a cache folder that cannot be written gives way to a temporary folder, said once
+    folder, why = os.path.dirname(out), None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK) or (os.path.lexists(out) and not os.path.isfile(out)):
+            raise PermissionError(0, "not writable" if os.path.isfile(out) or not os.path.lexists(out)
+                                  else f"{name} in it is not a file")
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if why is not None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="clef-prof-kineto-")
+        atexit.register(shutil.rmtree, folder, True)
+        out = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{stem}.{os.getpid()}.tmp.sqlite")
     try:
         if os.path.exists(tmp):
             os.remove(tmp)
-        warnings = convert(files, tmp, os.path.abspath(path))
-        os.replace(tmp, out)
+        try:
+            warnings = convert(files, tmp, os.path.abspath(path))
+            os.replace(tmp, out)
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceError(f"{path}: cannot write its conversion to {out} ({exc})") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    if why is not None:
+        print(f"clef-prof: the cache folder {cache_dir()} cannot be written "
+              f"({why}): {path} is converted into a temporary file, and read again next time", file=sys.stderr)
     if not quiet:
         print(f"clef-prof: read {len(files)} PyTorch profiler trace file(s) of {path} into {out}"
               f"{f' ({len(warnings)} warning(s))' if warnings else ''}", file=sys.stderr)
     return out
+
+
+def _whole(out: str) -> bool:
+    """Is `out` a whole conversion of this format: a regular file as long as its SQLite header
+    says (page size x page count: a file cut short is not), whose META_DATA_EXPORT names this
+    source and format version (written by _write, so a file another program left under the name
+    is not)."""
+    from ..safeio import readonly_uri
+
+    try:
+        with open(out, "rb") as fh:
+            if not os.path.isfile(out):
+                return False
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+        if len(head) < 100 or head[:16] != b"SQLite format 3\x00":
+            return False
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        if size != page * int.from_bytes(head[28:32], "big"):
+            return False
+        conn = sqlite3.connect(readonly_uri(out), uri=True)
+        try:
+            meta = dict(conn.execute("SELECT name, value FROM META_DATA_EXPORT "
+                                     "WHERE name IN ('CLEF_SOURCE', 'CLEF_FORMAT_VERSION')").fetchall())
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return meta == {"CLEF_SOURCE": SOURCE, "CLEF_FORMAT_VERSION": FORMAT_VERSION}
 
 
 def source_facts(cap) -> dict | None:
