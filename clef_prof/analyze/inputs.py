@@ -6,7 +6,7 @@ and compare. Standard library only (the CLI imports it to build its parser).
   folder or absolute (or, recorded with --no-export, "report" names the `.nsys-rep`);
 - a folder: its `manifest.json`, else its only capture (an `.nsys-rep`, or a `*.sqlite` export
   that is not one's export); several candidates are named in the error;
-- a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`, or a folder of them with no manifest:
+- a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`/`.json.xz`, or a folder of them with no manifest:
   read once into an export of the same tables (analyze.kineto), cached;
 - an `.nsys-rep` report: exported once with nsys (found as `record` finds it), beside the
   report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable (or holds a

@@ -1,5 +1,5 @@
-"""PyTorch profiler (Kineto) traces as captures: `.json`, `.json.gz`, `.pt.trace.json.gz`, or a
-folder of them (one per process or rank, as vLLM and SGLang write them).
+"""PyTorch profiler (Kineto) traces as captures: `.json`, `.json.gz`, `.json.xz`, `.pt.trace.json.gz`,
+or a folder of them (one per process or rank, as vLLM and SGLang write them).
 
 A trace is read once, streaming, into an SQLite file with the tables and columns of an Nsight
 Systems export that analyze reads (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME/KERNEL/MEMCPY/MEMSET,
@@ -37,6 +37,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import lzma
 import math
 import os
 import re
@@ -48,7 +49,8 @@ from dataclasses import dataclass, field
 
 from ..errors import CaptureError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
+XZ_MAGIC = b"\xfd7zXZ\x00"
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
 FORMAT_VERSION = "4"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
@@ -94,16 +96,18 @@ def _head(path: str) -> bytes:
             raw = fh.read(SNIFF)
         if raw[:2] == b"\x1f\x8b":
             return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, SNIFF)
+        if raw[:6] == XZ_MAGIC:
+            return lzma.LZMADecompressor().decompress(raw, SNIFF)
         return raw
-    except (OSError, zlib.error):
+    except (OSError, zlib.error, lzma.LZMAError):
         return b""
 
 
 def is_trace_file(path: str) -> bool:
-    """A `.json`/`.json.gz` file that looks like a Chrome/Kineto trace (not a record manifest)."""
+    """A `.json`/`.json.gz`/`.json.xz` file that looks like a Chrome/Kineto trace (not a record manifest)."""
     if not (os.path.isfile(path) and _is_trace_name(os.path.basename(path))):
         return False
-    if path.endswith(".gz"):
+    if path.endswith((".gz", ".xz")):
         return True
     head = _head(path).lstrip()
     return head.startswith(b"[") or b'"traceEvents"' in head or b'"schemaVersion"' in head or \
@@ -111,7 +115,7 @@ def is_trace_file(path: str) -> bool:
 
 
 def trace_files(path: str) -> list[str]:
-    """The trace files a path names: itself, or a folder's `*.json(.gz)` traces (not recursive)."""
+    """The trace files a path names: itself, or a folder's `*.json(.gz|.xz)` traces (not recursive)."""
     if os.path.isdir(path):
         found = sorted(os.path.join(path, f) for f in os.listdir(path) if _is_trace_name(f))
         return [f for f in found if is_trace_file(f)]
@@ -134,9 +138,13 @@ class _Text:
     def __init__(self, path: str):
         self.path = path
         raw = open(path, "rb")
-        magic = raw.read(2)
+        magic = raw.read(6)
         raw.seek(0)
-        self.fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        self.kind = "gzip" if magic[:2] == b"\x1f\x8b" else "xz" if magic == XZ_MAGIC else None
+        if self.kind == "xz":
+            self.fh = lzma.LZMAFile(raw, mode="rb")
+        else:
+            self.fh = gzip.GzipFile(fileobj=raw, mode="rb") if self.kind == "gzip" else raw
         self.raw = raw
         self.dec = codecs.getincrementaldecoder("utf-8")("strict")
         self.buf = ""
@@ -155,10 +163,10 @@ class _Text:
         try:
             data = self.fh.read(CHUNK)
         except EOFError:
-            raise TraceError(f"{self.path}: truncated gzip (the compressed stream ends early): the trace was cut off "
-                             "while being written or copied") from None
-        except (OSError, zlib.error) as exc:
-            raise TraceError(f"{self.path}: not a readable gzip file ({exc})") from None
+            raise TraceError(f"{self.path}: truncated {self.kind} (the compressed stream ends early): the trace was "
+                             "cut off while being written or copied") from None
+        except (OSError, zlib.error, lzma.LZMAError) as exc:
+            raise TraceError(f"{self.path}: not a readable {self.kind} file ({exc})") from None
         try:
             text = self.dec.decode(data, final=not data)
         except UnicodeDecodeError as exc:
@@ -704,7 +712,7 @@ def to_export(path: str, quiet: bool = False) -> str:
     path = os.fspath(path)
     files = trace_files(path)
     if not files:
-        raise TraceError(f"{path}: no PyTorch profiler trace (.json, .json.gz, .pt.trace.json.gz)"
+        raise TraceError(f"{path}: no PyTorch profiler trace (.json, .json.gz, .json.xz, .pt.trace.json.gz)"
                          f"{' in the folder' if os.path.isdir(path) else ''}")
     key = _fingerprint(files)
     stem = os.path.basename(os.path.normpath(path)).split(".")[0] or "trace"

@@ -882,12 +882,12 @@ class Recording:
 
 
 def _torch_traces(folder: str) -> list[str]:
-    """The Kineto trace files (`*.json`, `*.json.gz`) in a --profiler torch trace folder."""
+    """The Kineto trace files (`*.json`, `*.json.gz`, `*.json.xz`) in a --profiler torch trace folder."""
     try:
         names = os.listdir(folder)
     except OSError:
         return []
-    return sorted(os.path.join(folder, n) for n in names if n.endswith((".json", ".json.gz")))
+    return sorted(os.path.join(folder, n) for n in names if n.endswith((".json", ".json.gz", ".json.xz")))
 
 
 def _torch_state(folder: str) -> list[tuple[str, int]]:

@@ -463,3 +463,26 @@ def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(real, tmp_path
     made = [ln.rsplit(" into ", 1)[1] for ln in p.stderr.splitlines() if " into " in ln]
     assert made and not os.path.exists(os.path.dirname(made[0]))
     assert blocker.read_text() == "x"
+
+
+def test_xz_traces_read_as_tests_data_ships_them(real, tmp_path):
+    """A `.pt.trace.json.xz` (tests/data's own files, read where they lie: never written) and a
+    folder of them read as the .json.gz of the same trace does; an xz file cut short or not xz
+    is one line."""
+    src = DATA / "kineto-demo-main.pt.trace.json.xz"
+    before = src.read_bytes()
+    gz, truth = real["main"]
+    want = json.loads(run_main("analyze", "--format", "json", gz).stdout)["totals"]
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(src, folder / src.name)
+    for arg in (src, folder):
+        p = run_main("analyze", "--format", "json", arg)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)["totals"]
+        assert got == want and got["h2d_copies"] == oracle(gz)["h2d_copies"] == 9 * truth["server_counts"]["requests"]
+    assert src.read_bytes() == before
+    (tmp_path / "cut.json.xz").write_bytes(before[: len(before) // 2])
+    assert "truncated xz" in one_line_error(tmp_path / "cut.json.xz")
+    (tmp_path / "bad.json.xz").write_bytes(before[:64] + b"\0" * 4096)
+    assert "not a readable xz file" in one_line_error(tmp_path / "bad.json.xz")
