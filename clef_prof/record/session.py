@@ -1004,8 +1004,8 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
             history.append(msg)
-            if not cfg.quiet:
-                print(f"record: {msg}", file=sys.stderr, flush=True)
+            # said under --quiet too: a retry doubles the recording's time, and a failed attempt is news
+            print(f"record: {msg}", file=sys.stderr, flush=True)
     finally:
         _restore_signals(old)
 

@@ -696,3 +696,23 @@ def test_capture_survives_another_nsys_clearing_the_shared_session_folder(tmp_pa
     osrt = con.execute("SELECT count(*) FROM OSRT_API").fetchone()[0]
     con.close()
     assert batches >= m["server_counts"]["batches"] > 0 and osrt > 0
+
+
+@pytest.mark.nsys("2023.4")
+def test_quiet_record_says_when_it_retries(tmp_path, mark):
+    """Under --quiet a retry used to be silent: the recording took twice as long and said nothing
+    of the failed attempt. With every attempt losing its NVTX (the session's event files removed
+    as in test_no_nvtx_from_an_annotated_server_fails) and --retries 1, the retry is one line
+    before the error, and the manifest counts two attempts."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    out, port = tmp_path / "cap", free_port()
+    with Clearing(shared, "clef-prof-nsys-*/nvidia/nsight_systems/quadd_session_*/injection_files/*"):
+        p = record(out, port, *FAST, "-q", "--retries", "1", server_args=("--variant", "pr"), mark=mark,
+                   env=env_for(mark, TMPDIR=str(shared)))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2, p.stderr
+    assert lines[0].startswith("record: attempt 1: ") and "recorded again with a fresh server (--retries 1)" in lines[0]
+    assert lines[1].startswith("clef-prof: error: ") and "after 2 attempts, --retries 1" in lines[1]
+    assert json.loads((out / "manifest.json").read_text())["attempt"] == 2
