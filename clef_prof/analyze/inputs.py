@@ -38,7 +38,7 @@ class InputError(ClefError):
 def from_manifest(path: str) -> tuple[str, dict]:
     """(export, manifest) of a record manifest."""
     data = read_manifest(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(path)          # relative where the manifest was named so: shown shorter
     export, report = data.get("export"), data.get("report")
     if not (isinstance(export, str) and export) and isinstance(report, str) and report.endswith(REPORT_EXT):
         return export_report(os.path.normpath(os.path.join(folder, report))), data

@@ -856,29 +856,45 @@ class Recording:
         return {**self.load.summary(t0, end), "start_ns": t0, "end_ns": end}
 
     def summary(self, exported: str | None, path: str) -> None:
+        """The capture's summary lines, each wrapped at spaces to the terminal's width (a number
+        or path is never split), with paths inside the working folder given relative to it."""
+        import shutil
+        import textwrap
+
+        cols = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else \
+            shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+
+        def say(line: str) -> None:
+            sys.stdout.write("\n".join(textwrap.wrap(line, max(cols, 40), subsequent_indent="  ", break_long_words=False,
+                                                     break_on_hyphens=False)) + "\n")
+
+        def rel(p: str) -> str:
+            r = os.path.relpath(p)
+            return r if not r.startswith("..") and len(r) < len(p) else p
+
         if exported:
             files = _torch_traces(exported) if os.path.isdir(exported) else [exported]
             size = sum(os.path.getsize(f) for f in files) / 1e6
-            print(f"capture: {exported} ({len(files)} file(s), {size:.1f} MB)")
+            say(f"capture: {rel(exported)} ({len(files)} file(s), {size:.1f} MB)")
         if self.load is not None and self.opened_ns and self.closed_ns:
             s = self.load.summary(self.opened_ns, self.closed_ns)
             span = (self.closed_ns - self.opened_ns) / 1e9
 
             def ms(v):
                 return "-" if v is None else f"{v:.2f} ms"
-            print(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
-                  f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
+            say(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
+                f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
             cost = profiler_cost(self.before_window(), s, self.cfg.profiler)
             if cost:
-                print(f"profiler cost: {cost['throughput_change_pct']:+.1f}% throughput, "
-                      f"{cost['latency_ms_mean_change']:+.3f} ms mean latency per request, against "
-                      f"{cost['before_s']:.2f} s just before the window ({cost['reference']})")
+                say(f"profiler cost: {cost['throughput_change_pct']:+.1f}% throughput, "
+                    f"{cost['latency_ms_mean_change']:+.3f} ms mean latency per request, against "
+                    f"{cost['before_s']:.2f} s just before the window ({cost['reference']})")
         if self.server_counts:
-            print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
-                  "batches inside its window")
+            say(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
+                "batches inside its window")
         if self.load is not None and (self.server_counts or self.capture_client):
-            print(count_line(self.capture_client))
-        print(f"manifest: {path}")
+            say(count_line(self.capture_client))
+        say(f"manifest: {rel(path)}")
 
 
 def _torch_traces(folder: str) -> list[str]:
