@@ -131,6 +131,21 @@ def exe_name(value) -> str:
     return base
 
 
+# launchers that exec the command they are given: the process nsys saw start under their name
+# (record runs the server as `env -u TMPDIR SERVER...`) runs that command once they exec it
+EXEC_WRAPPERS = frozenset({"env", "nice", "ionice", "taskset", "numactl", "chrt", "stdbuf", "setsid", "nohup"})
+
+
+def process_name(launched, main_thread) -> str:
+    """A process's name: its executable's base name (exe_name of what nsys recorded it launched),
+    or, where that was a launcher that execs its command (`env`: record's wrapper), the name
+    of the process's main thread, which is the exec'd program's (`python3`)."""
+    name = exe_name(launched)
+    if name in EXEC_WRAPPERS and isinstance(main_thread, str) and main_thread.strip():
+        return exe_name(main_thread)
+    return name
+
+
 def redact_text(value: str, names: Pseudonyms | None = None) -> tuple[str, list[str]]:
     """(value with secret-looking parts removed and ids pseudonymised, the rules that fired, in
     order). `names` keeps pseudonyms stable across the values of one capture."""

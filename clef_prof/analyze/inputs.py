@@ -6,7 +6,7 @@ and compare. Standard library only (the CLI imports it to build its parser).
   folder or absolute (or, recorded with --no-export, "report" names the `.nsys-rep`);
 - a folder: its `manifest.json`, else its only capture (an `.nsys-rep`, or a `*.sqlite` export
   that is not one's export); several candidates are named in the error;
-- a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`, or a folder of them with no manifest:
+- a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`/`.json.xz`, or a folder of them with no manifest:
   read once into an export of the same tables (analyze.kineto), cached;
 - an `.nsys-rep` report: exported once with nsys (found as `record` finds it), beside the
   report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable (or holds a
@@ -38,7 +38,7 @@ class InputError(ClefError):
 def from_manifest(path: str) -> tuple[str, dict]:
     """(export, manifest) of a record manifest."""
     data = read_manifest(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(path)          # relative where the manifest was named so: shown shorter
     export, report = data.get("export"), data.get("report")
     if not (isinstance(export, str) and export) and isinstance(report, str) and report.endswith(REPORT_EXT):
         return export_report(os.path.normpath(os.path.join(folder, report))), data

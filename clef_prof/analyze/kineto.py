@@ -1,5 +1,5 @@
-"""PyTorch profiler (Kineto) traces as captures: `.json`, `.json.gz`, `.pt.trace.json.gz`, or a
-folder of them (one per process or rank, as vLLM and SGLang write them).
+"""PyTorch profiler (Kineto) traces as captures: `.json`, `.json.gz`, `.json.xz`, `.pt.trace.json.gz`,
+or a folder of them (one per process or rank, as vLLM and SGLang write them).
 
 A trace is read once, streaming, into an SQLite file with the tables and columns of an Nsight
 Systems export that analyze reads (NVTX_EVENTS, CUPTI_ACTIVITY_KIND_RUNTIME/KERNEL/MEMCPY/MEMSET,
@@ -37,6 +37,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import lzma
 import math
 import os
 import re
@@ -48,7 +49,8 @@ from dataclasses import dataclass, field
 
 from ..errors import CaptureError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
+XZ_MAGIC = b"\xfd7zXZ\x00"
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
 FORMAT_VERSION = "4"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
@@ -94,16 +96,18 @@ def _head(path: str) -> bytes:
             raw = fh.read(SNIFF)
         if raw[:2] == b"\x1f\x8b":
             return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, SNIFF)
+        if raw[:6] == XZ_MAGIC:
+            return lzma.LZMADecompressor().decompress(raw, SNIFF)
         return raw
-    except (OSError, zlib.error):
+    except (OSError, zlib.error, lzma.LZMAError):
         return b""
 
 
 def is_trace_file(path: str) -> bool:
-    """A `.json`/`.json.gz` file that looks like a Chrome/Kineto trace (not a record manifest)."""
+    """A `.json`/`.json.gz`/`.json.xz` file that looks like a Chrome/Kineto trace (not a record manifest)."""
     if not (os.path.isfile(path) and _is_trace_name(os.path.basename(path))):
         return False
-    if path.endswith(".gz"):
+    if path.endswith((".gz", ".xz")):
         return True
     head = _head(path).lstrip()
     return head.startswith(b"[") or b'"traceEvents"' in head or b'"schemaVersion"' in head or \
@@ -111,7 +115,7 @@ def is_trace_file(path: str) -> bool:
 
 
 def trace_files(path: str) -> list[str]:
-    """The trace files a path names: itself, or a folder's `*.json(.gz)` traces (not recursive)."""
+    """The trace files a path names: itself, or a folder's `*.json(.gz|.xz)` traces (not recursive)."""
     if os.path.isdir(path):
         found = sorted(os.path.join(path, f) for f in os.listdir(path) if _is_trace_name(f))
         return [f for f in found if is_trace_file(f)]
@@ -134,9 +138,13 @@ class _Text:
     def __init__(self, path: str):
         self.path = path
         raw = open(path, "rb")
-        magic = raw.read(2)
+        magic = raw.read(6)
         raw.seek(0)
-        self.fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        self.kind = "gzip" if magic[:2] == b"\x1f\x8b" else "xz" if magic == XZ_MAGIC else None
+        if self.kind == "xz":
+            self.fh = lzma.LZMAFile(raw, mode="rb")
+        else:
+            self.fh = gzip.GzipFile(fileobj=raw, mode="rb") if self.kind == "gzip" else raw
         self.raw = raw
         self.dec = codecs.getincrementaldecoder("utf-8")("strict")
         self.buf = ""
@@ -155,10 +163,10 @@ class _Text:
         try:
             data = self.fh.read(CHUNK)
         except EOFError:
-            raise TraceError(f"{self.path}: truncated gzip (the compressed stream ends early): the trace was cut off "
-                             "while being written or copied") from None
-        except (OSError, zlib.error) as exc:
-            raise TraceError(f"{self.path}: not a readable gzip file ({exc})") from None
+            raise TraceError(f"{self.path}: truncated {self.kind} (the compressed stream ends early): the trace was "
+                             "cut off while being written or copied") from None
+        except (OSError, zlib.error, lzma.LZMAError) as exc:
+            raise TraceError(f"{self.path}: not a readable {self.kind} file ({exc})") from None
         try:
             text = self.dec.decode(data, final=not data)
         except UnicodeDecodeError as exc:
@@ -704,27 +712,81 @@ def to_export(path: str, quiet: bool = False) -> str:
     path = os.fspath(path)
     files = trace_files(path)
     if not files:
-        raise TraceError(f"{path}: no PyTorch profiler trace (.json, .json.gz, .pt.trace.json.gz)"
+        raise TraceError(f"{path}: no PyTorch profiler trace (.json, .json.gz, .json.xz, .pt.trace.json.gz)"
                          f"{' in the folder' if os.path.isdir(path) else ''}")
     key = _fingerprint(files)
     stem = os.path.basename(os.path.normpath(path)).split(".")[0] or "trace"
-    out = os.path.join(cache_dir(), f"{stem}-{key[:16]}.sqlite")
-    if os.path.isfile(out):
+    name = f"{stem}-{key[:16]}.sqlite"
+    out = os.path.join(cache_dir(), name)
+    if _whole(out):
         return out
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(out), f".{stem}.{os.getpid()}.tmp.sqlite")
+    # a cached file that is not a whole conversion (cut short, overwritten, another program's) is
+    # made anew; a cache folder that cannot be written gives way to a temporary folder, said once
+    folder, why = os.path.dirname(out), None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK) or (os.path.lexists(out) and not os.path.isfile(out)):
+            raise PermissionError(0, "not writable" if os.path.isfile(out) or not os.path.lexists(out)
+                                  else f"{name} in it is not a file")
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if why is not None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="clef-prof-kineto-")
+        atexit.register(shutil.rmtree, folder, True)
+        out = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{stem}.{os.getpid()}.tmp.sqlite")
     try:
         if os.path.exists(tmp):
             os.remove(tmp)
-        warnings = convert(files, tmp, os.path.abspath(path))
-        os.replace(tmp, out)
+        try:
+            warnings = convert(files, tmp, os.path.abspath(path))
+            os.replace(tmp, out)
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceError(f"{path}: cannot write its conversion to {out} ({exc})") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    if why is not None:
+        print(f"clef-prof: the cache folder {cache_dir()} cannot be written "
+              f"({why}): {path} is converted into a temporary file, and read again next time", file=sys.stderr)
     if not quiet:
         print(f"clef-prof: read {len(files)} PyTorch profiler trace file(s) of {path} into {out}"
               f"{f' ({len(warnings)} warning(s))' if warnings else ''}", file=sys.stderr)
     return out
+
+
+def _whole(out: str) -> bool:
+    """Is `out` a whole conversion of this format: a regular file as long as its SQLite header
+    says (page size x page count: a file cut short is not), whose META_DATA_EXPORT names this
+    source and format version (written by _write, so a file another program left under the name
+    is not)."""
+    from ..safeio import readonly_uri
+
+    try:
+        with open(out, "rb") as fh:
+            if not os.path.isfile(out):
+                return False
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+        if len(head) < 100 or head[:16] != b"SQLite format 3\x00":
+            return False
+        page = int.from_bytes(head[16:18], "big")
+        page = 65536 if page == 1 else page
+        if size != page * int.from_bytes(head[28:32], "big"):
+            return False
+        conn = sqlite3.connect(readonly_uri(out), uri=True)
+        try:
+            meta = dict(conn.execute("SELECT name, value FROM META_DATA_EXPORT "
+                                     "WHERE name IN ('CLEF_SOURCE', 'CLEF_FORMAT_VERSION')").fetchall())
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return meta == {"CLEF_SOURCE": SOURCE, "CLEF_FORMAT_VERSION": FORMAT_VERSION}
 
 
 def source_facts(cap) -> dict | None:

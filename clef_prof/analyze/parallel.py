@@ -44,8 +44,14 @@ def _readers_per_job(jobs: int) -> int:
 
 
 def _init_worker(readers: int) -> None:
+    """A worker process: its readers' share of the CPUs; Ctrl-C (SIGINT to the terminal's whole
+    process group) ends it at once, with no traceback of its own: the parent says "interrupted"
+    (it comes from a forkserver that ignores SIGINT, and would ignore it too)."""
+    import signal
+
     from . import export as capture
     capture.READERS = readers
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _result(path: str, config: StageConfig, requests: int | None):
@@ -104,7 +110,7 @@ def _context():
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["clef_prof.analyze.result"])
+        ctx.set_forkserver_preload(["clef_prof._sigint_default", "clef_prof.analyze.result"])
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -153,12 +159,48 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
     if kind == "threads":
         return _on_threads(fn, paths, args, jobs, errors)
     from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
+    ctx = _context()
+    if ctx.get_start_method() == "forkserver":
+        import signal
+        from multiprocessing import forkserver
+
+        # the forkserver starts with SIGINT ignored (an ignored signal stays ignored across exec,
+        # and Python then keeps it so), then takes SIGINT's default action (its first preload,
+        # clef_prof._sigint_default) and hands that to its workers: a Ctrl-C while it started
+        # or imported its preload, or while a worker started, printed a KeyboardInterrupt (or,
+        # the parent gone, a FileNotFoundError) traceback. This process ignores SIGINT only
+        # while it forks the server (a few ms; a blocked mask would not do: the spawn resets it)
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.signal(signal.SIGINT, old)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                              initargs=(_readers_per_job(jobs),)) as pool:
-        futures = [pool.submit(_run_one, fn, p, *args) for p in paths]
+        futures: list = []
         try:
+            futures += [pool.submit(_run_one, fn, p, *args) for p in paths]
             # in input order; with errors="raise" the first failure cancels what has not started
             return _finish(paths, (_outcome(f) for f in futures), errors)
+        except KeyboardInterrupt:
+            # Ctrl-C, or a SIGINT to this process alone: the workers and the forkserver go at once
+            # (SIGKILL: nothing of theirs to keep). A server still starting when the terminal's
+            # SIGINT came (it ignores it then) would else fork the workers asked of it after this
+            # process is gone, and each would print a traceback for the queue it cannot find;
+            # the next map_captures starts a new server (forkserver.ensure_running)
+            import signal
+
+            from multiprocessing import forkserver
+            pids = [p.pid for p in (getattr(pool, "_processes", None) or {}).values()]
+            server = getattr(forkserver._forkserver, "_forkserver_pid", None) if ctx.get_start_method() == \
+                "forkserver" else None
+            for pid in pids + ([server] if server else []):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            raise
         finally:
             for f in futures:
                 f.cancel()

@@ -199,25 +199,67 @@ def _why(exc: Exception) -> str:
 
 
 def scrub_file(src: str, dst: str) -> dict:
-    """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read."""
+    """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read.
+    A PyTorch profiler trace is scrubbed as its conversion (analyze.kineto): an SQLite file of
+    what analyze reads, without the JSON's args, device and distributed facts, and its file names
+    (Kineto names them HOST_PID.TIME...) made `trace-N`; a JSON output is refused, since the
+    trace's own JSON is not rewritten."""
+    from . import kineto
     from .export import check_file
 
+    trace = kineto.is_trace(src)
+    if trace:
+        from ..safeio import check_output
+
+        if dst.endswith(kineto.TRACE_SUFFIXES):
+            raise ClefError(f"{src}: a PyTorch profiler trace; scrub does not rewrite its JSON (it carries host "
+                            "names, paths, arguments and environment in free-form args): give OUT.sqlite to "
+                            "write its scrubbed conversion, which analyze, compare and report read with the "
+                            "same figures")
+        check_output(dst, [src])
+        src = kineto.to_export(src)
     check_file(src)
     removed: dict = {}
 
     def edit(d: sqlite3.Connection) -> None:
         require_export(src, _tables(d))
         removed.update(scrub(d))
+        if trace:
+            for table, counts in _trace_names(d).items():
+                removed.setdefault(table, {}).update(counts)
 
     rewrite(src, dst, edit)
     return {"scrubbed": removed, "bytes": os.path.getsize(dst)}
 
 
+def _trace_names(d: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """A converted trace's file names (in META_DATA_EXPORT's CLEF_SOURCE_FACTS) made trace-1,
+    trace-2, ... with their suffixes kept."""
+    import json
+
+    from .kineto import TRACE_SUFFIXES
+
+    row = d.execute("SELECT rowid, value FROM META_DATA_EXPORT WHERE name = 'CLEF_SOURCE_FACTS'").fetchone()
+    facts = json.loads(row[1]) if row else {}
+    names = facts.get("file_names") or []
+    if not names:
+        return {}
+    facts["file_names"] = [f"trace-{i}" + next((x for x in sorted(TRACE_SUFFIXES, key=len, reverse=True)
+                                                 if str(n).endswith(x)), "") for i, n in enumerate(names, 1)]
+    d.execute("UPDATE META_DATA_EXPORT SET value = ? WHERE rowid = ?", (json.dumps(facts), row[0]))
+    return {"META_DATA_EXPORT": {"trace-file-name": len(names)}}
+
+
 def check_file_for_secrets(path: str) -> list[Finding]:
     """What the scrub would remove from `path` (read only)."""
     from ..safeio import readonly_uri
+    from . import kineto
     from .export import check_file
 
+    if kineto.is_trace(path):
+        raise ClefError(f"{path}: a PyTorch profiler trace; --check reads SQLite exports, and a trace's JSON "
+                        "carries host names, paths and arguments that it does not read: `clef-prof scrub "
+                        f"{path} OUT.sqlite` writes a scrubbed conversion, and --check OUT.sqlite checks it")
     check_file(path)
     conn = sqlite3.connect(readonly_uri(path), uri=True)
     try:

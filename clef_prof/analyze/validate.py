@@ -8,7 +8,7 @@ from ..errors import CaptureError
 from .export import NAME_CHARS, Export
 from .model import ThreadFacts
 from .nvtx import RANGE_TYPES, NvtxCensus, names_seen
-from ..redact import exe_name
+from ..redact import process_name
 from .stages import Stages
 
 FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
@@ -223,8 +223,10 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[ThreadF
         return []
     names = cap.strings
     tnames = {}
+    # each process's main thread (tid = pid) too: it names a process launched through `env`
+    mains = {int(g) >> 24 << 24: (int(g) >> 24 << 24) | ((int(g) >> 24) & 0xFFFFFF) for g in gtids}
     if cap.has("ThreadNames"):
-        ids = ",".join(str(int(g)) for g in gtids)
+        ids = ",".join(str(int(g)) for g in {*map(int, gtids), *mains.values()})
         for name_id, gtid in cap.rows(f"SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IN ({ids})"):
             tnames[int(gtid)] = names.get(int(name_id), "")
     pnames = {}
@@ -232,7 +234,7 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[ThreadF
         pids = ",".join(str(int((g >> 24) << 24)) for g in gtids)
         for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES "
                                    f"WHERE globalPid IN ({pids})"):
-            pnames[int(gpid)] = exe_name(name)
+            pnames[int(gpid)] = process_name(name, tnames.get(mains.get(int(gpid))))
     inst, b = stages.instances, stages.batches
     stage_names = stages.config.stages
 

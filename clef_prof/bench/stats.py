@@ -307,20 +307,19 @@ def render_markdown(result: dict) -> str:
 
 
 def render_terminal(result: dict, console=None) -> None:
-    from rich import box
+    """The table at the console's width through analyze.termtable (a cell is never cut: columns
+    that do not fit go to a second block under the first, the case labels repeated; rich's table
+    cut them, `+24.3…`), then the footer wrapped at spaces."""
     from rich.console import Console
-    from rich.table import Table
 
-    from ..glyphs import ascii_mode, plain
+    from ..analyze.termtable import Column, table, wrap
 
     console = console or Console()
-    t = Table(title=plain(f"clef-prof bench: {' → '.join(result['arms'])}"),
-              box=box.ASCII if ascii_mode() else box.HEAVY_HEAD)
+    cols = console.width
     lead = 3 if _many(result) else 2
-    for i, h in enumerate(header(result)):
-        t.add_column(plain(h), justify="right" if lead <= i < lead + 6 else "left")
-    for r in rows(result):
-        t.add_row(*map(plain, r))
-    console.print(t)
+    columns = [Column(h, "right" if lead <= i < lead + 6 else "left") for i, h in enumerate(header(result))]
+    lines = table(columns, rows(result), cols, labels=lead, title=f"clef-prof bench: {' → '.join(result['arms'])}")
     for line in footer_lines(result):
-        console.print(plain(line), highlight=False)
+        lines += wrap(line, cols, "  ")
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -85,7 +85,16 @@ def cmd_demo(args) -> int:
     def step(title: str, argv: list[str]) -> None:
         say()
         say(f"== {title}")
-        print(f"$ clef-prof {shlex.join(argv)}", flush=True)
+        # the command as a shell would take it, continued with `\` at arguments' ends (never
+        # inside one) to stay within the width
+        lines, line = [], "$ clef-prof"
+        for word in map(shlex.quote, argv):
+            if len(line) + 1 + len(word) + 2 > width and line.strip():
+                lines.append(line + " \\")
+                line = "    " + word
+            else:
+                line += " " + word
+        print("\n".join([*lines, line]), flush=True)
 
     say(INTRO)
     for variant in ("main", "pr"):

@@ -36,8 +36,17 @@ def _run(args) -> int:
     from ..analyze.inputs import resolve
     from ..safeio import check_output, write_text
 
+    import contextlib
+    import os
+
+    from .options import import_numpy, stage_config
+    from ..analyze.inputs import resolve
+    from ..safeio import atomic_output, check_output
+
     if not (args.chrome_trace or args.csv):
         raise ClefError("export: give --chrome-trace OUT.json and/or --csv OUT.csv")
+    if args.chrome_trace and args.csv and os.path.realpath(args.chrome_trace) == os.path.realpath(args.csv):
+        raise ClefError(f"export: --chrome-trace and --csv name the same file ({args.csv}); give each its own")
     import_numpy()
     path = resolve(args.capture)[0]
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]
@@ -52,19 +61,32 @@ def _run(args) -> int:
     if rows is None:
         raise ClefError(f"{path}: no request ranges (`request rid=ID` in domain {analysis.config.domain!r}); "
                         "annotate handlers with clef_prof.request or a spec's [request] table (docs/journey.md)")
+    texts, said = {}, []
     if args.csv:
         from ..explore.text import render_journeys_csv
-        write_text(args.csv, render_journeys_csv(rows), inputs)
-        print(f"wrote {args.csv}: {len(rows):,} request ranges")
+        texts[args.csv] = render_journeys_csv(rows)
+        said.append(f"wrote {args.csv}: {len(rows):,} request ranges")
     if args.chrome_trace:
         try:
             pick = jn.select(rows, args.requests)
         except ValueError as exc:
             raise ClefError(f"export --requests {args.requests}: {exc}") from None
         doc = chrome_trace(analysis, pick)
-        write_text(args.chrome_trace, json.dumps(doc, separators=(",", ":")) + "\n", inputs)
-        print(f"wrote {args.chrome_trace}: {len(pick):,} requests, {doc['otherData']['batches']:,} batches, "
-              f"{len(doc['traceEvents']):,} events")
+        texts[args.chrome_trace] = json.dumps(doc, separators=(",", ":")) + "\n"
+        said.append(f"wrote {args.chrome_trace}: {len(pick):,} requests, {doc['otherData']['batches']:,} batches, "
+                    f"{len(doc['traceEvents']):,} events")
+    # both files written to temporary names first and renamed together at the end: an export
+    # interrupted (Ctrl-C, SIGTERM, a full disk) while writing either leaves neither behind
+    with contextlib.ExitStack() as stack:
+        for out, text in texts.items():
+            tmp = stack.enter_context(atomic_output(out, inputs))
+            try:
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError as exc:
+                raise ClefError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    for line in said:
+        print(line)
     for w in analysis.result.warnings:
         say(f"warning: {w}")
     return 0

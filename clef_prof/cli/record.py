@@ -92,7 +92,7 @@ def add_record_options(p: argparse.ArgumentParser, server_url: bool = True,
     add_load_options(p, url=False)
     p.add_argument("--client-cmd", help="drive the load with this shell command instead (started after warm-up "
                    "begins, ended after the window; $CLEF_PROF_URL holds the server URL)")
-    p.add_argument("--quiet", "-q", action="store_true", help="only the summary lines")
+    p.add_argument("--quiet", "-q", action="store_true", help="only the summary lines (and a line per retry)")
 
 
 def config_from(args, server: list[str], out: str | None = None) -> RecordConfig:

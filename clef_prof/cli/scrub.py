@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
                        "list what looks like a secret, grouped by rule and place (table.column) with a few "
                        "rowids (--all: one line per value), exit 0 when clean. The input is only read. "
                        "Example: clef-prof scrub runs/pr/capture.sqlite shared.sqlite")
-    p.add_argument("capture", metavar="IN.sqlite", nargs="?", help="nsys SQLite export (read only)")
+    p.add_argument("capture", metavar="IN.sqlite", nargs="?",
+                   help="nsys SQLite export, or a PyTorch profiler trace (scrubbed as its SQLite conversion); read only")
     p.add_argument("output", metavar="OUT.sqlite", nargs="?", help="new scrubbed SQLite file")
     p.add_argument("--check", metavar="FILE", help="only check FILE: exit 1 when something looks like a secret")
     p.add_argument("--all", action="store_true", help="with --check: one line per value (table.column rowid: rule)")

@@ -236,6 +236,21 @@ def _ci_text(a: dict, kind: str, exact: bool) -> str:
     return txt
 
 
+def _label_once(cols: list, cells: list[list[str]], changes: list[dict]) -> None:
+    """Where every interval of a table is the within-capture one, say so once, in the interval
+    column's header, not in each cell: 15 characters a cell made the table too wide for 80
+    columns, and termtable stacked it (a row's labels on one line, its figures on the next)."""
+    labels = {_interval(a)[2] for a in changes if _interval(a)[0] is not None}
+    if labels != {"within-capture "}:
+        return
+    from dataclasses import replace
+
+    i = next(k for k, c in enumerate(cols) if c.header.endswith("CI of the change"))
+    cols[i] = replace(cols[i], header=cols[i].header + " (within-capture)")
+    for row in cells:
+        row[i] = row[i].removeprefix("within-capture ")
+
+
 def _ci_short(a: dict, kind: str, exact: bool) -> str:
     """The interval in % of the baseline where it has one, else in the metric's unit; "exact" for
     deterministic counts, "—" for a figure whose design gives no interval (too few captures)."""
@@ -429,6 +444,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                 if per_batch:
                     row += [f"{_short(b[q])} → {_short(a[q])}" for q in ("p50", "p99")]
                 cells.append(row)
+            _label_once(cols, cells, [m["arms"][arm] for m in group])
             say([""])
             say(table(cols, cells, width, labels=1 if pq else 2, title=title))
         frows = _function_rows(comp, arm)
@@ -439,6 +455,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
                       _fmt_value(a["self_ms_per_request"], "host_ms"), _fmt_change(a["change_pct"], "host_ms", True),
                       _ci_short(a, "host_ms", False), _verdict_text(a, {"deterministic": False})]
                      for stage, e, b, a in frows]
+            _label_once(cols, cells, [a for _, _, _, a in frows])
             say([""])
             say(table(cols, cells, width, labels=2,
                       title=f"{base} → {arm}: Python functions per stage, self ms per request (sampled)"))

@@ -141,7 +141,7 @@ class Capture:
     def _names(self) -> tuple[dict[int, str], dict[int, str]]:
         """(thread names by serialized tid, process names by pid)."""
         from ..analyze.export import NAME_CHARS, Export
-        from ..redact import exe_name
+        from ..redact import process_name
 
         tnames: dict[int, str] = {}
         pnames: dict[int, str] = {}
@@ -154,7 +154,8 @@ class Capture:
             if cap.has("PROCESSES") and {"globalPid", "name"} <= set(cap.columns("PROCESSES")):
                 for gpid, name in cap.rows(f"SELECT globalPid, substr(name, 1, {NAME_CHARS}) FROM PROCESSES"):
                     if gpid is not None:
-                        pnames[int(_pid(np.array([gpid]))[0])] = exe_name(name) if name else ""
+                        main = tnames.get(int(gpid) | ((int(gpid) >> 24) & 0xFFFFFF))    # its tid = pid thread
+                        pnames[int(_pid(np.array([gpid]))[0])] = process_name(name, main) if name else ""
         for t in self.result.capture.threads:
             g = (t.pid << 24) | t.tid
             if t.thread:

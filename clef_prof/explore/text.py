@@ -370,11 +370,18 @@ def render_markdown(result: Result) -> str:
     cols = COLUMNS if result.capture.cuda_traced else HOST_COLUMNS
     out = [f"**clef-prof analyze** {md(result.path, code=True)}", ""]
     out += [f"- {md(line.strip())}" for line in headline(result)]
-    out.append("")
-    out.append("| stage | " + " | ".join(h.replace("\n", " ") for _, h, _ in cols) + " |")
-    out.append("|---|" + "---:|" * len(cols))
-    for name, figures in stage_rows(result):
-        out.append(f"| {md(name)} | " + " | ".join(fmt(get(figures), kind) for get, _, kind in cols) + " |")
+    # one table per kind of figure (host time, CUDA work per request, counts per capture), each
+    # narrow enough to read in a rendered page or a diff: one of 26 columns was neither
+    groups = [("Host time", HOST_COLUMNS)]
+    if cols is COLUMNS:
+        groups += [("CUDA work per request", CUDA_COLUMNS), ("CUDA counts per capture", COUNT_COLUMNS)]
+    rows = stage_rows(result)
+    for title, group in groups:
+        out += ["", f"**{title}**", ""]
+        out.append("| stage | " + " | ".join(h.replace("\n", " ") for _, h, _ in group) + " |")
+        out.append("|---|" + "---:|" * len(group))
+        for name, figures in rows:
+            out.append(f"| {md(name)} | " + " | ".join(fmt(get(figures), kind) for get, _, kind in group) + " |")
     if result.journey is not None:
         out += journey_markdown(result)
     if result.samples is not None:

@@ -83,6 +83,10 @@ def id_stamp(body: bytes, field: str) -> tuple[bytes, bytes]:
     return head, (b"," + rest[1:]) if len(obj) else b"}"
 
 
+BIN_S = 0.1            # the shortest bin a span's noise is measured over (summary)
+MAX_BINS = 10
+
+
 def percentile(sorted_values: list[float], q: float) -> float | None:
     """Linear-interpolation percentile (NumPy's default) of an ascending list."""
     if not sorted_values:
@@ -271,10 +275,24 @@ class Load:
                 key = (c.error or "error")[:160]
                 errors[key] = errors.get(key, 0) + 1
         span = None if t0_ns is None or t1_ns is None else (t1_ns - t0_ns) / 1e9
-        return {"completions": len(ok), "errors": len(sel) - len(ok), "error_kinds": errors,
-                "latency_ms_p50": percentile(ok, 50), "latency_ms_p99": percentile(ok, 99),
-                "latency_ms_mean": (sum(ok) / len(ok)) if ok else None,
-                "throughput_rps": (len(ok) / span) if span else None}
+        out = {"completions": len(ok), "errors": len(sel) - len(ok), "error_kinds": errors,
+               "latency_ms_p50": percentile(ok, 50), "latency_ms_p99": percentile(ok, 99),
+               "latency_ms_mean": (sum(ok) / len(ok)) if ok else None,
+               "throughput_rps": (len(ok) / span) if span else None}
+        if span:
+            # the span in equal bins of at least BIN_S (2 to MAX_BINS): each bin's req/s and mean
+            # latency, the repeated measurements that give a span's figure its noise
+            k = max(2, min(MAX_BINS, int(span / BIN_S)))
+            width = (t1_ns - t0_ns) / k
+            n, lat = [0] * k, [0.0] * k
+            for c in sel:
+                if c.ok:
+                    i = min(k - 1, int((c.done_ns - t0_ns - 1) // width))
+                    n[i] += 1
+                    lat[i] += c.latency_ns / 1e6
+            out["bins_throughput_rps"] = [x / (width / 1e9) for x in n]
+            out["bins_latency_ms_mean"] = [lat[i] / n[i] if n[i] else None for i in range(k)]
+        return out
 
     def bounds(self, t0_ns: int, t1_ns: int) -> tuple[int, int]:
         """(inside, overlapping): requests answered OK that were sent and answered within [t0, t1],

@@ -34,6 +34,7 @@ Standard library only (runs on GPU machines without pandas).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -856,38 +857,59 @@ class Recording:
         return {**self.load.summary(t0, end), "start_ns": t0, "end_ns": end}
 
     def summary(self, exported: str | None, path: str) -> None:
+        """The capture's summary lines, each wrapped at spaces to the terminal's width (a number
+        or path is never split), with paths inside the working folder given relative to it."""
+        import shutil
+        import textwrap
+
+        cols = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else \
+            shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+
+        def say(line: str) -> None:
+            sys.stdout.write("\n".join(textwrap.wrap(line, max(cols, 40), subsequent_indent="  ", break_long_words=False,
+                                                     break_on_hyphens=False)) + "\n")
+
+        def rel(p: str) -> str:
+            r = os.path.relpath(p)
+            return r if not r.startswith("..") and len(r) < len(p) else p
+
         if exported:
             files = _torch_traces(exported) if os.path.isdir(exported) else [exported]
             size = sum(os.path.getsize(f) for f in files) / 1e6
-            print(f"capture: {exported} ({len(files)} file(s), {size:.1f} MB)")
+            say(f"capture: {rel(exported)} ({len(files)} file(s), {size:.1f} MB)")
         if self.load is not None and self.opened_ns and self.closed_ns:
             s = self.load.summary(self.opened_ns, self.closed_ns)
             span = (self.closed_ns - self.opened_ns) / 1e9
 
             def ms(v):
                 return "-" if v is None else f"{v:.2f} ms"
-            print(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
-                  f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
+            say(f"window: {span:.2f} s ({self.pl.window}); client: {s['completions']} completions, "
+                f"{s['errors']} errors, latency p50 {ms(s['latency_ms_p50'])}, p99 {ms(s['latency_ms_p99'])}")
             cost = profiler_cost(self.before_window(), s, self.cfg.profiler)
             if cost:
-                print(f"profiler cost: {cost['throughput_change_pct']:+.1f}% throughput, "
-                      f"{cost['latency_ms_mean_change']:+.3f} ms mean latency per request, against "
-                      f"{cost['before_s']:.2f} s just before the window ({cost['reference']})")
+                tci, lci = cost["throughput_change_pct_ci"], cost["latency_ms_mean_change_ci"]
+                conf = f"{100 * cost['confidence']:g}%"
+                say(f"profiler cost: {cost['throughput_change_pct']:+.1f}% throughput"
+                    + (f" ({conf} CI {tci[0]:+.1f}% to {tci[1]:+.1f}%)" if tci else " (no interval: too short)")
+                    + f", {cost['latency_ms_mean_change']:+.3f} ms mean latency per request"
+                    + (f" ({conf} CI {lci[0]:+.3f} to {lci[1]:+.3f} ms)" if lci else "")
+                    + f", against {cost['before_s']:.2f} s just before the window ({cost['reference']}); "
+                    "the intervals are over 0.1 s bins of each span")
         if self.server_counts:
-            print(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
-                  "batches inside its window")
+            say(f"server: {self.server_counts.get('requests')} requests in {self.server_counts.get('batches')} "
+                "batches inside its window")
         if self.load is not None and (self.server_counts or self.capture_client):
-            print(count_line(self.capture_client))
-        print(f"manifest: {path}")
+            say(count_line(self.capture_client))
+        say(f"manifest: {rel(path)}")
 
 
 def _torch_traces(folder: str) -> list[str]:
-    """The Kineto trace files (`*.json`, `*.json.gz`) in a --profiler torch trace folder."""
+    """The Kineto trace files (`*.json`, `*.json.gz`, `*.json.xz`) in a --profiler torch trace folder."""
     try:
         names = os.listdir(folder)
     except OSError:
         return []
-    return sorted(os.path.join(folder, n) for n in names if n.endswith((".json", ".json.gz")))
+    return sorted(os.path.join(folder, n) for n in names if n.endswith((".json", ".json.gz", ".json.xz")))
 
 
 def _torch_state(folder: str) -> list[tuple[str, int]]:
@@ -910,9 +932,78 @@ def profiler_cost(before: dict | None, inside: dict | None, profiler: str) -> di
             or before.get("latency_ms_mean") is None or inside.get("latency_ms_mean") is None:
         return None
     ref = "no profiler" if profiler == "torch" else "nsys attached, not recording"
-    return {"throughput_change_pct": 100.0 * (inside["throughput_rps"] / before["throughput_rps"] - 1.0),
-            "latency_ms_mean_change": inside["latency_ms_mean"] - before["latency_ms_mean"],
-            "before_s": (before["end_ns"] - before["start_ns"]) / 1e9, "reference": ref}
+    out = {"throughput_change_pct": 100.0 * (inside["throughput_rps"] / before["throughput_rps"] - 1.0),
+           "latency_ms_mean_change": inside["latency_ms_mean"] - before["latency_ms_mean"],
+           "before_s": (before["end_ns"] - before["start_ns"]) / 1e9, "reference": ref}
+    # its uncertainty: Welch intervals (COST_CONFIDENCE) over each span's bins (load.summary), the
+    # throughput's on the ratio of mean req/s (delta method on logs), the latency's on the difference
+    # of the bins' mean latencies; None where a span has fewer than COST_MIN_BINS bins (0.4 s)
+    a, b = before.get("bins_throughput_rps") or [], inside.get("bins_throughput_rps") or []
+    ci = _welch(a, b, log=True)
+    out["throughput_change_pct_ci"] = None if ci is None else [100.0 * (math.exp(x) - 1.0) for x in ci]
+    la = [x for x in before.get("bins_latency_ms_mean") or [] if x is not None]
+    lb = [x for x in inside.get("bins_latency_ms_mean") or [] if x is not None]
+    out["latency_ms_mean_change_ci"] = _welch(la, lb)
+    out["confidence"] = COST_CONFIDENCE
+    return out
+
+
+COST_CONFIDENCE = 0.95
+COST_MIN_BINS = 4         # fewer bins a side: under its stated coverage (92.5% at 3 bins, seeded simulation)
+
+
+def _welch(a: list, b: list, log: bool = False) -> list | None:
+    """The COST_CONFIDENCE Welch interval of mean(b) - mean(a) (log: of log(mean b / mean a), by
+    the delta method), Satterthwaite df; None with fewer than COST_MIN_BINS values a side or a mean of 0."""
+    if len(a) < COST_MIN_BINS or len(b) < COST_MIN_BINS:
+        return None
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    if log:
+        if ma <= 0 or mb <= 0:
+            return None
+        va, vb, mid = va / ma ** 2, vb / mb ** 2, math.log(mb / ma)
+    else:
+        mid = mb - ma
+    se2 = va + vb
+    if se2 == 0:
+        return [mid, mid]
+    df = se2 ** 2 / ((va ** 2 / (len(a) - 1) if va else 0.0) + (vb ** 2 / (len(b) - 1) if vb else 0.0))
+    h = _t_quantile(0.5 + COST_CONFIDENCE / 2, df) * math.sqrt(se2)
+    return [mid - h, mid + h]
+
+
+def _t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (0.5 < p < 1), by bisection on its tail, P(|T| > t) = I_x(df/2, 1/2) with
+    x = df / (df + t^2) (standard library only: record imports no numpy)."""
+    def betai(a: float, b: float, x: float) -> float:
+        front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+        if x > (a + 1) / (a + b + 2):
+            return 1.0 - betai(b, a, 1.0 - x)
+        c, d = 1.0, 1.0 - (a + b) * x / (a + 1)          # Lentz's continued fraction
+        d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+        f = d
+        for m in range(1, 300):
+            for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                        -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+                d = 1.0 + num * d
+                d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+                c = 1.0 + num / c
+                c = c if abs(c) > 1e-300 else 1e-300
+                f *= c * d
+            if abs(c * d - 1.0) < 1e-12:
+                break
+        return front * f / a
+
+    tail = 2.0 * (1.0 - p)
+    lo, hi = 0.0, 1.0
+    while betai(df / 2, 0.5, df / (df + hi * hi)) > tail:
+        hi *= 2.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if betai(df / 2, 0.5, df / (df + mid * mid)) > tail else (lo, mid)
+    return (lo + hi) / 2
 
 
 def count_line(capture_client: dict | None) -> str:
@@ -1004,8 +1095,8 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
                 msg = (f"attempt {attempt}: the export held no NVTX record; recorded again with a fresh server "
                        f"(--retries {cfg.retries})")
             history.append(msg)
-            if not cfg.quiet:
-                print(f"record: {msg}", file=sys.stderr, flush=True)
+            # said under --quiet too: a retry doubles the recording's time, and a failed attempt is news
+            print(f"record: {msg}", file=sys.stderr, flush=True)
     finally:
         _restore_signals(old)
 

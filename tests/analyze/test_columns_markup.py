@@ -61,3 +61,46 @@ def test_factorize_in_order_of_appearance():
 ])
 def test_markdown_of_untrusted_text(text, code, want):
     assert md(text, code) == want
+
+
+def _tables(markdown: str) -> dict[str, list[list[str]]]:
+    """The markdown's stage tables by their bold title: header row and body rows, cells stripped."""
+    out, title, lines = {}, None, markdown.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith("**") and ln.endswith("**") and i + 2 < len(lines) and lines[i + 2].startswith("| stage |"):
+            title = ln.strip("*")
+            out[title] = []
+        elif title and ln.startswith("|") and not ln.startswith("|---"):
+            out[title].append([c.strip() for c in ln.strip("|").split("|")])
+        elif title and not ln.startswith("|") and out[title]:
+            title = None
+    return out
+
+
+def test_analyze_markdown_is_split_into_readable_tables(capture):
+    """analyze -f markdown had one stage table of 26 columns; now one per kind of figure (host time,
+    CUDA work per request, CUDA counts per capture), each of at most 12 columns, each row naming
+    its stage, and the figures those of the JSON (gpu-q1c16-main: 9 pageable H2D copies and 3,424 B
+    per request in transfer, 22,800 kernels in head per capture)."""
+    import json
+
+    from clicheck import run_main
+
+    path = capture("gpu-q1c16-main")
+    p = run_main("analyze", "-f", "markdown", path)
+    assert p.returncode == 0, p.stderr
+    t = _tables(p.stdout)
+    assert list(t) == ["Host time", "CUDA work per request", "CUDA counts per capture"]
+    doc = json.loads(run_main("analyze", "-f", "json", path).stdout)
+    stages = list(doc["stages"])
+    for rows in t.values():
+        assert len(rows[0]) <= 12 and rows[0][0] == "stage"
+        assert [r[0] for r in rows[1:]] == [*stages, "pooler (batch)"]
+    cell = {title: {r[0]: dict(zip(rows[0], r)) for r in rows[1:]} for title, rows in t.items()}
+    tr, head = doc["stages"]["transfer"], doc["stages"]["head"]
+    assert cell["Host time"]["transfer"]["instances"] == f"{tr['instances']:,}" == "282"
+    assert cell["CUDA work per request"]["transfer"]["H2D copies /req"] == f"{tr['h2d_copies_per_request']:.2f}" == "9.00"
+    assert cell["CUDA work per request"]["transfer"]["H2D B /req"] == f"{tr['h2d_bytes_per_request']:,.0f}" == "3,424"
+    assert cell["CUDA counts per capture"]["head"]["GPU kernels"] == f"{head['gpu_kernels']:,}" == "22,800"
+    host = run_main("analyze", "-f", "markdown", capture("cpu23-inline"))
+    assert list(_tables(host.stdout)) == ["Host time"]

@@ -407,3 +407,82 @@ def test_copies_with_bad_bytes_arg_count_as_unknown_bytes(real, tmp_path):
     assert (r.totals.h2d_copies, r.totals.h2d_bytes) == (len(h2d), valid)
     assert any(w.startswith("5 gpu_memcpy events have no valid 'bytes' arg") for w in r.warnings)
     assert run_main("analyze", "--strict", path).returncode == 2
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage", "other sqlite", "folder"])
+def test_a_damaged_cached_conversion_is_made_anew(real, tmp_path, damage):
+    """A cached conversion cut short (a full disk, a copied cache), overwritten, another program's
+    SQLite file under its name, or a folder there: the trace is converted again (or, where the
+    name cannot be replaced, into a temporary folder, said in one line) and gives the figures
+    the trace's own JSON gives, never an error about the cache."""
+    import sqlite3
+
+    path, truth = real["main"]
+    before = path.read_bytes()
+    out = Path(kineto.to_export(str(path), quiet=True))
+    want = oracle(path)["h2d_copies"]
+    assert want == 9 * truth["server_counts"]["requests"]
+    if damage == "cut":
+        with open(out, "r+b") as fh:
+            fh.truncate(out.stat().st_size - 4096)
+    elif damage == "garbage":
+        out.write_bytes(b"\0" * 8192)
+    elif damage == "other sqlite":
+        out.unlink()
+        sqlite3.connect(out).execute("CREATE TABLE t (x)").connection.close()
+    else:
+        out.unlink()
+        out.mkdir()
+    p = run_main("analyze", "--format", "json", path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["totals"]["h2d_copies"] == want
+    assert path.read_bytes() == before
+    if damage == "folder":
+        assert "cannot be written" in p.stderr and out.is_dir()
+    else:
+        assert "cannot be written" not in p.stderr and kineto._whole(str(out))
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(real, tmp_path):
+    """XDG_CACHE_HOME naming a file (no folder can be made under it; root ignores mode bits, a
+    file stops it too): analyze says so in one line, converts into a temporary folder, gives the
+    trace's figures and removes that folder when it exits."""
+    path, truth = real["main"]
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    env = {**os.environ, "XDG_CACHE_HOME": str(blocker)}
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "analyze", "--format", "json", str(path)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    said = [ln for ln in p.stderr.splitlines() if "cannot be written" in ln]
+    assert len(said) == 1 and str(blocker) in said[0], p.stderr
+    assert json.loads(p.stdout)["totals"]["h2d_copies"] == 9 * truth["server_counts"]["requests"]
+    made = [ln.rsplit(" into ", 1)[1] for ln in p.stderr.splitlines() if " into " in ln]
+    assert made and not os.path.exists(os.path.dirname(made[0]))
+    assert blocker.read_text() == "x"
+
+
+def test_xz_traces_read_as_tests_data_ships_them(real, tmp_path):
+    """A `.pt.trace.json.xz` (tests/data's own files, read where they lie: never written) and a
+    folder of them read as the .json.gz of the same trace does; an xz file cut short or not xz
+    is one line."""
+    src = DATA / "kineto-demo-main.pt.trace.json.xz"
+    before = src.read_bytes()
+    gz, truth = real["main"]
+    want = json.loads(run_main("analyze", "--format", "json", gz).stdout)["totals"]
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(src, folder / src.name)
+    for arg in (src, folder):
+        p = run_main("analyze", "--format", "json", arg)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)["totals"]
+        assert got == want and got["h2d_copies"] == oracle(gz)["h2d_copies"] == 9 * truth["server_counts"]["requests"]
+    assert src.read_bytes() == before
+    (tmp_path / "cut.json.xz").write_bytes(before[: len(before) // 2])
+    assert "truncated xz" in one_line_error(tmp_path / "cut.json.xz")
+    (tmp_path / "bad.json.xz").write_bytes(before[:64] + b"\0" * 4096)
+    assert "not a readable xz file" in one_line_error(tmp_path / "bad.json.xz")

@@ -268,3 +268,55 @@ def test_cancel_interrupts_a_read_on_the_analysis_own_thread(capture):
     t.join(30)
     assert not t.is_alive() and "error" in out and out["s"] < 10, out
     assert task._open == {}                      # the export unregistered itself when closed
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment holds CLEF_TEST_PARALLEL=mark (the CLI, its forkserver, its workers)."""
+    needle = f"CLEF_TEST_PARALLEL={mark}".encode()
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes from a forkserver")
+def test_ctrl_c_with_the_process_pool_prints_no_traceback(capture):
+    """A real SIGINT to the CLI's whole process group (what Ctrl-C sends: the CLI, its forkserver
+    and its workers), at seeded times spread over the forkserver's start, its preload and the
+    workers' analyses, repeated: "clef-prof: interrupted" and exit 130 (or, too late, exit 0),
+    never a traceback (4 runs in 8 printed the forkserver's KeyboardInterrupt, or a late worker's
+    FileNotFoundError for its parent's queue), and no process of the run left behind."""
+    import random
+    import signal
+    import subprocess
+    import uuid
+
+    paths = [str(capture("gpu-q1c16-main")), str(capture("gpu-q1c16-pr"))]
+    rng = random.Random(35)
+    codes = []
+    for delay in sorted(rng.uniform(0.6, 2.4) for _ in range(8)):
+        mark = uuid.uuid4().hex
+        env = {**os.environ, "CLEF_PROF_POOL": "processes", "CLEF_TEST_PARALLEL": mark}
+        p = subprocess.Popen([sys.executable, "-m", "clef_prof", "analyze", "--jobs", "2", *paths],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        time.sleep(delay)
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        err = p.communicate(timeout=120)[1]
+        assert "Traceback" not in err and p.returncode in (0, 130), (delay, p.returncode, err)
+        assert p.returncode == 0 or err.strip().splitlines() == ["clef-prof: interrupted"], (delay, err)
+        codes.append(p.returncode)
+        for _ in range(50):
+            if not _marked(mark):
+                break
+            time.sleep(0.1)
+        assert _marked(mark) == [], delay
+    assert codes.count(130) >= 4, codes

@@ -19,6 +19,7 @@ import pytest
 
 from clef_prof.analyze.inputs import resolve
 from clef_prof.analyze.result import analyze
+from clicheck import run_main
 from conftest import sql
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -119,3 +120,29 @@ def test_host_time_per_stage_within_the_stated_band(pair):
     ratios = {s: k[s] / n[s] for s in (*STAGES, "pooler")}
     assert all(TOLERANCE[0] <= v <= TOLERANCE[1] for v in ratios.values()), ratios
     assert ratios["pooler"] < 1 and sum(v < 1 for v in ratios.values()) >= 5, ratios
+
+
+def test_the_server_is_named_by_its_program_not_records_env_wrapper(capture):
+    """record launches the server as `env -u TMPDIR SERVER...`: nsys' PROCESSES row of the server
+    says `env`, while its main thread (tid = pid) has the exec'd program's name. The report's
+    threads and the Chrome trace's process names (explore's names) give that program's name;
+    a process whose launched name is its own keeps it."""
+    import sqlite3
+
+    from clef_prof.explore.frames import Capture
+    from clef_prof.redact import process_name
+
+    path = capture("gpu25-pair-pr")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = dict(con.execute(
+        "SELECT p.pid, p.name || '|' || coalesce((SELECT s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId "
+        "WHERE t.globalTid = p.globalPid + p.pid), '') FROM PROCESSES p WHERE p.pid IN (631, 668)"))
+    con.close()
+    assert rows == {668: "env|python3", 631: "python3|python3"}
+    a = analyze(str(path))
+    assert [(t.pid, t.process) for t in a.result.capture.threads] == [(668, "python3")]
+    names = Capture(a)._names[1]
+    assert (names[668], names[631]) == ("python3", "python3")
+    assert "(env)" not in run_main("analyze", path).stdout
+    assert (process_name("env", ""), process_name("/usr/bin/env", "python3.11"), process_name("nsys", "python3")) == \
+        ("env", "python3.11", "nsys")

@@ -506,3 +506,42 @@ def test_a_plain_sqlite_file_is_refused(tmp_path):
         assert p.returncode == 1 and len(lines) == 1 and "not an Nsight Systems export" in lines[0], p.stderr
         assert p.stdout == ""
     assert sha256(src) == digest and sorted(os.listdir(tmp_path)) == ["notes.sqlite"]
+
+
+def test_a_kineto_trace_is_scrubbed_as_its_conversion(tmp_path, monkeypatch):
+    """A PyTorch profiler trace (tests/data's demo trace, renamed as Kineto names its files,
+    HOST_PID.TIME.pt.trace.json.xz, and given a home-folder python path in a range name) is
+    scrubbed into an SQLite conversion holding neither the host name nor the user name, that
+    --check finds clean and that analyze reads with the trace's own figures; a JSON output and
+    --check of the trace are refused in one line saying why (not "not an SQLite database")."""
+    import json
+    import lzma
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = Path(__file__).resolve().parents[1] / "data" / "kineto-demo-main.pt.trace.json.xz"
+    doc = json.load(lzma.open(src))
+    first = next(e for e in doc["traceEvents"] if e.get("cat") == "user_annotation")
+    planted = dict(first, name="/home/alice-home-folder/serve.py(12): warmup", dur=0)
+    doc["traceEvents"].append(planted)
+    trace = tmp_path / "gpuhost-77.1700000000123.pt.trace.json.xz"
+    with lzma.open(trace, "wt") as fh:
+        json.dump(doc, fh)
+    before = sha256(trace)
+    out = tmp_path / "shared.sqlite"
+    p = run_main("scrub", trace, out)
+    assert p.returncode == 0, p.stderr
+    assert "export-host-path 1, trace-file-name 1" in p.stderr and "user-path 1" in p.stderr, p.stderr
+    raw = out.read_bytes()
+    assert b"gpuhost" not in raw and b"alice-home-folder" not in raw and str(tmp_path).encode() not in raw
+    assert run_main("scrub", "--check", out).returncode == 0
+    want = json.loads(run_main("analyze", "--format", "json", trace).stdout)
+    got = json.loads(run_main("analyze", "--format", "json", out).stdout)
+    assert got["totals"] == want["totals"] and got["totals"]["h2d_copies"] > 0
+    assert sha256(trace) == before
+    for args, says in (((trace, tmp_path / "shared.json"), "give OUT.sqlite"),
+                       (("--check", trace), "writes a scrubbed conversion")):
+        p = run_main("scrub", *args)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert p.returncode == 1 and len(lines) == 1 and says in lines[0], p.stderr
+        assert "SQLite database" not in p.stderr
+    assert not (tmp_path / "shared.json").exists() and sha256(trace) == before

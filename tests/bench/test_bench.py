@@ -461,7 +461,27 @@ def test_table_report_to_a_file(ab, tmp_path):
     p = bench("--from", tmp / "run", "-o", tmp_path / "bench.txt", mark=uuid.uuid4().hex, timeout=60)
     assert p.returncode == 0 and p.stdout == "", p.stderr          # no --fail-if given again: no gate
     text = (tmp_path / "bench.txt").read_text(encoding="utf-8")
-    assert text.isascii() and "clef-prof bench: main -> slow" in text and "+-" in text
+    assert text.isascii() and "clef-prof bench: main -> slow" in text and "\n--" in text
+    closed = next(c for c in r["cases"][0]["changes"] if c["metric"] == "throughput_rps")
+    assert f"{closed['change_pct']:+.2f}%" in text
+
+
+@pytest.mark.parametrize("cols", [80, 60])
+def test_terminal_table_cuts_no_number(ab, cols):
+    """At 80 columns rich cut the table's cells (`+24.3…`, `(dete…`); each line now fits the
+    width and every cell of every row (bs.rows: the figures the JSON gives) is printed whole."""
+    _, r, tmp = ab
+    from clef_prof.glyphs import ascii_text
+
+    env = {**os.environ, "COLUMNS": str(cols), "CLEF_PROF_ASCII": "1"}
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "bench", "--from", str(tmp / "run")], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= cols and "..." not in p.stdout.replace(" ... ", "")
+    text = "\n".join(lines)
+    cells = [ascii_text(c) for row in bs.rows(r) for c in row if c]
+    assert cells and all(c in text for c in cells), [c for c in cells if c not in text]
     closed = next(c for c in r["cases"][0]["changes"] if c["metric"] == "throughput_rps")
     assert f"{closed['change_pct']:+.2f}%" in text
 

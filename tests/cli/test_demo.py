@@ -25,11 +25,18 @@ def _requests(export) -> int:
 def test_demo_records_analyzes_compares_and_reports(tmp_path):
     out = tmp_path / "tour"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "PATH": os.environ.get("PATH", "")}
-    p = subprocess.run([sys.executable, "-m", "clef_prof", "demo", "--out", str(out), "--warmup", "0.5",
+    # --out as a user gives it (the default is runs/demo): a path relative to the working folder
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "demo", "--out", "tour", "--warmup", "0.5",
                         "--duration", "1.5", "--nsys", str(nsys_bin("2023.4"))],
                        capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     text = p.stdout
+    # every line within COLUMNS=80 (the `$ clef-prof record ...` lines ran to 200 and more), and
+    # each printed command, its `\` continuations joined, is the one that ran
+    long = [ln for ln in (p.stdout + p.stderr).splitlines() if len(ln) > 80]
+    assert long == [], "\n".join(long)
+    joined = text.replace(" \\\n    ", " ")
+    assert "$ clef-prof analyze tour/main\n" in joined and "--out tour/pr --quiet --nsys" in joined
     for variant in ("main", "pr"):
         assert (out / variant / "capture.sqlite").is_file() and (out / variant / "manifest.json").is_file()
     html = (out / "report.html").read_text(encoding="utf-8")
@@ -45,7 +52,7 @@ def test_demo_records_analyzes_compares_and_reports(tmp_path):
         assert f"{n:,} requests in" in text
         assert f"{variant}{' (baseline)' if variant == 'main' else ''}: 1 capture, " in text
         assert f"batches, {n:,} requests" in text
-    assert f"Open {out / 'report.html'} in a browser" in " ".join(text.split())
+    assert "Open tour/report.html in a browser" in " ".join(text.split())
 
 
 def test_demo_without_nsys_says_how_to_get_it(tmp_path):

@@ -490,3 +490,29 @@ def test_overlap_is_summed_per_batch_and_named_so(capture):
     assert ms > s["gpu_busy_in_span_union_ns"] / 1e6 / s["requests"] * 1.2
     names = {m["metric"] for m in comp["metrics"]}
     assert not {"overlap.gpu_busy_fraction_of_pooler_span", "overlap.gpu_busy_ms_in_pooler_span_per_request"} & names
+
+
+def test_terminal_tables_fit_80_columns_and_say_the_interval_kind_once(cap):
+    """One capture per arm: every interval is the within-capture one. Said once in the interval
+    column's header, not in each cell (15 characters a cell made the CUDA table two stacked
+    blocks, each repeating every metric's label); at COLUMNS=80 each line fits, each metric's
+    label is printed once, and its interval whole."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    args = ["compare", "--arm", f"main={cap['gpu-q1c16-main']}", "--arm", f"pr={cap['gpu-q1c16-pr']}"]
+    env = {**os.environ, "COLUMNS": "80", "CLEF_PROF_ASCII": "1"}
+    p = subprocess.run([sys.executable, "-m", "clef_prof", *args], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert "within-capture -" not in p.stdout and "within-capture +" not in p.stdout
+    assert sum("(within-capture)" in ln for ln in lines) == 2            # one header per table
+    doc = json.loads(subprocess.run([sys.executable, "-m", "clef_prof", *args, "--format", "json"],
+                                    capture_output=True, text=True, env=env, timeout=300).stdout)
+    d2h = next(m for m in doc["metrics"] if m["metric"] == "per_request.d2h_copies")
+    lo, hi = d2h["arms"]["pr"]["ci_within_pct"]
+    assert f"{lo:+.1f}% to {hi:+.1f}%" in p.stdout
+    assert sum(ln.startswith("pooler d2h_copies") for ln in lines) == 1

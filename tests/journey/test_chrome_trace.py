@@ -103,3 +103,29 @@ def test_bad_input_is_one_line(capture, tmp_path, args, says):
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("clef-prof: error")]
     assert len(lines) == 1 and says in lines[0], p.stderr
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "trace.json").exists()
+
+
+def test_same_path_for_both_outputs_is_one_line(capture, tmp_path):
+    """--chrome-trace and --csv naming one file (through another spelling of its path too) is
+    refused before anything is read or written: the second output would replace the first."""
+    (tmp_path / "sub").mkdir()
+    p = subprocess.run([sys.executable, "-m", "clef_prof", "export", "--chrome-trace", str(tmp_path / "out"),
+                        "--csv", str(tmp_path / "sub" / ".." / "out"), str(capture(NAME))],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(lines) == 1 and "name the same file" in lines[0], p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["sub"]
+
+
+def test_a_failed_export_leaves_neither_output(capture, tmp_path):
+    """The CSV used to be written before the Chrome trace's --requests was judged: a bad
+    selection left out.csv behind. Both are now written together at the end, or neither."""
+    p, _ = _export(capture, tmp_path, "--requests", "nosuch", "--csv", str(tmp_path / "out.csv"))
+    assert p.returncode == 1 and "no request range has the id nosuch" in p.stderr, p.stderr
+    assert list(tmp_path.iterdir()) == []
+    p, out = _export(capture, tmp_path, "--requests", "p50", "--csv", str(tmp_path / "out.csv"))
+    assert p.returncode == 0, p.stderr
+    rows = (tmp_path / "out.csv").read_text().splitlines()
+    assert len(rows) - 1 == len(analyze(str(capture(NAME))).journeys) == 2225
+    assert len([e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "request"]) == 1
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.csv", "trace.json"]

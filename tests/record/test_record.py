@@ -235,7 +235,9 @@ def test_record_demo_then_analyze(tmp_path, mark):
         assert len(m["git"]["clef_prof"]["revision"]) == 40
     assert "capture:" in p.stdout and "manifest:" in p.stdout
     # one line says what each request count counts, with the client's bounds for analyze's count
-    counts = [ln for ln in p.stdout.splitlines() if ln.startswith("counts: ")][-1]     # the last attempt's
+    # (the summary's lines wrap at spaces to the width, continued with two spaces: joined here)
+    joined = p.stdout.replace("\n  ", " ")
+    counts = [ln for ln in joined.splitlines() if ln.startswith("counts: ")][-1]     # the last attempt's
     cap = client["capture"]
     assert f"between {cap['requests_inside']} (sent and answered" in counts
     assert f"{cap['requests_overlapping']} (in flight during it)" in counts
@@ -252,7 +254,16 @@ def test_record_demo_then_analyze(tmp_path, mark):
         100 * (client["window"]["throughput_rps"] / before["throughput_rps"] - 1), rel=1e-9)
     assert cost["latency_ms_mean_change"] == pytest.approx(
         client["window"]["latency_ms_mean"] - before["latency_ms_mean"], rel=1e-9)
-    assert f"{cost['throughput_change_pct']:+.1f}% throughput" in p.stdout
+    said = " ".join(p.stdout.split())          # the summary wraps at spaces to the width
+    assert f"{cost['throughput_change_pct']:+.1f}% throughput" in said
+    # with its uncertainty: 95% Welch intervals over the spans' 0.1 s bins, containing the figure
+    lo, hi = cost["throughput_change_pct_ci"]
+    assert lo <= cost["throughput_change_pct"] <= hi and f"(95% CI {lo:+.1f}% to {hi:+.1f}%)" in said
+    lo, hi = cost["latency_ms_mean_change_ci"]
+    assert lo <= cost["latency_ms_mean_change"] <= hi
+    assert len(before["bins_throughput_rps"]) >= 4
+    assert sum(before["bins_throughput_rps"]) * (before["end_ns"] - before["start_ns"]) / 1e9 / \
+        len(before["bins_throughput_rps"]) == pytest.approx(before["completions"])
 
     r = analyze(out / "capture.sqlite", mark)
     assert r["requests_source"] == "message n=K"
@@ -696,3 +707,23 @@ def test_capture_survives_another_nsys_clearing_the_shared_session_folder(tmp_pa
     osrt = con.execute("SELECT count(*) FROM OSRT_API").fetchone()[0]
     con.close()
     assert batches >= m["server_counts"]["batches"] > 0 and osrt > 0
+
+
+@pytest.mark.nsys("2023.4")
+def test_quiet_record_says_when_it_retries(tmp_path, mark):
+    """Under --quiet a retry used to be silent: the recording took twice as long and said nothing
+    of the failed attempt. With every attempt losing its NVTX (the session's event files removed
+    as in test_no_nvtx_from_an_annotated_server_fails) and --retries 1, the retry is one line
+    before the error, and the manifest counts two attempts."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    out, port = tmp_path / "cap", free_port()
+    with Clearing(shared, "clef-prof-nsys-*/nvidia/nsight_systems/quadd_session_*/injection_files/*"):
+        p = record(out, port, *FAST, "-q", "--retries", "1", server_args=("--variant", "pr"), mark=mark,
+                   env=env_for(mark, TMPDIR=str(shared)))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2, p.stderr
+    assert lines[0].startswith("record: attempt 1: ") and "recorded again with a fresh server (--retries 1)" in lines[0]
+    assert lines[1].startswith("clef-prof: error: ") and "after 2 attempts, --retries 1" in lines[1]
+    assert json.loads((out / "manifest.json").read_text())["attempt"] == 2
