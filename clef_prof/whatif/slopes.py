@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
+from clef_prof.compare.welch import t_quantile
 from clef_prof.whatif.model import METRICS, Observation, Slope, StageResult, WhatIf
 
 
@@ -14,7 +14,7 @@ def _fit(x: np.ndarray, y: np.ndarray, confidence: float):
     b = float(xc @ (y - y.mean())) / sxx
     resid = y - y.mean() - b * xc
     se = float(np.sqrt(resid @ resid / (n - 2) / sxx))
-    t = float(stats.t.ppf(0.5 + confidence / 2, n - 2))
+    t = float(t_quantile(0.5 + confidence / 2, n - 2))
     return b, b - t * se, b + t * se, t * se
 
 
