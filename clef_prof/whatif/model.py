@@ -29,3 +29,52 @@ class Observation:
     windows: int
     metrics: dict[str, float] = field(default_factory=dict)
     failed: str | None = None
+
+
+@dataclass(frozen=True)
+class Slope:
+    """The response of one metric to one stage's added host time, over servers as units.
+
+    `per_ms` is the change in the metric (its own unit) per +1 ms of added host time per request,
+    with its `confidence` interval [lo, hi]; `pct_per_ms` the same in % of the baseline servers'
+    mean; `pct_per_pct` the % change per +1% of the stage's own time per request.
+    `hidden` is True when the interval contains 0 (not on the critical path at this load), with
+    `detectable_pct_per_ms` the smallest slope the design could detect. `verdict` is "critical",
+    "hidden" or "too few servers" (then `needed` says the design that would be enough)."""
+    stage: str
+    metric: str
+    baseline_mean: float
+    per_ms: float
+    lo: float
+    hi: float
+    pct_per_ms: float
+    pct_lo: float
+    pct_hi: float
+    pct_per_pct: float | None
+    servers: int
+    levels: int
+    verdict: str
+    hidden: bool
+    detectable_pct_per_ms: float | None = None
+    linear: bool | None = None
+    bend: str | None = None
+    linear_max_ms: float | None = None
+    needed: str | None = None
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One stage's slopes, one per measured metric, and its design."""
+    stage: str
+    stage_ms_per_request: float
+    slopes: tuple[Slope, ...]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The analysis of a what-if experiment: per stage, per metric slopes with intervals."""
+    confidence: float
+    stages: tuple[StageResult, ...]
+    baseline_servers: int
+    failed_servers: int
+    drift: str | None = None
