@@ -498,7 +498,7 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     gpu = {"kernel": [], "memcpy": [], "memset": []}
     threads, processes = {}, {}
     dup_corr = 0
-    unknown_copies = 0
+    unknown_copies = unknown_bytes = 0
     fractional = any(f.fractional for f in files)
     for n_file, f in enumerate(files):
         off = _base(f) - t0
@@ -543,6 +543,9 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
                     else:
                         kind = COPY_KINDS.get(m.group(1), 0)
                         src, dst = MEM_KINDS.get(m.group(2), 7), MEM_KINDS.get(m.group(3), 7)
+                    if nbytes is None or nbytes < 0:
+                        unknown_bytes += 1
+                        nbytes = None
                     gpu[table].append(base + (nbytes, kind, src, dst))
                 else:
                     gpu[table].append(base + (nbytes,))
@@ -556,6 +559,9 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     if unknown_copies:
         warnings.append(f"{unknown_copies} gpu_memcpy events have a name that does not say the copy's direction "
                         "('Memcpy HtoD (Pageable -> Device)'): counted as copies of unknown kind")
+    if unknown_bytes:
+        warnings.append(f"{unknown_bytes} gpu_memcpy events have no valid 'bytes' arg (missing, null, not an "
+                        "integer, negative or too large): their bytes are unknown, left out of byte figures")
     if not nvtx:
         warnings.append("the trace holds no user_annotation range: the stages were not annotated for the torch "
                         "profiler (clef_prof.stage/batch emit record_function ranges when torch is imported and its "

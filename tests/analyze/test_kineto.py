@@ -390,3 +390,20 @@ def test_a_range_of_no_thread_or_name_is_said_to_be_left_out(tmp_path, field, va
     assert r.stages["transfer"].instances == 2
     assert "1 user_annotation or CUDA runtime events have no integer pid and tid, or no name: a damaged trace; " \
            "they are left out" in r.warnings
+
+
+def test_copies_with_bad_bytes_arg_count_as_unknown_bytes(real, tmp_path):
+    """A real trace whose first five H2D copies' bytes arg is missing, null, text, a float and
+    beyond 2^63: still copies, their bytes unknown with a warning that --strict fails on (never a
+    silent 0); the other copies' bytes summed exactly as json.load counts them."""
+    doc = json.load(gzip.open(real["main"][0]))
+    h2d = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_memcpy" and e["name"].startswith("Memcpy HtoD")]
+    valid = sum(e["args"]["bytes"] for e in h2d[5:])
+    del h2d[0]["args"]["bytes"]
+    for e, bad in zip(h2d[1:5], (None, "4096", 4096.0, 1 << 64)):
+        e["args"]["bytes"] = bad
+    path = write(tmp_path / "badbytes.json", doc)
+    r = analyze(resolve(str(path))[0]).result
+    assert (r.totals.h2d_copies, r.totals.h2d_bytes) == (len(h2d), valid)
+    assert any(w.startswith("5 gpu_memcpy events have no valid 'bytes' arg") for w in r.warnings)
+    assert run_main("analyze", "--strict", path).returncode == 2
