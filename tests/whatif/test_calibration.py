@@ -1,4 +1,4 @@
-"""Calibration of analyse()'s intervals and bend test by seeded simulation (tests/whatif/sim.py),
+"""Calibration of analyse()'s intervals and bend test by seeded simulation (tests/whatif_sim.py),
 2,000+ studies per design, at the designs analyse() allows: coverage of the slope interval in %
 of the baseline (what the report states) within a binomial tolerance; a plain pooled-variance
 OLS interval misses it where the spread grows with the delay; false bends near 1 - confidence;
@@ -10,7 +10,7 @@ from clef_prof.compare.welch import t_quantile
 from clef_prof.whatif.fit import slope
 from clef_prof.whatif.slopes import analyse, design_ok, linear_range
 
-from .sim import observations, studies
+from whatif_sim import observations, studies
 
 S = 2400
 TOL = 3 * np.sqrt(0.95 * 0.05 / S)          # 3 binomial sd: 0.013 at 2,400 studies
