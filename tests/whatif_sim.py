@@ -16,12 +16,14 @@ def design(sizes, levels_ms):
 
 
 def studies(rng, S, sizes, levels_ms, pct_per_ms=-4.0, *, sd=0.03, het=2.0, tails=True, slow=0.05,
-            bend_at=None, bend_pct_per_ms=0.0):
+            bend_at=None, bend_pct_per_ms=0.0, additive=False):
     """(x, y, groups): x (S, n) added ms per request as measured (1% jitter around the level), y the
     metric; the truth is linear at `pct_per_ms` of MEAN (plus `bend_pct_per_ms` more past `bend_at`
     ms, a saturation); each server's noise is multiplicative with mean 1: sd at the baseline, growing
     to (1 + het) x sd at the top level, Student t(4) scaled to sd when `tails`, and a slow server
-    (-10%) with probability `slow` (every level alike, so the slope in % is unchanged)."""
+    (-10%) with probability `slow` (every level alike, so the slope in % is unchanged).
+    `additive`: the noise in req/s does not scale with the truth (the spread at a large slope
+    stays the one measured at 0, for power checks)."""
     lv, groups = design(sizes, levels_ms)
     n = len(lv)
     x = lv * (1 + 0.01 * rng.standard_normal((S, n)))
@@ -30,7 +32,8 @@ def studies(rng, S, sizes, levels_ms, pct_per_ms=-4.0, *, sd=0.03, het=2.0, tail
     truth = 1 + pct_per_ms / 100 * x
     if bend_at is not None:
         truth = truth + bend_pct_per_ms / 100 * np.maximum(x - bend_at, 0)
-    y = MEAN * truth * (1 + s * eps) * np.where(rng.random((S, n)) < slow, 0.9, 1.0)
+    y = MEAN * ((1 if additive else truth) * (1 + s * eps) - 1 + truth) if additive else MEAN * truth * (1 + s * eps)
+    y = y * np.where(rng.random((S, n)) < slow, 0.9, 1.0)
     return x, y, groups
 
 

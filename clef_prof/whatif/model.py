@@ -40,7 +40,12 @@ class Slope:
     mean; `pct_per_pct` the % change per +1% of the stage's own time per request.
     `hidden` is True when the interval contains 0 (not on the critical path at this load), with
     `detectable_pct_per_ms` the smallest slope the design could detect. `verdict` is "critical",
-    "hidden" or "too few servers" (then `needed` says the design that would be enough)."""
+    "hidden" or "too few servers" (then `needed` says the design that would be enough).
+    `linear`: None below 3 levels (not testable), else whether no level departs from the line;
+    `bend` says where it does; the slope is fitted up to `linear_max_ms` (added ms per request),
+    the top of the range any extrapolation may span. `se`, `df`: of `per_ms`; `base_weight`: the
+    weight of each baseline server in `per_ms` (slopes of two stages share those servers: their
+    covariance, for a prediction's total). `implied`: the effect of a speed-up (`Implied`)."""
     stage: str
     metric: str
     baseline_mean: float
@@ -60,6 +65,26 @@ class Slope:
     bend: str | None = None
     linear_max_ms: float | None = None
     needed: str | None = None
+    se: float | None = None
+    df: float | None = None
+    base_weight: float | None = None
+    implied: "Implied | None" = None
+
+
+@dataclass(frozen=True)
+class Implied:
+    """The change in a metric (% of the baseline) if the stage took `speedup_pct` % less host time
+    per request (`delta_ms`, negative): the slope extrapolated below the measured range (an
+    extrapolation, always labelled), only as far as the measured linear range reaches above 0;
+    beyond it `refused` says why and there is no figure."""
+    stage: str
+    metric: str
+    speedup_pct: float
+    delta_ms: float
+    change_pct: float | None
+    lo: float | None
+    hi: float | None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,3 +103,4 @@ class WhatIf:
     baseline_servers: int
     failed_servers: int
     drift: str | None = None
+    speedup_pct: float | None = None

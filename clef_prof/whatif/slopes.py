@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from clef_prof.whatif.fit import departure, slope
-from clef_prof.whatif.model import METRICS, Observation, Slope, StageResult, WhatIf
+from clef_prof.whatif.fit import departure, detectable, slope
+import dataclasses
+
+from clef_prof.whatif.model import METRICS, Implied, Observation, Slope, StageResult, WhatIf
 
 NEEDED = ("at least 4 servers over 2 or more levels, 2 at each level and 3 where another level has "
           "more than 1.5x as many")
@@ -52,45 +54,81 @@ def _too_few(stage, m, b0, n, levels) -> Slope:
                  False, needed=NEEDED)
 
 
-def analyse(observations: list[Observation], *, confidence: float = 0.95) -> WhatIf:
+def implied(sl: Slope, stage_ms: float, speedup_pct: float) -> Implied:
+    """The metric's change for `speedup_pct` % less of the stage's host time per request, from the
+    slope: refused where the slope has no verdict or the cut is larger than the measured linear
+    range (the line is known over [0, linear_max_ms] only, so it is extrapolated no farther below 0)."""
+    delta = -speedup_pct / 100 * stage_ms
+    refuse = None
+    if sl.verdict == "too few servers":
+        refuse = "too few servers for a slope"
+    elif not 0 < speedup_pct <= 100:
+        refuse = f"a speed-up of {speedup_pct:g}% is not between 0 and 100%"
+    elif sl.linear_max_ms is None or -delta > sl.linear_max_ms:
+        refuse = (f"{delta:+.3g} ms/request is beyond the measured linear range "
+                  f"(+{sl.linear_max_ms or 0:.3g} ms/request): not extrapolated")
+    if refuse:
+        return Implied(sl.stage, sl.metric, speedup_pct, delta, None, None, None, refuse)
+    lo, hi = sorted((sl.pct_lo * delta, sl.pct_hi * delta))
+    return Implied(sl.stage, sl.metric, speedup_pct, delta, sl.pct_per_ms * delta, lo, hi)
+
+
+def stage_arrays(observations: list[Observation], stage: str, metric: str):
+    """(x, y, groups, levels) of one stage and metric over the baseline servers (first, x = 0) and
+    the stage's; None when either is missing."""
+    ok = [o for o in observations if o.failed is None and metric in o.metrics]
+    base = [o for o in ok if o.stage is None]
+    have = base + [o for o in ok if o.stage == stage]
+    if not base or len(have) == len(base):
+        return None
+    x = np.array([o.added_ms_per_request for o in have], dtype=float)
+    y = np.array([o.metrics[metric] for o in have], dtype=float)
+    levels, groups = np.unique([0.0 if o.stage is None else o.level for o in have], return_inverse=True)
+    return x, y, groups, levels
+
+
+def analyse(observations: list[Observation], *, confidence: float = 0.95,
+            speedup_pct: float | None = 20.0) -> WhatIf:
     """Per stage × metric: the slope of the metric over added ms per request, with its interval,
-    critical/hidden and the linear range."""
+    critical/hidden, the linear range and the implied effect of `speedup_pct` % less stage time."""
     ok = [o for o in observations if o.failed is None]
     base = [o for o in ok if o.stage is None]
     stages = sorted({o.stage for o in ok if o.stage is not None})
     out = []
     for stage in stages:
-        obs = base + [o for o in ok if o.stage == stage]
-        own = float(np.mean([o.stage_ms_per_request for o in obs]))
+        # the stage's own host time per request (without the injected part), on its servers
+        own = float(np.mean([o.stage_ms_per_request for o in ok if o.stage == stage]))
         slopes = []
         for m in METRICS:
-            have = [o for o in obs if m in o.metrics]
-            bm = [o.metrics[m] for o in base if m in o.metrics]
-            if not have or not bm:
+            arrays = stage_arrays(observations, stage, m)
+            if arrays is None:
                 continue
-            b0 = float(np.mean(bm))
-            x = np.array([o.added_ms_per_request for o in have], dtype=float)
-            y = np.array([o.metrics[m] for o in have], dtype=float)
-            levels, groups = np.unique([0.0 if o.stage is None else o.level for o in have],
-                                       return_inverse=True)
+            x, y, groups, levels = arrays
+            b0 = float(y[groups == 0].mean())
             if not design_ok(np.bincount(groups)):
                 slopes.append(_too_few(stage, m, b0, len(x), len(levels)))
                 continue
             top = int(linear_range(x, y, groups, confidence))
             keep = groups < top
             f = slope(x[keep], y[keep], groups[keep], confidence)
-            b, hw, mdc = float(f.est), float(f.half), float(f.mdc)
+            b, hw = float(f.est), float(f.half)
+            mdc = detectable(float(f.se), float(f.df), confidence)
             hidden = abs(b) <= hw
+            xk = x[keep]
+            weight = float(-xk.mean() / ((xk - xk.mean()) ** 2).sum())
             xmax = float(x[groups == top - 1].mean())
             bend = None
             if top < len(levels):
                 bend = (f"bends past +{xmax:.3g} ms/request: level {levels[top]:g} "
                         f"(+{float(x[groups == top].mean()):.3g} ms/request) departs from the line")
-            slopes.append(Slope(stage, m, b0, b, b - hw, b + hw, 100 * b / b0, 100 * (b - hw) / b0,
-                                100 * (b + hw) / b0, b * own / b0 if own > 0 else None,
-                                int(keep.sum()), top, "hidden" if hidden else "critical", hidden,
-                                detectable_pct_per_ms=100 * mdc / abs(b0),
-                                linear=None if len(levels) < 3 else top == len(levels), bend=bend,
-                                linear_max_ms=xmax))
+            sl = Slope(stage, m, b0, b, b - hw, b + hw, 100 * b / b0, 100 * (b - hw) / b0,
+                       100 * (b + hw) / b0, b * own / b0 if own > 0 else None,
+                       int(keep.sum()), top, "hidden" if hidden else "critical", hidden,
+                       detectable_pct_per_ms=100 * mdc / abs(b0),
+                       linear=None if len(levels) < 3 else top == len(levels), bend=bend,
+                       linear_max_ms=xmax, se=float(f.se), df=float(f.df), base_weight=weight)
+            if speedup_pct is not None:
+                sl = dataclasses.replace(sl, implied=implied(sl, own, speedup_pct))
+            slopes.append(sl)
         out.append(StageResult(stage, own, tuple(slopes)))
-    return WhatIf(confidence, tuple(out), len(base), len(observations) - len(ok))
+    return WhatIf(confidence, tuple(out), len(base), len(observations) - len(ok), speedup_pct=speedup_pct)

@@ -119,3 +119,48 @@ def test_a_saturation_is_found_where_it_bends():
     straight = int(np.flatnonzero(top == 4)[0])
     (sl,) = analyse(observations(x[straight], y[straight], g, (0, .1, .25, .5))).stages[0].slopes
     assert sl.linear is True and sl.bend is None and sl.levels == 4
+
+
+@pytest.mark.parametrize("sizes", [(2, 2), (3, 3, 3), (6, 6, 6, 6)], ids=lambda s: "+".join(map(str, s)))
+def test_hidden_and_could_detect_is_true(sizes):
+    """A hidden stage (true slope 0): "hidden" in ~95% of studies; the "could detect ±X" stated
+    at the measured spread is true: at the design's (rms) measured se and df, a true slope of X is found
+    (interval excluding 0) in >= 80% of studies, on either side; the usual (t_q + t_0.8) x se
+    would state too little at the smallest design. (Additive noise: the spread stays the one
+    measured, not scaled by a large slope.)"""
+    from clef_prof.whatif.fit import detectable
+
+    rng = np.random.default_rng(len(sizes) * 7 + sizes[0])
+    noise = NOISE["t4 + slow server, spread x3 at the top"]
+    x, y, g = studies(rng, S, sizes, MS[:len(sizes)], 0.0, **noise)
+    f = slope(x, y, g, 0.95)
+    assert np.mean(np.abs(f.est) <= f.half) >= 0.95 - TOL
+    se = 100 * f.se / y[:, g == 0].mean(-1)            # the spread each study measures, in %/ms
+    X = detectable(float(np.sqrt(np.mean(se ** 2))), float(np.median(f.df)), 0.95)
+    for sign in (-1, 1):
+        x, y, g = studies(rng, S, sizes, MS[:len(sizes)], sign * X, additive=True, **noise)
+        f = slope(x, y, g, 0.95)
+        assert np.mean(np.abs(f.est) > f.half) >= 0.8 - 3 * np.sqrt(0.16 / S), (sizes, X)
+    if sizes == (2, 2):
+        naive = (t_quantile(0.975, np.median(f.df)) + t_quantile(0.8, np.median(f.df))) * np.sqrt(np.mean(se ** 2))
+        assert naive < 0.75 * X
+
+
+def test_implied_speedup_within_the_linear_range_only():
+    """-20% of a 0.3 ms/request stage (-0.06 ms) lies within the measured +0.075: the slope times
+    -0.06 ms, its interval the slope's scaled (and swapped); -50% (-0.15 ms) is refused with the
+    reason; a bent response's range is shorter (+0.075 of +0.15), so -30% (-0.09) is refused."""
+    from clef_prof.whatif.slopes import implied
+
+    rng = np.random.default_rng(8)
+    x, y, g = studies(rng, 1, (4, 4, 4), MS[:3])
+    (sl,) = analyse(observations(x[0], y[0], g, (0, .1, .25))).stages[0].slopes
+    im = sl.implied
+    assert im.speedup_pct == 20 and np.isclose(im.delta_ms, -0.06) and im.refused is None
+    assert np.isclose(im.change_pct, -0.06 * sl.pct_per_ms)
+    assert np.isclose(im.lo, -0.06 * sl.pct_hi) and np.isclose(im.hi, -0.06 * sl.pct_lo)
+    far = implied(sl, 0.3, 50)
+    assert far.change_pct is None and "beyond the measured linear range (+0.07" in far.refused
+    x, y, g = studies(rng, 1, (6, 6, 6, 6), MS, bend_at=0.08, bend_pct_per_ms=-400.0, sd=0.005, het=0)
+    (sl,) = analyse(observations(x[0], y[0], g, (0, .1, .25, .5))).stages[0].slopes
+    assert sl.linear is False and implied(sl, 0.3, 30).refused and implied(sl, 0.3, 20).refused is None
