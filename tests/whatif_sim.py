@@ -27,7 +27,7 @@ def studies(rng, S, sizes, levels_ms, pct_per_ms=-4.0, *, sd=0.03, het=2.0, tail
     lv, groups = design(sizes, levels_ms)
     n = len(lv)
     x = lv * (1 + 0.01 * rng.standard_normal((S, n)))
-    s = sd * (1 + het * lv / lv.max())
+    s = sd * (1 + het * lv / max(lv.max(), 1e-12))
     eps = rng.standard_t(4, (S, n)) / np.sqrt(2) if tails else rng.standard_normal((S, n))
     truth = 1 + pct_per_ms / 100 * x
     if bend_at is not None:

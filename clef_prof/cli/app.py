@@ -12,7 +12,8 @@ from .options import HelpFormatter, Parser, add_stage_options
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
             "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "demo": "demo",
-            "load": "load", "bench": "bench", "export": "export", "history": "history"}
+            "load": "load", "bench": "bench", "export": "export", "history": "history",
+            "predict": "predict"}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
