@@ -76,12 +76,18 @@ def _statements(result: WhatIf) -> list[str]:
     return out
 
 
-def render(result: WhatIf, fmt: str) -> str:
-    """`fmt`: "text", "markdown" or "json"."""
+def render(result: WhatIf, fmt: str, observations=None) -> str:
+    """`fmt`: "text", "markdown", "json" or "html" (needs the `observations`: its plots show every
+    server)."""
+    if fmt == "html":
+        from clef_prof.whatif.html import render_html
+        if observations is None:
+            raise ValueError("the HTML page plots the servers: pass the observations")
+        return render_html(result, observations)
     if fmt == "json":
         return json.dumps(_clean(dataclasses.asdict(result)), indent=2, allow_nan=False)
     if fmt not in ("text", "markdown"):
-        raise ValueError(f"unknown format {fmt!r}: use text, markdown or json")
+        raise ValueError(f"unknown format {fmt!r}: use text, markdown, json or html")
     ci = f"{result.confidence:.0%} interval"
     title = ("Response of each serving metric to host time added to a stage, in % of the baseline "
              f"servers' figure per +1 ms/request ({result.baseline_servers} baseline servers"
