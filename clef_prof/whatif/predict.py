@@ -201,12 +201,21 @@ def predict(observations: list[Observation], result: WhatIf, compare: dict, *, s
         if bench.get("baseline") != base or arm not in (bench.get("arms") or {}):
             raise PredictError(f"{bsrc}: its arms ({', '.join(bench.get('arms') or {})}; baseline "
                                f"{bench.get('baseline')}) are not the compare's ({base} vs {arm})")
-    d, Vd, dfd, n = stage_changes(compare, stages, arm, csrc)
+    try:
+        d, Vd, dfd, n = stage_changes(compare, stages, arm, csrc)
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise PredictError(f"{csrc}: its stage metrics lack their arms' changes or per-capture values "
+                           "(not compare's JSON?)") from None
     metrics = sorted({sl.metric for s in result.stages for sl in s.slopes},
                      key=lambda m: list(BENCH_METRIC).index(m) if m in BENCH_METRIC else 9)
-    if bench is not None and not any(measured(bench, m, base, arm, case, bsrc)[0] for m in metrics):
-        raise PredictError(f"{bsrc}: none of the what-if's metrics ({', '.join(metrics)}) is in the bench "
-                           f"for {arm} vs {base}")
+    if bench is not None:
+        try:
+            found = [measured(bench, m, base, arm, case, bsrc)[0] for m in metrics]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise PredictError(f"{bsrc}: its cases lack their changes (not bench's JSON?)") from None
+        if not any(found):
+            raise PredictError(f"{bsrc}: none of the what-if's metrics ({', '.join(metrics)}) is in the "
+                               f"bench for {arm} vs {base}")
     notes = ["stage changes are compare's, measured under the profiler; slopes are unprofiled"]
     if Vd is None:
         notes.append(f"compare has {min(n)} capture(s) in an arm ({MIN_UNITS} needed for an interval): "

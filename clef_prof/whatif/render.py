@@ -29,8 +29,8 @@ def _g(v, signed=True) -> str:
     return f"{v:+.3g}" if signed else f"{v:.3g}"
 
 
-def _iv(lo, hi) -> str:
-    return "—" if lo is None or not math.isfinite(lo) else f"[{_g(lo)}, {_g(hi)}]"
+def _iv(lo, hi, none: str = "—") -> str:
+    return none if lo is None or not math.isfinite(lo) else f"[{_g(lo)}, {_g(hi)}]"
 
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:
@@ -123,8 +123,10 @@ def render_prediction(pred, fmt: str) -> str:
         rows = [("stage", "change ms/req", "% per +1 ms/req", "predicted %", ci)]
         for t in m.terms:
             rows.append((t.stage, _g(t.change_ms), _g(t.slope_pct_per_ms),
-                         _g(t.pct) if t.refused is None else "refused", _iv(t.lo, t.hi)))
-        rows.append(("total", "", "", _g(m.pct) if m.refused is None else "refused", _iv(m.lo, m.hi)))
+                         _g(t.pct) if t.refused is None else "refused",
+                         _iv(t.lo, t.hi, "no interval" if t.refused is None else "—")))
+        rows.append(("total", "", "", _g(m.pct) if m.refused is None else "refused",
+                     _iv(m.lo, m.hi, "no interval" if m.refused is None else "—")))
         if m.measured is not None:
             rows.append(("measured", "", "", _g(m.measured.pct), _iv(m.measured.lo, m.measured.hi)))
         if m.unexplained is not None:

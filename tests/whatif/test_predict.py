@@ -144,6 +144,9 @@ def test_one_capture_per_arm_and_beyond_the_linear_range(inputs):
     assert [t.stage for t in thr.terms] == ["transfer", "head"]
     assert all(t.lo is None and t.pct is not None for t in thr.terms) and thr.lo is None
     assert any("1 capture(s) in an arm" in n for n in pred.notes)
+    from clef_prof.whatif.render import render_prediction
+    text = render_prediction(pred, "text")
+    assert "no interval" in text and max(map(len, text.splitlines())) <= 80
     assert np.isclose(thr.terms[0].change_ms, -0.206, atol=0.001) and thr.terms[0].pct > 0
     short = [Observation(o.stage, o.level, o.unit, o.slot, o.added_ms_per_request / 4, o.stage_ms_per_request,
                          1.0, 3, o.metrics) for o in obs]
@@ -162,6 +165,8 @@ def test_one_capture_per_arm_and_beyond_the_linear_range(inputs):
     (["--compare-is", "MISSING"], "cannot read it"),
     (["--bench", "BADARMS", "--stages", "transfer,head"], "are not the compare's (main vs pr)"),
     (["--stages", "transfer,head", "--confidence", "2"], "--confidence 2.0"),
+    (["--bench", "BADMETRICS", "--stages", "transfer,head"], "none of the what-if's metrics"),
+    (["--compare-is", "NOPERCAPTURE", "--stages", "transfer,head"], "lack their arms' changes"),
 ])
 def test_bad_input_one_line(inputs, args, needle, tmp_path):
     tmp, _ = inputs
@@ -170,6 +175,16 @@ def test_bad_input_one_line(inputs, args, needle, tmp_path):
     b["baseline"] = "a"
     (tmp_path / "bad.json").write_text(json.dumps(b))
     files["BADARMS"] = tmp_path / "bad.json"
+    b = json.loads((tmp / "b.json").read_text())
+    for ch in b["cases"][0]["changes"]:
+        ch["metric"] = "x_" + ch["metric"]
+    (tmp_path / "badm.json").write_text(json.dumps(b))
+    files["BADMETRICS"] = tmp_path / "badm.json"
+    c = json.loads((tmp / "g1.json").read_text())
+    for m in c["metrics"]:
+        del m["arms"]["pr"]["change"]
+    (tmp_path / "badc.json").write_text(json.dumps(c))
+    files["NOPERCAPTURE"] = tmp_path / "badc.json"
     w, c, rest = tmp / "w.json", tmp / "g1.json", []
     it = iter(args)
     for a in it:
