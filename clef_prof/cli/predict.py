@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import json
 
-from .options import emit, import_numpy
+from .options import HelpFormatter, emit, import_numpy
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "predict", help="predicted vs measured: a PR's serving change from its stage changes and what-if slopes",
+        formatter_class=HelpFormatter,
         description="From a compare of main vs a PR (clef-prof compare -f json: each stage's ms/request change "
                     "with its interval) and a what-if file measured on main (clef-prof whatif: each stage's "
                     "slope), predict each stage's share of the serving change and the total, with intervals "
                     "propagating both; with a bench of the same arms (clef-prof bench -f json), show "
                     "predicted beside measured and the part the stages leave unexplained.",
-        epilog="example:\n  clef-prof predict --whatif runs/whatif/whatif.json --compare cmp.json --bench bench.json\n"
-               "  clef-prof predict --whatif W.json --compare C.json --stages transfer,head -f markdown")
+        epilog="examples:\n"
+               "  clef-prof predict --whatif wi.json --compare cmp.json --bench bench.json\n"
+               "  clef-prof predict --whatif wi.json --compare cmp.json --stages transfer,head")
     p.add_argument("--whatif", required=True, metavar="W.json", help="the what-if file (its observations)")
     p.add_argument("--compare", required=True, metavar="C.json", help="clef-prof compare's JSON, main vs the PR")
     p.add_argument("--bench", metavar="B.json", help="clef-prof bench's JSON of the same arms")
     p.add_argument("--case", help="the bench case to read (its label), where the bench has several")
     p.add_argument("--stages", help="comma-separated stages to predict from (default: every stage compared)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
-    p.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table")
+    p.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table",
+                   help="table: terminal report (default); markdown: for a pull request; json: every figure")
     p.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     p.set_defaults(func=run)
 
