@@ -10,6 +10,7 @@ import textwrap
 from clef_prof.whatif.model import WhatIf
 
 WIDTH = 80
+PREDICT_SCHEMA = "clef-prof/predict/1"
 NAMES = {"throughput_rps": "throughput", "p50_ms": "p50 latency", "p99_ms": "p99 latency",
          "goodput_rps": "goodput"}
 
@@ -112,7 +113,8 @@ def render_prediction(pred, fmt: str) -> str:
     """The predicted-vs-measured table: per metric, each stage's term, the total, bench's
     measured change and the share the stages explain."""
     if fmt == "json":
-        return json.dumps(_clean(dataclasses.asdict(pred)), indent=2, allow_nan=False)
+        return json.dumps({"schema": PREDICT_SCHEMA, **_clean(dataclasses.asdict(pred))}, indent=2,
+                          allow_nan=False)
     if fmt not in ("text", "markdown"):
         raise ValueError(f"unknown format {fmt!r}: use text, markdown or json")
     ci = f"{pred.confidence:.0%} interval"

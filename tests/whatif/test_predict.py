@@ -120,6 +120,7 @@ def test_cli_with_bench_and_the_share_explained(inputs):
     j = clef("predict", "--whatif", tmp / "w.json", "--compare", tmp / "c3.json", "--bench", tmp / "b.json",
              "-f", "json")
     pred = json.loads(j.stdout)
+    assert pred["schema"] == "clef-prof/predict/1" and pred["baseline"] == "main" and pred["arm"] == "pr"
     thr = next(m for m in pred["metrics"] if m["metric"] == "throughput_rps")
     b = json.loads((tmp / "b.json").read_text())
     meas = next(ch for ch in b["cases"][0]["changes"] if ch["metric"] == "throughput_rps")
