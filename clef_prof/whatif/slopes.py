@@ -108,6 +108,11 @@ def analyse(observations: list[Observation], *, confidence: float = 0.95,
             if not design_ok(np.bincount(groups)):
                 slopes.append(_too_few(stage, m, b0, len(x), len(levels)))
                 continue
+            if not np.all(np.isfinite(y)) or np.ptp(x) <= 0:
+                slopes.append(dataclasses.replace(_too_few(stage, m, b0, len(x), len(levels)),
+                                                  needed="delayed servers that report the time added to "
+                                                         "them (every one reported 0 ms/request)"))
+                continue
             top = int(linear_range(x, y, groups, confidence))
             keep = groups < top
             f = slope(x[keep], y[keep], groups[keep], confidence)

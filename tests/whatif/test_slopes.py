@@ -42,3 +42,12 @@ def test_too_few_servers_and_render():
     assert '"verdict": "too few servers"' in render(r, "json")
     text = render(analyse(_obs(np.random.default_rng(3), -0.2)), "text")
     assert "critical" in text and max(map(len, text.splitlines())) <= 80
+
+
+def test_servers_that_report_no_added_time_get_no_slope():
+    """A stage never called (its delayed servers report +0 ms/request): no slope, said why."""
+    obs = [Observation(o.stage, o.level, o.unit, o.slot, 0.0, 2.0, 1.0, 3, o.metrics)
+           for o in _obs(np.random.default_rng(4), -0.2)]
+    (sl,) = analyse(obs).stages[0].slopes
+    assert sl.verdict == "too few servers" and "reported 0 ms/request" in sl.needed
+    assert "too few servers" in render(analyse(obs), "text")
