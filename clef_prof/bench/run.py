@@ -181,8 +181,8 @@ class Hooks:
     """What a caller of `run` (whatif) adds per server; bench itself uses these no-ops.
 
     `env(seq, arm)`: extra environment of the server; `before_windows(meta)` and
-    `after_windows(meta)`: called while the server is idle just before its first window and
-    just after its last one drained; `after_server(meta)`: after it stopped (raise to end the
+    `after_windows(meta, windows)`: called while the server is idle just before its first window
+    and just after its last one drained (with that server's window records); `after_server(meta)`: after it stopped (raise to end the
     run; every server is stopped either way)."""
 
     def env(self, seq: int, arm: str) -> dict[str, str]:
@@ -191,7 +191,7 @@ class Hooks:
     def before_windows(self, meta: dict) -> None:
         pass
 
-    def after_windows(self, meta: dict) -> None:
+    def after_windows(self, meta: dict, windows: list[dict]) -> None:
         pass
 
     def after_server(self, meta: dict) -> None:
@@ -300,7 +300,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                 _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
                            f"{rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
                            f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors")
-    hooks.after_windows(meta)
+    hooks.after_windows(meta, out)
     return out, answers
 
 
