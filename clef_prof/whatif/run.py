@@ -58,11 +58,18 @@ class Level:
     @property
     def amount(self) -> str:
         """As $CLEF_PROF_DELAY writes it."""
-        return f"{self.value:g}x" if self.unit == "frac" else f"{self.value:g}us"
+        return f"{_plain(self.value)}x" if self.unit == "frac" else f"{_plain(self.value)}us"
 
     @property
     def label(self) -> str:
-        return f"{self.value * 100:g}%" if self.unit == "frac" else f"{self.value:g}us"
+        if self.unit == "frac":
+            return f"{_plain(self.value * 100)}%"
+        return f"{_plain(self.value / 1000)}ms" if self.value >= 1000 else f"{_plain(self.value)}us"
+
+
+def _plain(v: float) -> str:
+    """A number without an exponent (annotate.delay reads digits and a point only)."""
+    return f"{v:.6f}".rstrip("0").rstrip(".")
 
 
 def parse_levels(text: str) -> list[Level]:
