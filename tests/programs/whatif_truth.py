@@ -52,6 +52,14 @@ class Pending:
         self.body, self.done, self.status, self.answer = body, threading.Event(), 500, b""
 
 
+def answer(items: list, reqs: list) -> None:
+    """Write the batch's answers: a plain function, the target of tests/programs/whatif_truth.toml
+    (`clef-prof whatif --spec`: a stage injected, not annotated)."""
+    for p, r in zip(items, reqs):
+        if r is not None:
+            p.status, p.answer = 200, encode_response(r, 0.5, len(r["state"].split()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -129,9 +137,8 @@ def main() -> int:
         side_q.put((n, done))
         time.sleep(a.device_ms * n / 1000)      # the simulated device
         done.wait()
-        for p, r in zip(items, reqs):
-            if r is not None:
-                p.status, p.answer = 200, encode_response(r, 0.5, len(r["state"].split()))
+        answer(items, reqs)
+        for p in items:
             p.done.set()
         served += n
         if die_after is not None and served >= die_after:

@@ -253,3 +253,20 @@ def test_from_reanalyses_a_saved_run(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     bad = whatif("--from", tmp_path / "bad.json", mark=uuid.uuid4().hex)
     assert bad.returncode == EXIT_INPUT and "not a clef-prof what-if file" in bad.stderr
+
+
+def test_spec_injected_stage_gets_its_fixed_delay(tmp_path):
+    """--spec: the stage `answer` is a plain function wrapped by clef-prof inject; a level in ms
+    per call is what each call gets (a spin: at least that, more when the OS runs others)."""
+    port, mark = free_port(), uuid.uuid4().hex
+    save = tmp_path / "w.json"
+    p = whatif("--spec", ROOT / "tests" / "programs" / "whatif_truth.toml", "--stages", "answer", "--levels",
+               "0,1ms,2ms", "--servers", 2, *FAST, "--save", save, mark=mark, server=[], port=port)
+    assert_nothing_left(mark)
+    assert p.returncode == 0, p.stderr
+    obs, meta = store.load(save)
+    assert meta["command"][:4] == [sys.executable, "-m", "clef_prof", "inject"]
+    for o in obs:
+        assert o.calls_per_request == pytest.approx(0.25, rel=0.35)       # one call a batch of up to 4
+        per_call_ms = o.added_ms_per_request / o.calls_per_request
+        assert o.level / 1000 * 0.95 <= per_call_ms <= o.level / 1000 * 1.5 + 0.2, o
