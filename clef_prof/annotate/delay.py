@@ -21,7 +21,7 @@ that silently ran undelayed would give figures that look fine and are not.
 
 Per named stage the process counts calls, own ns (the stage's time without what was injected in
 it, nested delayed stages included) and injected ns; with $CLEF_PROF_DELAY_STATS set it writes
-them as JSON to `FOLDER/PID.json` every PERIOD_S and at exit (a temporary file and a rename: a
+them as JSON to `FOLDER/PID.json` every PERIOD_S ($CLEF_PROF_DELAY_PERIOD_S) and at exit (a temporary file and a rename: a
 reader never sees half a file), with the parsed spec and every stage name this process made.
 Standard library only: this runs inside the server.
 """
@@ -36,8 +36,9 @@ import time
 
 ENV_DELAY = "CLEF_PROF_DELAY"
 ENV_STATS = "CLEF_PROF_DELAY_STATS"
+ENV_PERIOD = "CLEF_PROF_DELAY_PERIOD_S"
 EXIT_BAD_SPEC = 2
-PERIOD_S = 0.5
+PERIOD_S = 0.5              # $CLEF_PROF_DELAY_PERIOD_S overrides it (whatif: 0.05, to read a snapshot when idle)
 MODES = ("spin", "sleep")
 SCHEMA = "clef-prof/delay/1"
 
@@ -202,9 +203,18 @@ def write_stats() -> None:
         _say(f"clef-prof delay[{os.getpid()}]: cannot write {path}: {exc.strerror or exc}")
 
 
+def _period() -> float:
+    try:
+        v = float(os.environ.get(ENV_PERIOD, PERIOD_S))
+    except ValueError:
+        return PERIOD_S
+    return v if 0.01 <= v <= 60 else PERIOD_S
+
+
 def _periodic() -> None:
+    period = _period()
     while True:
-        time.sleep(PERIOD_S)
+        time.sleep(period)
         write_stats()
 
 

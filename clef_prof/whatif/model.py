@@ -18,7 +18,10 @@ class Observation:
     stage's own host time per request without the injected part, measured in the server.
     `metrics` maps a name of METRICS to the server's mean over its windows (absent: not measured).
     `slot` is the server's position in the run order (for the drift check); `failed` says why a
-    server gave no figures (its metrics are then empty)."""
+    server gave no figures (its metrics are then empty). `per_stage` holds, for every stage the
+    experiment wrapped, its "calls_per_request", "own_ms_per_request" and "added_ms_per_request"
+    in this server (a baseline server's `stage_ms_per_request` and `calls_per_request` are its
+    first stage's; each stage's regression reads its own from here)."""
     stage: str | None
     level: float
     unit: str
@@ -29,6 +32,7 @@ class Observation:
     windows: int
     metrics: dict[str, float] = field(default_factory=dict)
     failed: str | None = None
+    per_stage: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
