@@ -62,6 +62,7 @@ import sys
 import threading
 
 from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
+from . import delay as _delay
 from . import nvtx_client as _nc
 
 __all__ = ["stage", "batch", "push", "pop", "request", "Request", "enqueued", "torch_refresh", "DEFAULT_DOMAIN",
@@ -270,11 +271,86 @@ class Stage:
         return f"stage({self.name!r}, domain={self.domain!r})"
 
 
+class DelayedStage(Stage):
+    """A Stage named in $CLEF_PROF_DELAY (`annotate.delay`): the same range, its own time counted
+    and the delay added inside it when each call's work returns (a `with` block's start kept per
+    thread, an `async with`'s per task)."""
+
+    __slots__ = ("_timer", "_tl", "_cv")
+
+    def __init__(self, name: str, domain: str, delay):
+        super().__init__(name, domain)
+        self._timer = _delay.Timer(delay)
+        self._tl = threading.local()
+        self._cv = contextvars.ContextVar(f"clef_prof_delay_{name}", default=())
+
+    def __enter__(self):
+        st = getattr(self._tl, "stack", None)
+        if st is None:
+            st = self._tl.stack = []
+        st.append(self._timer.begin())
+        return Stage.__enter__(self)
+
+    def __exit__(self, *exc):
+        st = getattr(self._tl, "stack", None)
+        if st:
+            self._timer.end(st.pop())
+        return Stage.__exit__(self, *exc)
+
+    async def __aenter__(self):
+        self._cv.set(self._cv.get() + (self._timer.begin(),))
+        return await Stage.__aenter__(self)
+
+    async def __aexit__(self, *exc):
+        open_ = self._cv.get()
+        if open_:
+            self._cv.set(open_[:-1])
+            self._timer.end(open_[-1])
+        return await Stage.__aexit__(self, *exc)
+
+    def __call__(self, fn):
+        """The range around `fn` timed and delayed (the delay inside the range, as in a `with`)."""
+        import inspect
+        begin, end = self._timer.begin, self._timer.end
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def delayed_async(*args, **kwargs):
+                t = begin()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    end(t)
+            return Stage.__call__(self, delayed_async)
+
+        @functools.wraps(fn)
+        def delayed(*args, **kwargs):
+            t = begin()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end(t)
+        return Stage.__call__(self, delayed)
+
+    def __repr__(self) -> str:
+        return f"stage({self.name!r}, domain={self.domain!r}, delay={self._timer.delay.text()!r})"
+
+
+def _make_stage(name: str, domain: str) -> Stage:
+    """A Stage, or a DelayedStage when $CLEF_PROF_DELAY names `name` (looked up once, here)."""
+    if _delay.PLAN:
+        _delay.seen(name)
+        d = _delay.PLAN.get(name)
+        if d is not None:
+            return DelayedStage(name, domain, d)
+    return Stage(name, domain)
+
+
 def stage(name: str, domain: str = DEFAULT_DOMAIN) -> Stage:
-    """The stage range `name` in `domain` (cached: the same object for the same arguments)."""
+    """The stage range `name` in `domain` (cached: the same object for the same arguments); a
+    DelayedStage when $CLEF_PROF_DELAY names it (annotate.delay)."""
     s = _stages.get((name, domain))
     if s is None:
-        s = _stages.setdefault((name, domain), Stage(name, domain))
+        s = _stages.setdefault((name, domain), _make_stage(name, domain))
     return s
 
 

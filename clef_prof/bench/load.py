@@ -10,6 +10,7 @@ send time, so a slow server cannot hide its queueing (coordinated omission).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import importlib
 import json
 import random
@@ -173,7 +174,8 @@ class Window:
     records: list
     offered: int | None = None     # open loop: arrivals scheduled in the window
 
-    def summary(self) -> dict:
+    def summary(self, slo_ms: float | None = None) -> dict:
+        """The window's figures; with `slo_ms`, also goodput: answers within it per second."""
         ok = sorted((d - s) / 1e6 for s, d, e in self.records if e is None)
         kinds: dict[str, int] = {}
         for _, _, e in self.records:
@@ -188,6 +190,9 @@ class Window:
                "latency_ms_p99": percentile(ok, 99), "latency_ms_mean": sum(ok) / len(ok) if ok else None}
         if self.offered is not None:
             out["offered"] = self.offered
+        if slo_ms is not None:
+            good = bisect.bisect_right(ok, slo_ms)
+            out.update(slo_ms=slo_ms, good=good, goodput_rps=good / elapsed if elapsed > 0 else 0.0)
         return out
 
 

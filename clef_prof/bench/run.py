@@ -50,9 +50,9 @@ class Server:
     """A server command started in its own session with a marker in its environment."""
 
     def __init__(self, argv: list[str], label: str, logs: str, health: str, timeout: float, stop_s: float,
-                 cpus: set[int] | None = None):
+                 cpus: set[int] | None = None, env: dict[str, str] | None = None):
         self.argv, self.label, self.health, self.timeout, self.stop_s = argv, label, health, timeout, stop_s
-        self.cpus = cpus
+        self.cpus, self.extra_env = cpus, dict(env or {})
         self.token = secrets.token_hex(8)
         self.tree = procs.Tree(self.token)     # every descendant seen, marker or not (`setsid env -i`)
         self._before: set[int] = set()
@@ -68,7 +68,7 @@ class Server:
         if busy:
             raise BenchError(f"port {busy[1]} on {busy[0]} already answers before {self.label} started: another "
                              "server is running there; stop it or point --url at the arms' port")
-        env = dict(os.environ, **{procs.ENV_MARK: self.token})
+        env = dict(os.environ, **self.extra_env, **{procs.ENV_MARK: self.token})
         self._before = set(procs.children(os.getpid()))
         with open(self.log_out, "wb") as out, open(self.log_err, "wb") as err:
             try:
@@ -177,6 +177,27 @@ def adopted(server_pid: int, before: set[int]) -> list[int]:
 # the run
 
 
+class Hooks:
+    """What a caller of `run` (whatif) adds per server; bench itself uses these no-ops.
+
+    `env(seq, arm)`: extra environment of the server; `before_windows(meta)` and
+    `after_windows(meta, windows)`: called while the server is idle just before its first window
+    and just after its last one drained (with that server's window records); `after_server(meta)`: after it stopped (raise to end the
+    run; every server is stopped either way)."""
+
+    def env(self, seq: int, arm: str) -> dict[str, str]:
+        return {}
+
+    def before_windows(self, meta: dict) -> None:
+        pass
+
+    def after_windows(self, meta: dict, windows: list[dict]) -> None:
+        pass
+
+    def after_server(self, meta: dict) -> None:
+        pass
+
+
 def _ints(text: str, what: str, low: int) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
@@ -243,7 +264,7 @@ def _model(args, url: str) -> str | None:
 
 
 async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
-                   parity_bodies: list[bytes], check, meta: dict) -> tuple[list[dict], list | None]:
+                   parity_bodies: list[bytes], check, meta: dict, hooks: Hooks) -> tuple[list[dict], list | None]:
     """Warm-up, parity, then the windows of every case in `order`, on one server."""
     first = cases[order[0]]
     cmax = max(c.concurrency for c in cases)
@@ -259,6 +280,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
     _say(args, f"{srv.label}: warmed up ({wu['completions']} requests in {wu['seconds']:.1f} s, C={cmax}, "
                f"{first.label()})")
     out = []
+    hooks.before_windows(meta)
     for ci in order:
         case = cases[ci]
         async with client_session(case.concurrency) as s:
@@ -272,11 +294,13 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                 if srv.died.is_set():
                     raise BenchError(f"{srv.label}: the server exited during window {w + 1} of case "
                                      f"{case.label()} ({srv.exit_text()})")
-                rec = {"case": ci, "window": w + 1, **win.summary(), **mon.window(win.t0_ns, t_last)}
+                rec = {"case": ci, "window": w + 1, **win.summary(getattr(args, "slo_ms", None)),
+                       **mon.window(win.t0_ns, t_last)}
                 out.append(rec)
                 _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
                            f"{rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
                            f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors")
+    hooks.after_windows(meta, out)
     return out, answers
 
 
@@ -304,11 +328,16 @@ def _parity(arm_names: list[str], answers: dict, bodies: list[bytes], tol: float
     return out
 
 
-def run(args) -> dict:
+def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks | None = None,
+        keep_going: bool = False) -> dict:
+    """The bench run. `arms` (name, argv) instead of --arm, `hooks` per server (whatif); with
+    `keep_going` a server that fails is recorded (its meta's "failed") and the run goes on."""
     t_start = time.monotonic()
-    if len(args.arm) < 2:
-        raise BenchError("give at least two arms: --arm main=CMD --arm pr=CMD")
-    arms = parse_arms(args.arm)
+    hooks = hooks or Hooks()
+    if arms is None:
+        if len(args.arm) < 2:
+            raise BenchError("give at least two arms: --arm main=CMD --arm pr=CMD")
+        arms = parse_arms(args.arm)
     names = [a for a, _ in arms]
     cases = cases_from(args)
     for opt, low in (("rounds", 1), ("windows", 1)):
@@ -362,7 +391,8 @@ def run(args) -> dict:
             served[arm] = served.get(arm, 0) + 1
             order = list(range(len(cases)))[::-1 if k % 2 else 1]
             label = f"{k + 1:02d}-{arm}-r{rnd}"
-            srv = Server(dict(arms)[arm], label, logs, health, args.health_timeout, args.stop_timeout, server_cpus)
+            srv = Server(dict(arms)[arm], label, logs, health, args.health_timeout, args.stop_timeout, server_cpus,
+                         hooks.env(k + 1, arm))
             meta = {"seq": k + 1, "arm": arm, "round": rnd, "server": served[arm], "case_order": order,
                     "command": dict(arms)[arm], "log": srv.log_err}
             servers.append(meta)
@@ -381,16 +411,23 @@ def run(args) -> dict:
                 from .monitor import Monitor
                 mon = Monitor(srv.pids).start()
                 notes += [n for n in mon.notes if n not in notes]
-                recs, ans = asyncio.run(_session(args, srv, mon, url, cases, order, bodies, parity_bodies, check, meta))
+                recs, ans = asyncio.run(_session(args, srv, mon, url, cases, order, bodies, parity_bodies, check,
+                                                 meta, hooks))
                 for r in recs:
                     windows.append({"seq": len(windows) + 1, "arm": arm, "round": rnd, "server": served[arm],
                                     "server_seq": k + 1, **r})
                 if ans is not None:
                     answers[(arm, served[arm])] = ans
+            except BenchError as exc:
+                if not keep_going:
+                    raise
+                meta["failed"] = str(exc)
+                _say(args, f"{label}: failed, going on: {exc}")
             finally:
                 if mon is not None:
                     mon.stop()
                 notes += srv.stop()
+            hooks.after_server(meta)
         ok = True
     finally:
         subreaper(False)

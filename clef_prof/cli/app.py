@@ -12,7 +12,8 @@ from .options import HelpFormatter, Parser, add_stage_options
 # imports only that module (start-up stays small: `analyze --help` and `doctor` import no NumPy)
 COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": "inject", "report": "report",
             "doctor": "doctor", "record": "record", "ab": "ab", "demo-server": "demo_server", "demo": "demo",
-            "load": "load", "bench": "bench", "export": "export", "history": "history"}
+            "load": "load", "bench": "bench", "export": "export", "history": "history",
+            "whatif": "whatif", "predict": "predict"}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if not parsed:          # a parser that failed: said in one line, as a command's failure is
         return code
     args = parsed[0]
-    if args.command in ("analyze", "compare", "bench") and args.output == "-":      # -o -: stdout
+    if args.command in ("analyze", "compare", "bench", "whatif") and args.output == "-":      # -o -: stdout
         args.output = None
     with report_to(sys.stdout, to_file=bool(getattr(args, "output", None))):
         return run_command(args.func, args)

@@ -11,34 +11,8 @@ from .history import add_store_option, check_store, store_results
 from .options import HelpFormatter, emit, render_text, say
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "bench", help="serving A/B without the profiler: fresh servers in ABBA order, windows per case, intervals",
-        formatter_class=HelpFormatter,
-        description="Serving A/B without nsys: per round a fresh server per arm (ABBA across rounds), health,\n"
-                    "warm-up, then each case of the matrix (order reversed every other server) in --windows windows\n"
-                    "of --window-s seconds. Per case: requests/s, p50/p99 latency and peak device memory of each\n"
-                    "arm, the change and its Welch t interval between the arms' servers (each server's figure over\n"
-                    "its windows; a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
-                    "smallest change the design could detect. --from DIR re-judges a saved run without servers.\n"
-                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors).",
-        epilog="examples:\n"
-               "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
-               "      --arm pr='clef-prof demo-server --variant pr' --rounds 8 \\\n"
-               "      --concurrency 8,16 --words 200,1000 --windows 1 --window-s 20 \\\n"
-               "      --warmup 10 -f markdown\n"
-               "  clef-prof bench --arm main='vllm serve M' \\\n"
-               "      --arm pr='/pr/venv/bin/vllm serve M' --preset vllm-embeddings \\\n"
-               "      --concurrency 32 --rate 200 --fail-if 'throughput_rps < -2%' \\\n"
-               "      --cpus 4-15 --load-cpus 0-3 --out runs/bench1\n"
-               "  clef-prof bench --from runs/bench1 --confidence 0.9 \\\n"
-               "      --fail-if 'throughput_rps < -5%'")
-    p.add_argument("--arm", action="append", default=[], metavar="NAME=COMMAND",
-                   help="an arm and its server command (quoted; repeat; the first is the baseline)")
-    p.add_argument("--rounds", type=int, default=8, help="servers per arm (default 8: +15%% found 85%% of the time at "
-                   "an 8%% spread between servers; a verdict needs 3, as a fresh server is the unit that varies)")
-    p.add_argument("--order", choices=["ABBA", "AB"], default="ABBA", help="arm order reversed every other round "
-                   "(ABBA, default) or fixed (AB)")
+def add_load_options(p) -> None:
+    """The requests, cases and timing options bench and whatif share (bench.run reads them)."""
     g = p.add_argument_group("requests")
     g.add_argument("--preset", choices=sorted(bl.PRESETS), default="demo",
                    help="body and endpoint: demo (POST /v1/systemone, Clef body), vllm-embeddings (/v1/embeddings), "
@@ -72,6 +46,37 @@ def add_parser(sub) -> None:
                    "(default 300)")
     t.add_argument("--stop-timeout", type=float, default=15.0, metavar="S",
                    help="seconds the server gets to exit on SIGINT (then SIGTERM, then SIGKILL)")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="serving A/B without the profiler: fresh servers in ABBA order, windows per case, intervals",
+        formatter_class=HelpFormatter,
+        description="Serving A/B without nsys: per round a fresh server per arm (ABBA across rounds), health,\n"
+                    "warm-up, then each case of the matrix (order reversed every other server) in --windows windows\n"
+                    "of --window-s seconds. Per case: requests/s, p50/p99 latency and peak device memory of each\n"
+                    "arm, the change and its Welch t interval between the arms' servers (each server's figure over\n"
+                    "its windows; a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
+                    "smallest change the design could detect. --from DIR re-judges a saved run without servers.\n"
+                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors).",
+        epilog="examples:\n"
+               "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
+               "      --arm pr='clef-prof demo-server --variant pr' --rounds 8 \\\n"
+               "      --concurrency 8,16 --words 200,1000 --windows 1 --window-s 20 \\\n"
+               "      --warmup 10 -f markdown\n"
+               "  clef-prof bench --arm main='vllm serve M' \\\n"
+               "      --arm pr='/pr/venv/bin/vllm serve M' --preset vllm-embeddings \\\n"
+               "      --concurrency 32 --rate 200 --fail-if 'throughput_rps < -2%' \\\n"
+               "      --cpus 4-15 --load-cpus 0-3 --out runs/bench1\n"
+               "  clef-prof bench --from runs/bench1 --confidence 0.9 \\\n"
+               "      --fail-if 'throughput_rps < -5%'")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=COMMAND",
+                   help="an arm and its server command (quoted; repeat; the first is the baseline)")
+    p.add_argument("--rounds", type=int, default=8, help="servers per arm (default 8: +15%% found 85%% of the time at "
+                   "an 8%% spread between servers; a verdict needs 3, as a fresh server is the unit that varies)")
+    p.add_argument("--order", choices=["ABBA", "AB"], default="ABBA", help="arm order reversed every other round "
+                   "(ABBA, default) or fixed (AB)")
+    add_load_options(p)
     q = p.add_argument_group("checks and statistics")
     q.add_argument("--parity", type=int, default=0, metavar="N", help="send the same N bodies to every server and "
                    "compare the answers with the baseline's first server")

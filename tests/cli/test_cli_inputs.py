@@ -235,7 +235,8 @@ def help_of(*command: str, capsys) -> str:
 @pytest.mark.parametrize("command, example", [
     ("analyze", "clef-prof analyze traces/gpu25-pr-slice.sqlite"),
     ("demo-server", "clef-prof demo-server --variant main --port 8000"),
-    ("load", "clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16")])
+    ("load", "clef-prof load --url http://127.0.0.1:8000 --duration 10 --concurrency 16"),
+    ("whatif", "clef-prof whatif --from runs/head.json -f markdown")])
 def test_help_has_a_description_and_an_example(command, example, capsys):
     text = help_of(command, capsys=capsys)
     usage, description = text.split("\n\n")[:2]

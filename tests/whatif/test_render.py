@@ -1,0 +1,73 @@
+"""The what-if's renderers on seeded servers: terminal text within 80 columns with its numbers
+whole, units with denominators, and the HTML plots' structure (a plot per stage and metric, a
+dot per server, the band, the linear range's top, servers past a bend hollow)."""
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+from clef_prof.whatif.render import render
+from clef_prof.whatif.slopes import analyse
+
+from whatif_sim import observations, studies
+
+MS = (0.0, 0.03, 0.075, 0.15)
+
+
+def _bent():
+    rng = np.random.default_rng(2)
+    x, y, g = studies(rng, 1, (6, 6, 6, 6), MS, -40.0, bend_at=0.08, bend_pct_per_ms=-400.0, sd=0.005, het=0,
+                      tails=False, slow=0.0)
+    obs = observations(x[0], y[0], g, (0, .1, .25, .5))
+    x, y, g = studies(rng, 1, (6, 6, 6, 6), MS, 0.0)
+    obs += [o.__class__("parse", *(o.level, o.unit, o.slot + 100, o.added_ms_per_request, o.stage_ms_per_request,
+                                   o.calls_per_request, o.windows, o.metrics))
+            for o in observations(x[0], y[0], g, (0, .1, .25, .5)) if o.stage]
+    return obs
+
+
+def test_text_fits_80_columns_and_says_everything():
+    obs = _bent()
+    r = analyse(obs)
+    head = next(sl for s in r.stages if s.stage == "head" for sl in s.slopes)
+    assert head.linear is False and head.verdict == "critical"
+    text = render(r, "text")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    flat = " ".join(line.strip() for line in lines)
+    assert "% per +1 ms/req" in flat and "ms/request" in flat
+    assert f"{head.pct_per_ms:+.3g}" in flat and f"[{head.pct_lo:+.3g}, {head.pct_hi:+.3g}]" in flat
+    assert "bends past +0.0" in flat and "an extrapolation" in flat
+    parse = next(sl for s in r.stages if s.stage == "parse" for sl in s.slopes)
+    if parse.hidden:
+        assert (f"hidden (indistinguishable from 0; could detect ±{parse.detectable_pct_per_ms:.3g}% "
+                "throughput per +1 ms/request)") in flat
+    for line in lines:                              # a wrapped line never starts inside a number
+        assert not re.match(r"\s*[\d.]+[\]%,]", line), line
+    md = render(r, "markdown")
+    assert "| metric |" in md and "- head, throughput:" in md
+
+
+def test_html_plot_structure():
+    obs = _bent()
+    r = analyse(obs)
+    page = render(r, "html", observations=obs)
+    assert page.startswith("<!doctype html>") and "<script" not in page and "http://" not in page.replace(
+        "http://www.w3.org/2000/svg", "")
+    svgs = re.findall(r"<svg .*?</svg>", page, re.S)
+    assert len(svgs) == 2                           # head and parse, throughput each
+    by = {}
+    for s in svgs:
+        root = ET.fromstring(s)
+        by[root.get("data-stage")] = root
+    ns = "{http://www.w3.org/2000/svg}"
+    head = by["head"]
+    circles = head.findall(f"{ns}circle")
+    assert len(circles) == 24
+    past = [c for c in circles if "past-bend" in c.get("class")]
+    assert len(past) == 6 and all(float(c.get("data-x")) > 0.14 for c in past)
+    assert len(head.findall(f"{ns}path[@class='band']")) == 1
+    assert len(head.findall(f"{ns}line[@class='linear-max']")) == 1
+    sl = next(sl for s in r.stages if s.stage == "head" for sl in s.slopes)
+    assert head.get("data-verdict") == sl.verdict
+    assert len(by["parse"].findall(f"{ns}circle")) == 24
