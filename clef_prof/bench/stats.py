@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..compare import welch
+from ..compare.gates import gate_status
 
 METRICS = {  # name: (numerator column, denominator column, unit)
     "throughput_rps": ("completions", "elapsed_s", "req/s"),
@@ -161,7 +162,7 @@ def _pct(v) -> str:
 
 def verdict_text(c: dict) -> str:
     """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
-    if c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
+    if c.get("ci") is None or c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
         return c["verdict"]
     return f"{c['verdict']} (detects ±{c['mdc_pct']:.1f}%)"
 
@@ -262,7 +263,7 @@ def render_markdown(result: dict) -> str:
     out.append("")
     out += [f"<sub>{line}</sub>  " for line in footer_lines(result)]
     for g in result.get("gates", []):
-        out.append(f"- **{'fired' if g['fired'] else 'passed'}** ({g['case']}): `{g['gate']}` — {g['arm']} vs "
+        out.append(f"- **{gate_status(g)}** ({g['case']}): `{g['gate']}` — {g['arm']} vs "
                    f"{g['baseline']}")
     return "\n".join(out) + "\n"
 

@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
                     "arm, the change and its Welch t interval between the arms' servers (each server's figure over\n"
                     "its windows; a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
                     "smallest change the design could detect. --from DIR re-judges a saved run without servers.\n"
-                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors).",
+                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors);\n"
+                    "else exit 3 when a gate cannot be judged (fewer than 3 servers an arm): never a pass.",
         epilog="examples:\n"
                "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
                "      --arm pr='clef-prof demo-server --variant pr' --rounds 8 \\\n"
@@ -103,7 +104,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import stats as bs
-    from ..compare.gates import gate_line
+    from ..compare.gates import gate_exit, gate_line
 
     check_store(args)
     if args.from_dir:
@@ -127,10 +128,9 @@ def cmd_bench(args) -> int:
     else:
         bs.render_terminal(result)
     store_results(args, "bench", [result])
-    code = 0
     for v in result["gates"]:
         say(f"clef-prof: {v['case']}: {gate_line(v, '')}")
-        code = 1 if v["fired"] else code
+    code = gate_exit(result["gates"])
     par = result["parity"]
     if par and par["mismatches"]:
         code = 1

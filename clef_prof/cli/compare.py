@@ -5,7 +5,7 @@ import json
 import sys
 
 from ..compare.arm import CompareError, collect
-from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
+from ..compare.gates import evaluate_gates, gate_exit, gate_line, parse_gate, render_json, render_markdown, render_terminal
 from .history import add_store_option, check_store, store_results
 from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     p.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on the change from the baseline, e.g. \"stages.index.host_ms_per_request > +5%%\" or "
-                        "\"per_request.h2d_copies > 0\" (> >= < <=; %% = relative); exit 1 when one fires")
+                        "\"per_request.h2d_copies > 0\" (> >= < <=; %% = relative); exit 1 when one fires, else exit 3 when one cannot be judged "
+                        "(fewer than 3 captures an arm: not a pass)")
     p.add_argument("--gate-on", choices=["ci", "point"], default="ci",
                    help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
                         "default) or when the point change is (point); exact counts always use the exact change")
@@ -99,7 +100,7 @@ def run(args) -> int:
     if args.format != "table" or args.output:
         for w in comp["warnings"]:
             say(f"warning: {w}")
-    return 1 if any(v["fired"] for v in verdicts) else 0
+    return gate_exit(verdicts)
 
 
 def _load(arms, cfg, args):
