@@ -529,7 +529,7 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
                    "interval": "Welch t between the arms' servers (each server's figure = its windows' ratio of sums, "
                                "on logs where positive, Satterthwaite df); ci in % of the baseline (exp(CI) - 1), "
                                "ci_abs in the metric's unit (baseline figure × ci / 100); no interval below "
-                               f"{MIN_UNITS} servers per arm; mdc: the smallest change detected 80% of the time"},
+                               f"{MIN_UNITS} servers per arm; mdc: the change found 80% of the time, its spread being measured (noncentral t)"},
         "notes": notes, "duration_s": round(duration, 1),
     }
 

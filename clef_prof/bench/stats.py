@@ -5,8 +5,8 @@ of the windows' percentiles. A fresh server is the unit that varies: each server
 same ratio of sums over its own windows, and the interval of a change is Welch's t interval
 between the arms' servers on the log of those figures (`compare.welch`), reported in % of the
 baseline as exp(CI) - 1 and in the metric's unit as the baseline figure times that. Below
-`welch.MIN_UNITS` servers in an arm there is no verdict; every verdict states the smallest
-change its design could detect.
+`welch.MIN_UNITS` servers in an arm there is no verdict; every verdict states the change its
+design finds 80% of the time (`welch.detect_factor`).
 """
 from __future__ import annotations
 
@@ -120,10 +120,10 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))
                 alo, ahi, amdc = (float(v) for v in w.absolute(base))
-                c.update({"scale": "log" if bool(w.log) else "linear", "mdc_pct": mdc, "mdc_abs": amdc,
-                          "df": float(w.df) if np.isfinite(w.df) else None})
-                if w.judged:
-                    c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi))})
+                c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None})
+                if w.judged:            # no verdict, no power statement
+                    c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi)),
+                              "mdc_pct": mdc, "mdc_abs": amdc})
             c["verdict"] = too_few(min(n_base, n_arm)) if c["ci_abs"] is None else verdict(*c["ci_abs"])
             out.append(c)
     return out
@@ -161,7 +161,7 @@ def _pct(v) -> str:
 
 
 def verdict_text(c: dict) -> str:
-    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
+    """The verdict and the change its design finds 80% of the time (none without a verdict)."""
     if c.get("ci") is None or c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
         return c["verdict"]
     return f"{c['verdict']} (detects ±{c['mdc_pct']:.1f}%)"
@@ -236,8 +236,8 @@ def footer_lines(result: dict) -> list[str]:
     lines.append(f"Method: requests/s = Σ completions / Σ elapsed s (drained requests included) over the windows; "
                  f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: Welch t between the arms' "
                  f"servers (each server's figure over its windows, on logs, Satterthwaite df), shown as exp(CI) - 1; "
-                 f"beyond noise = the interval excludes 0; 'detects' = the smallest change this design finds 80% of "
-                 f"the time at the measured spread. Servers per arm: "
+                 f"beyond noise = the interval excludes 0; 'detects' = the change this design finds 80% of "
+                 f"the time, its spread being measured (noncentral t). Servers per arm: "
                  + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
                  + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
                  f"of warm-up; order {m['order']}, case order reversed every other server; took "

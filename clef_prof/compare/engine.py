@@ -364,7 +364,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
         "method": {"interval": "Welch t between the arms' per-capture values (each capture's sum(numerator) / "
                                "sum(denominator); on logs where every value is positive, reported as exp(CI) - 1; "
                                f"Satterthwaite df); no verdict below {welch.MIN_UNITS} captures per arm; mdc: the "
-                               "smallest change detected 80% of the time at the measured spread",
+                               "the change found 80% of the time, its spread being measured (noncentral t; none below 3 per arm)",
                    "min_captures": welch.MIN_UNITS,
                    "bootstrap": "within-capture percentile bootstrap (batch instances resampled within each capture, "
                                 "captures kept): ci_within, batch noise of these runs only",

@@ -60,10 +60,9 @@ def verdict_fields(base_units: list[float], arm_units: list[float], base_mean: f
         w = welch.unit_interval(base_units, arm_units, confidence)
         lo, hi, mdc = (float(v) for v in w.absolute(base_mean))
         plo, phi, pmdc = (float(v) if base_mean else None for v in w.pct(base_mean))
-        out.update({"scale": "log" if bool(w.log) else "linear", "mdc": mdc, "mdc_pct": pmdc,
-                    "df": float(w.df) if np.isfinite(w.df) else None})
-        if w.judged:
-            out.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi],
+        out.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None})
+        if w.judged:            # no verdict, no power statement
+            out.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi], "mdc": mdc, "mdc_pct": pmdc,
                         "beyond_noise": bool(welch.beyond(lo, hi))})
     low = min(len(base_units), len(arm_units))
     out["verdict"] = (("beyond noise" if out["beyond_noise"] else "within noise") if out["ci"] is not None else

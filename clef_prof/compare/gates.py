@@ -214,7 +214,7 @@ def _verdict(a: dict, m: dict) -> str:
 
 
 def _verdict_text(a: dict, m: dict) -> str:
-    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
+    """The verdict and the change its design finds 80% of the time (none without a verdict)."""
     v = _verdict(a, m).split(" (")[0]          # the counts behind "too few" are in the method lines
     mdc = a.get("mdc_pct")
     if m["deterministic"] or a.get("ci") is None or mdc is None or not math.isfinite(mdc):
@@ -287,7 +287,7 @@ def method_lines(comp: dict) -> list[str]:
              f"interval of the change between the arms' per-capture values (a metric per request = Σ metric / "
              f"Σ requests over each capture's batches; on logs where every value is positive, shown as exp(CI) - 1; "
              f"Satterthwaite df); beyond noise = the interval excludes 0; 'detects' = the smallest change this design "
-             f"finds 80% of the time at the measured spread. {who}. Exact: counts that are one multiple of the batch "
+             f"finds 80% of the time, the spread being measured (noncentral t: averaged over the spreads a design measures). {who}. Exact: counts that are one multiple of the batch "
              f"size in every batch of every capture, shown without interval. p50/p99: host ms per batch instance."]
     if low < meth.get("min_captures", 3):
         lines.append(f"With {low} capture{'s' if low != 1 else ''} in an arm there is no verdict (too few captures to "
@@ -451,8 +451,8 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
             say(table(cols, cells, width, labels=2,
                       title=f"{base} → {arm}: Python functions per stage, self ms per request (sampled)"))
     say([""])
-    say(wrap("beyond noise: the interval excludes 0 · detects ±X%: the smallest change this design could detect "
-             "(80% power) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
+    say(wrap("beyond noise: the interval excludes 0 · detects ±X%: a change of X is found 80% of the time by this "
+             "design (its spread measured, not known) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
              "labelled) · exact: counts that are one multiple of the batch size, compared without an interval" + ("" if wide else " · gate names: --list-metrics; every column: --wide"),
              width, "  "))
     if hidden:

@@ -297,7 +297,7 @@ def test_no_verdict_below_three_servers():
     (t,) = [c for c in bs.changes({"a": two, "b": doubled}, "a", 0.95) if c["metric"] == "throughput_rps"]
     assert t["ci"] is None and t["ci_abs"] is None and t["beyond_noise"] is False
     assert t["verdict"] == "too few servers to judge (2 in an arm; 3 needed)"
-    assert t["mdc_pct"] > 0                    # 2 + 2 servers still measure a spread
+    assert t["mdc_pct"] is None and t["df"] > 0    # 2 + 2 servers measure a spread, but state no power
     three = two + [win(3, 990, 10.0)]
     (t,) = [c for c in bs.changes({"a": three, "b": [dict(w, completions=2 * w["completions"]) for w in three]},
                                   "a", 0.95) if c["metric"] == "throughput_rps"]
