@@ -511,7 +511,7 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
             notes.append(note)
     verdicts = []
     for c in out_cases:
-        for v in evaluate_gates(gates, bs.gate_view(c), gate_on):
+        for v in evaluate_gates(gates, bs.gate_view(c, confidence), gate_on):
             verdicts.append({"case": c["label"], **v})
     load = "; ".join(t for t, on in (
         ("closed loop: C clients each with one request in flight", any(not c.rate for c in cases)),

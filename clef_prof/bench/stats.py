@@ -114,13 +114,14 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
             n_base, n_arm = len(blocks[baseline]), len(blocks[n])
             c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
-                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None,
+                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None,
                  "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
             if min(n_base, n_arm) >= 2:
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))
                 alo, ahi, amdc = (float(v) for v in w.absolute(base))
-                c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None})
+                c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None,
+                          "se": float(w.se)})
                 if w.judged:            # no verdict, no power statement
                     c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi)),
                               "mdc_pct": mdc, "mdc_abs": amdc})
@@ -129,15 +130,17 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
     return out
 
 
-def gate_view(case_result: dict) -> dict:
+def gate_view(case_result: dict, confidence: float = 0.95) -> dict:
     """A case's changes in the shape compare's evaluate_gates reads."""
     metrics: dict[str, dict] = {}
     for c in case_result["changes"]:
         m = metrics.setdefault(c["metric"], {"metric": c["metric"], "deterministic": False,
-                                             "arms": {c["baseline"]: {}}})
+                                             "arms": {c["baseline"]: {"mean": c["baseline_value"]}}})
         m["arms"][c["arm"]] = {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"], "verdict": c["verdict"]}
-    return {"baseline": case_result["baseline"], "metrics": list(metrics.values())}
+                               "ci_pct": c["ci"], "verdict": c["verdict"], "se": c.get("se"), "df": c.get("df"),
+                               "scale": c.get("scale")}
+    return {"baseline": case_result["baseline"], "metrics": list(metrics.values()),
+            "method": {"confidence": confidence}}
 
 
 # ---------------------------------------------------------------------------------------------

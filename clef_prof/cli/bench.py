@@ -82,7 +82,7 @@ def add_parser(sub) -> None:
     q.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
     q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
-                   "the threshold (ci, default) or the point change is (point)")
+                   "the threshold (ci, default) or the point change is (point: fires on noise, warned)")
     q.add_argument("--seed", type=int, default=0, help="seed of the bodies and arrivals (default 0)")
     q.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     q.add_argument("--cpus", metavar="LIST", help="pin every server (and the processes it starts) to these CPUs, "
@@ -104,7 +104,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import stats as bs
-    from ..compare.gates import gate_exit, gate_line
+    from ..compare.gates import gate_exit, gate_line, point_warning
 
     check_store(args)
     if args.from_dir:
@@ -130,6 +130,8 @@ def cmd_bench(args) -> int:
     store_results(args, "bench", [result])
     for v in result["gates"]:
         say(f"clef-prof: {v['case']}: {gate_line(v, '')}")
+    for w in point_warning(result["gates"], result["method"]["gate_on"]):
+        say(f"warning: {w}")
     code = gate_exit(result["gates"])
     par = result["parity"]
     if par and par["mismatches"]:

@@ -5,7 +5,7 @@ import json
 import sys
 
 from ..compare.arm import CompareError, collect
-from ..compare.gates import evaluate_gates, gate_exit, gate_line, parse_gate, render_json, render_markdown, render_terminal
+from ..compare.gates import evaluate_gates, gate_exit, gate_line, point_warning, parse_gate, render_json, render_markdown, render_terminal
 from .history import add_store_option, check_store, store_results
 from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
                         "(fewer than 3 captures an arm: not a pass)")
     p.add_argument("--gate-on", choices=["ci", "point"], default="ci",
                    help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
-                        "default) or when the point change is (point); exact counts always use the exact change")
+                        "default) or when the point change is (point: fires on noise, warned); exact counts always "
+                        "use the exact change")
     p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B",
                    help="replicates of the within-capture bootstrap (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the within-capture bootstrap (default 0)")
@@ -83,6 +84,7 @@ def run(args) -> int:
     comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence)
     verdicts = evaluate_gates(gates, comp, args.gate_on)
     comp["gates"] = verdicts
+    comp["warnings"] += point_warning(verdicts, args.gate_on)
     comp["method"]["gate_on"] = args.gate_on
     inputs = [p for refs in arms.captures.values() for r in refs for p in (r.export, r.source)] + ([args.spec] if args.spec else [])
     if args.format == "json":

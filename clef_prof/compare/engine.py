@@ -322,7 +322,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
             change = entry["arms"][n]["mean"] - b_mean
             a = entry["arms"][n]
             a.update({"change": change, "change_pct": _pct(change, b_mean), "ci": None, "ci_pct": None,
-                      "ci_within": None, "ci_within_pct": None, "scale": None, "df": None, "mdc": None,
+                      "ci_within": None, "ci_within_pct": None, "scale": None, "df": None, "se": None, "mdc": None,
                       "mdc_pct": None, "beyond_noise": change != 0 if deterministic else False})
             if deterministic:
                 a["verdict"] = "exact change" if change != 0 else "exact"

@@ -71,6 +71,7 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
     point change instead (noisier: a host-time gate may then fire on noise).
     """
     by_name = {m["metric"]: m for m in comp["metrics"]}
+    confidence = (comp.get("method") or {}).get("confidence", 0.95)
     out = []
     for g in gates:
         entry = by_name.get(g.metric)
@@ -93,13 +94,55 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
             else:
                 basis, value = "too few", None
             fired = value is not None and bool(_OPS[g.op](value, g.value))
-            out.append({"gate": g.text, "metric": g.metric, "arm": arm, "baseline": comp["baseline"],
+            power = _gate_power(g, a, entry["arms"][comp["baseline"]].get("mean"), basis, confidence)
+            out.append({**power, "gate": g.text, "metric": g.metric, "arm": arm, "baseline": comp["baseline"],
                         "op": g.op, "fired": fired, "basis": basis,
                         "value": value if value is not None and math.isfinite(value) else None,
                         "threshold": g.value, "pct": g.pct, "change": a["change"], "change_pct": a["change_pct"],
                         "ci": a["ci"], "ci_pct": a["ci_pct"], "ci_within": a.get("ci_within"),
                         "ci_within_pct": a.get("ci_within_pct"), "verdict": a.get("verdict")})
     return out
+
+
+def _gate_power(g: Gate, a: dict, base, basis: str, confidence: float) -> dict:
+    """What the gate could detect: the true change (in the gate's own unit) at which it fires 80% of
+    the time ("detects"), and the share of runs with no change in which it fires ("null_fire_pct"),
+    both at the measured spread; None where the basis has no spread (exact, too few)."""
+    out = {"detects": None, "null_fire_pct": None}
+    se, scale = a.get("se"), a.get("scale")
+    if basis not in ("ci", "point") or se is None or scale is None or base is None:
+        return out
+    from . import welch
+
+    sign = 1.0 if g.op in (">", ">=") else -1.0
+    log = scale == "log"
+    if log:
+        rel = g.value / 100.0 if g.pct else (g.value / base if base else None)
+        if rel is None or rel <= -1.0:
+            return out
+        thr = math.log1p(rel)
+    else:
+        thr = g.value / 100.0 * abs(base) if g.pct else g.value
+    df = a.get("df")
+    df = math.inf if df is None else df
+    conf = confidence if basis == "ci" else None
+    d = float(welch.gate_detectable(thr, sign, se, df, conf))
+    if log:
+        det = 100.0 * math.expm1(d) if g.pct else base * math.expm1(d)
+    else:
+        det = (100.0 * d / abs(base) if base else None) if g.pct else d
+    null = float(welch.gate_null_rate(thr, sign, se, df, conf)) if se > 0 else None
+    return {"detects": det, "null_fire_pct": None if null is None else 100.0 * null}
+
+
+POINT_WARNING = ("--gate-on point gates on the point change, not on its interval: a gate on a noisy figure then "
+                 "fires on noise (each gate line says on how many runs that changed nothing, at the measured "
+                 "spread); the default --gate-on ci fires only beyond noise")
+
+
+def point_warning(gates, gate_on: str) -> list[str]:
+    """The warning --gate-on point earns when a gate is on a noisy figure."""
+    return [POINT_WARNING] if gate_on == "point" and any(v["basis"] == "point" for v in gates) else []
 
 
 def gate_status(v: dict) -> str:
@@ -151,6 +194,10 @@ def gate_line(v: dict, kind: str) -> str:
                 f" (point change {_fmt_change(point, kind, pct)}; not a pass: exit {EXIT_NOT_JUDGED})")
     else:
         how = f"point change {shown}{'' if v['fired'] else ' is not'} {thr}"
+    if v.get("detects") is not None:
+        how += f"; fires 80% of the time at a change of {_fmt_change(v['detects'], kind, pct)}"
+        if v["basis"] == "point" and v.get("null_fire_pct") is not None:
+            how += f", and on {v['null_fire_pct']:.0f}% of runs that changed nothing"
     return f"gate {'fired' if v['fired'] else 'passed'}: {v['gate']} — {v['arm']} vs {v['baseline']}: {how}"
 
 

@@ -306,3 +306,37 @@ def detect_factor(df, confidence: float | None, power: float = POWER, two_sided:
     with np.errstate(divide="ignore"):
         inv = np.where(np.isfinite(d), 1.0 / np.maximum(d, 2.0), 0.0)
     return np.interp(inv, x, f)
+
+
+def t_sf(t, df) -> np.ndarray:
+    """P(T > t) for Student's t with `df` degrees of freedom (inf: the normal), elementwise."""
+    t, df = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(df, dtype=np.float64))
+    out = _norm_cdf(-t)
+    fin = np.isfinite(df) & np.isfinite(t)
+    if fin.any():
+        d, x = df[fin], t[fin]
+        half = 0.5 * betainc(d / 2.0, 0.5, d / (d + x * x))
+        out = out.copy()
+        out[fin] = np.where(x > 0, half, 1.0 - half)
+    return out
+
+
+def gate_detectable(threshold, sign, se, df, confidence: float | None) -> np.ndarray:
+    """The true change (on the row's scale) at which a gate fires 80% of the time: `sign` +1 for a
+    gate that fires above `threshold` (> and >=), -1 below. confidence: the gate reads that
+    interval's end (the two-sided interval's, at 1 - (1 - confidence) / 2); None: the point change.
+    Its one-sided power, the spread being measured (`detect_factor`)."""
+    df = np.where(np.isfinite(np.asarray(df, dtype=np.float64)), df, np.inf)
+    c = detect_factor(df, confidence, POWER, two_sided=False)
+    return np.asarray(threshold) + np.asarray(sign) * c * np.asarray(se)
+
+
+def gate_null_rate(threshold, sign, se, df, confidence: float | None) -> np.ndarray:
+    """The share of runs with no change in which a gate fires, at a spread of `se` (the measured
+    one): P(sign (diff - q se - threshold) > 0) = P(T > sign threshold / se + q), q = 0 for a gate
+    on the point change."""
+    df = np.where(np.isfinite(np.asarray(df, dtype=np.float64)), df, np.inf)
+    q = 0.0 if confidence is None else t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.asarray(sign) * np.asarray(threshold) / np.asarray(se)
+    return t_sf(z + q, df)

@@ -133,10 +133,13 @@ def test_gate_view_shape():
     v = bs.gate_view(case)
     assert v["baseline"] == "main" and [m["metric"] for m in v["metrics"]] == ["throughput_rps", "latency_ms_p50"]
     t = v["metrics"][0]
-    assert t["deterministic"] is False and set(t["arms"]) == {"main", "pr"} and t["arms"]["main"] == {}
     c = case["changes"][0]
+    assert t["deterministic"] is False and set(t["arms"]) == {"main", "pr"}
+    assert t["arms"]["main"] == {"mean": c["baseline_value"]} and v["method"] == {"confidence": 0.95}
     assert t["arms"]["pr"] == {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"], "verdict": "within noise"}
+                               "ci_pct": c["ci"], "verdict": "within noise", "se": c["se"], "df": c["df"],
+                               "scale": "log"}
+    assert c["se"] > 0 and c["df"] > 0
 
 
 def result(arms: dict[str, list[dict]], **kw) -> dict:

@@ -499,3 +499,17 @@ def test_overlap_is_summed_per_batch_and_named_so(capture):
     assert ms > s["gpu_busy_in_span_union_ns"] / 1e6 / s["requests"] * 1.2
     names = {m["metric"] for m in comp["metrics"]}
     assert not {"overlap.gpu_busy_fraction_of_pooler_span", "overlap.gpu_busy_ms_in_pooler_span_per_request"} & names
+
+
+def test_gate_on_point_is_warned(cap, capsys):
+    """--gate-on point on a noisy figure: judged on the point change, and warned (stderr and the
+    JSON's warnings); on exact counts alone there is nothing to warn of."""
+    rc = main(["compare", "--arm", f"main={cap['gpu-q1c16-main']}", "--arm", f"pr={cap['gpu-q1c16-pr']}",
+               "--gate-on", "point", "--fail-if", "stages.transfer.host_ms_per_request > +5%", "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "gate passed: stages.transfer.host_ms_per_request > +5% - pr vs main: point change" in err
+    assert "warning: --gate-on point gates on the point change, not on its interval" in err
+    assert any(w.startswith("--gate-on point gates on the point change") for w in json.loads(out)["warnings"])
+    main(["compare", "--arm", f"main={cap['gpu-q1c16-main']}", "--arm", f"pr={cap['gpu-q1c16-pr']}",
+          "--gate-on", "point", "--fail-if", "per_request.h2d_copies > 0", "-f", "json"])
+    assert "--gate-on point gates" not in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_record_carries_the_arm_and_its_figures():
                  "arm": "pr1", "baseline": "main", "op": ">", "fired": False, "basis": "ci", "value": 4.0,
                  "threshold": 5.0, "pct": True, "change": 0.30, "change_pct": 12.0, "ci": [0.10, 0.50],
                  "ci_pct": [4.0, 20.0], "ci_within": [0.2, 0.4], "ci_within_pct": [8.0, 16.0],
-                 "verdict": "beyond noise"}
+                 "verdict": "beyond noise", "detects": None, "null_fire_pct": None}     # no spread given: no power
 
 
 def test_too_few_is_not_judged_whatever_the_within_interval_and_exact():
@@ -392,3 +392,32 @@ def test_short_labels_name_the_batch_range_and_are_no_metric_names():
     assert _label("stages.transfer.h2d_copies_per_request") == "transfer h2d_copies"
     assert _label("stages.head.host_ms_per_request") == "head"
     assert _label("overlap.gpu_busy_fraction_of_batch_spans") == "overlap gpu_busy_fraction_of_batch_spans"
+
+
+def test_gate_power_by_hand():
+    """A gate's detectable change: threshold + c x se on the row's scale (c: `detect_factor`, one-
+    sided, checked by Monte Carlo in test_welch and by simulation in tests/bench/test_gate_power.py),
+    back in the gate's unit; and its no-change fire rate, P(T > threshold / se + q)."""
+    from clef_prof.compare import welch
+
+    a = dict(arm(0.30, 12.0, ci=[0.10, 0.50], ci_pct=[4.0, 20.0], verdict="beyond noise"), se=0.05, df=4.0,
+             scale="log")
+    c = comp("stages.index.host_ms_per_request", False, a)
+    c["metrics"][0]["arms"]["main"] = {"mean": 2.5}
+    c1 = float(welch.detect_factor(4.0, 0.95, two_sided=False))
+    v = one("stages.index.host_ms_per_request > 5%", c)
+    assert v["detects"] == pytest.approx(100 * math.expm1(math.log(1.05) + c1 * 0.05), rel=1e-12)
+    assert 5 + 100 * 2.776 * 0.05 < v["detects"]        # beyond the threshold by more than q se
+    v = one("stages.index.host_ms_per_request < -0.1", c)                      # absolute: base 2.5
+    assert v["detects"] == pytest.approx(2.5 * math.expm1(math.log1p(-0.1 / 2.5) - c1 * 0.05), rel=1e-12)
+    v = one("stages.index.host_ms_per_request > 5%", c, "point")
+    cp = float(welch.detect_factor(4.0, None, two_sided=False))
+    assert v["detects"] == pytest.approx(100 * math.expm1(math.log(1.05) + cp * 0.05), rel=1e-12)
+    # P(T_4 > ln 1.05 / 0.05 = 0.9758): Student t's survival function at 4 df, closed form
+    t = math.log(1.05) / 0.05
+    sf = 0.5 - (t / math.sqrt(4 + t * t)) * (1 + 2 / (4 + t * t)) / 2 * 1.0
+    sf = 0.5 * (1 - t * (6 + t * t) / (4 + t * t) ** 1.5)
+    assert v["null_fire_pct"] == pytest.approx(100 * sf, rel=1e-6)
+    line = gate_line(v, "host_ms")
+    assert line.endswith(f"; fires 80% of the time at a change of {v['detects']:+.1f}%, and on "
+                         f"{v['null_fire_pct']:.0f}% of runs that changed nothing")
