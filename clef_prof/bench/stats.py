@@ -114,7 +114,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
             n_base, n_arm = len(blocks[baseline]), len(blocks[n])
             c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
-                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None,
+                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None, "p": None,
                  "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
             if min(n_base, n_arm) >= 2:
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
@@ -124,6 +124,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                           "se": float(w.se)})
                 if w.judged:            # no verdict, no power statement
                     c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi)),
+                              "p": float(welch.p_value(w.diff, w.se, w.df)),
                               "mdc_pct": mdc, "mdc_abs": amdc})
             c["verdict"] = too_few(min(n_base, n_arm)) if c["ci_abs"] is None else verdict(*c["ci_abs"])
             out.append(c)
@@ -253,6 +254,11 @@ def footer_lines(result: dict) -> list[str]:
         lines.append(f"With {low} server{'s' if low != 1 else ''} in an arm there is no verdict: servers vary from "
                      f"start to start more than windows do, and {welch.MIN_UNITS} per arm is the least that gives "
                      f"an interval that holds its confidence (run more --rounds).")
+    from ..compare.family import family_line
+    for n, f in (result.get("family") or {}).items():
+        line = family_line(f"{n} vs {result['baseline']}", f, m["confidence"])
+        if line:
+            lines.append(line)
     lines += [f"note: {n}" for n in result["notes"]]
     return lines
 

@@ -8,7 +8,7 @@ import sys
 from ..bench import load as bl
 from ..bench.run import BenchError, rejudge, run, write_json
 from .history import add_store_option, check_store, store_results
-from .options import HelpFormatter, emit, render_text, say
+from .options import HelpFormatter, add_family_option, emit, render_text, say
 
 
 def add_parser(sub) -> None:
@@ -83,6 +83,7 @@ def add_parser(sub) -> None:
                    help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
     q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
                    "the threshold (ci, default) or the point change is (point: fires on noise, warned)")
+    add_family_option(q)
     q.add_argument("--seed", type=int, default=0, help="seed of the bodies and arrivals (default 0)")
     q.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     q.add_argument("--cpus", metavar="LIST", help="pin every server (and the processes it starts) to these CPUs, "

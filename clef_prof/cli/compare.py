@@ -7,7 +7,7 @@ import sys
 from ..compare.arm import CompareError, collect
 from ..compare.gates import evaluate_gates, gate_exit, gate_line, point_warning, parse_gate, render_json, render_markdown, render_terminal
 from .history import add_store_option, check_store, store_results
-from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
+from .options import add_family_option, add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
 def add_parser(sub) -> None:
@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
                    help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
                         "default) or when the point change is (point: fires on noise, warned); exact counts always "
                         "use the exact change")
+    add_family_option(p)
     p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B",
                    help="replicates of the within-capture bootstrap (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the within-capture bootstrap (default 0)")
@@ -81,8 +82,10 @@ def run(args) -> int:
     check_store(args)
     arms = collect(args.folders, args.arm, args.baseline)
     data = _load(arms, cfg, args)
-    comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence)
-    verdicts = evaluate_gates(gates, comp, args.gate_on)
+    comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence,
+                              family=args.family)
+    from ..compare.family import family_gates
+    verdicts = family_gates(evaluate_gates(gates, comp, args.gate_on), args.family, args.confidence)
     comp["gates"] = verdicts
     comp["warnings"] += point_warning(verdicts, args.gate_on)
     comp["method"]["gate_on"] = args.gate_on

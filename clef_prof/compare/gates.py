@@ -132,7 +132,14 @@ def _gate_power(g: Gate, a: dict, base, basis: str, confidence: float) -> dict:
     else:
         det = (100.0 * d / abs(base) if base else None) if g.pct else d
     null = float(welch.gate_null_rate(thr, sign, se, df, conf)) if se > 0 else None
-    return {"detects": det, "null_fire_pct": None if null is None else 100.0 * null}
+    out = {"detects": det, "null_fire_pct": None if null is None else 100.0 * null}
+    ci = a.get("ci_pct") if log else a.get("ci")
+    if basis == "ci" and ci is not None and se > 0:
+        # the interval's centre on the row's scale (symmetric there), and the one-sided p of the
+        # gate's test: the interval's end passes the threshold where p < (1 - confidence) / 2
+        diff = 0.5 * (math.log1p(ci[0] / 100.0) + math.log1p(ci[1] / 100.0)) if log else 0.5 * (ci[0] + ci[1])
+        out["p_gate"] = float(welch.t_sf(sign * (diff - thr) / se, df))
+    return out
 
 
 POINT_WARNING = ("--gate-on point gates on the point change, not on its interval: a gate on a noisy figure then "
@@ -188,12 +195,16 @@ def gate_line(v: dict, kind: str) -> str:
         lo, hi = v["ci_pct"] if pct else v["ci"]
         end = "low" if v["op"] in (">", ">=") else "high"
         how = (f"change {_fmt_change(point, kind, pct)}, CI [{_fmt_change(lo, kind, pct)}, "
-               f"{_fmt_change(hi, kind, pct)}]: its {end} end {shown}{'' if v['fired'] else ' is not'} {thr}")
+               f"{_fmt_change(hi, kind, pct)}]: its {end} end {shown}{'' if _OPS[v['op']](v['value'], t) else ' is not'} "
+               f"{thr}")
     elif v["basis"] == "too few":
         return (f"gate not judged: {v['gate']} — {v['arm']} vs {v['baseline']}: {v.get('verdict') or 'too few units'}"
                 f" (point change {_fmt_change(point, kind, pct)}; not a pass: exit {EXIT_NOT_JUDGED})")
     else:
         how = f"point change {shown}{'' if v['fired'] else ' is not'} {thr}"
+    if v.get("family_size"):
+        how += (f" (Holm over {v['family_size']} gates: adjusted p {v['p_family']:.3g}, "
+                f"{'fires' if v['fired'] else 'does not fire'})")
     if v.get("detects") is not None:
         how += f"; fires 80% of the time at a change of {_fmt_change(v['detects'], kind, pct)}"
         if v["basis"] == "point" and v.get("null_fire_pct") is not None:
@@ -336,6 +347,11 @@ def method_lines(comp: dict) -> list[str]:
              f"Satterthwaite df); beyond noise = the interval excludes 0; 'detects' = the smallest change this design "
              f"finds 80% of the time, the spread being measured (noncentral t: averaged over the spreads a design measures). {who}. Exact: counts that are one multiple of the batch "
              f"size in every batch of every capture, shown without interval. p50/p99: host ms per batch instance."]
+    from .family import family_line
+    for n, f in (comp.get("family") or {}).items():
+        line = family_line(f"{n} vs {comp['baseline']}", f, meth["confidence"])
+        if line:
+            lines.append(line)
     if low < meth.get("min_captures", 3):
         lines.append(f"With {low} capture{'s' if low != 1 else ''} in an arm there is no verdict (too few captures to "
                      f"judge; {meth.get('min_captures', 3)} per arm needed): the interval shown is the within-capture "

@@ -340,3 +340,43 @@ def gate_null_rate(threshold, sign, se, df, confidence: float | None) -> np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.asarray(sign) * np.asarray(threshold) / np.asarray(se)
     return t_sf(z + q, df)
+
+
+# ---------------------------------------------------------------------------------------------
+# families of verdicts
+
+FAMILIES = ("none", "holm")
+
+
+def p_value(diff, se, df) -> np.ndarray:
+    """Two-sided p of Welch's t test of no change (0 where se is 0 and diff is not, 1 where both are)."""
+    diff, se = np.asarray(diff, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    df = np.where(np.isfinite(np.asarray(df, dtype=np.float64)), df, np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(diff) / se
+    t = np.where(se > 0, t, np.where(diff != 0, np.inf, 0.0))
+    return np.minimum(1.0, 2.0 * t_sf(t, df))
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values over the last axis (NaN: not in the family): reject at
+    family-wise level α where adjusted p <= α. Holds the chance of any false rejection to α
+    whatever the dependence between the figures (Holm 1979)."""
+    p = np.asarray(p, dtype=np.float64)
+    inside = np.isfinite(p)
+    m = inside.sum(-1, keepdims=True)
+    order = np.argsort(np.where(inside, p, np.inf), axis=-1, kind="stable")
+    ps = np.take_along_axis(np.where(inside, p, np.inf), order, -1)
+    rank = np.arange(p.shape[-1])
+    fin = np.isfinite(ps)
+    adj = np.minimum(1.0, np.maximum.accumulate(np.where(fin, (m - rank) * np.where(fin, ps, 0.0), np.nan), axis=-1))
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, adj, -1)
+    return np.where(inside, out, np.nan)
+
+
+def family_bound(m: int, confidence: float) -> float:
+    """The chance that at least one of m figures judged each at `confidence` says beyond noise when
+    none changed, at most (Šidák: exact for independent figures, an upper bound for correlated
+    two-sided tests of normal figures): 1 - confidence^m."""
+    return 1.0 - confidence ** m

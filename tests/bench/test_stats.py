@@ -184,7 +184,9 @@ def test_markdown_two_arms():
     assert md[13].endswith("Servers per arm: main 3, pr 3; 2 × 10 s windows per case and server after 5 s of "
                            "warm-up; order ABBA, case order reversed every other server; took 61 s.</sub>  ")
     nvml = "NVML listed no process of the servers (another PID namespace?): whole-device memory only"
-    assert md[14:] == ["<sub>note: n1</sub>  ", f"<sub>note: {nvml}</sub>  "]
+    assert md[14] == ("<sub>Family (pr vs main): 2 figures judged at 95% each: were nothing changed, the chance that "
+                      "any says beyond noise is up to 10% (1 - 0.95^2); --family holm holds it to 5%.</sub>  ")
+    assert md[15:] == ["<sub>note: n1</sub>  ", f"<sub>note: {nvml}</sub>  "]
     assert bs.header(r) == ["C", "words / questions", "req/s main → pr", "change", "95% CI", "p50 ms", "p99 ms",
                             "peak device MiB", "verdict"]
 
@@ -207,12 +209,15 @@ def test_markdown_three_arms_too_few_servers_and_from():
     foot = [ln for ln in md if ln.startswith("<sub>")]
     assert "<sub>outputs matched (pr2 vs main server 1): 2 of 2, exactly</sub>  " in foot
     assert "<sub>outputs matched (main vs main server 1): 1 of 2 on 2 servers, exactly</sub>  " in foot
-    assert not any("(pr vs" in ln for ln in foot)
+    assert not any("(pr vs" in ln for ln in foot if not ln.startswith("<sub>Family"))
+    # pr's two judged figures make a family; pr2's (1 server) none is judged: no family line
+    assert [ln.split(":")[0] for ln in foot if ln.startswith("<sub>Family")] == ["<sub>Family (pr vs main)"]
     assert "pr2 12–12 req/s over 2 windows of 1 server</sub>" in foot[0]
     assert "main 3, pr 3, pr2 1; 1 × 10 s window per case and server" in " ".join(foot)
     assert foot[-1].startswith("<sub>note: NVML listed no process")
-    assert foot[-3] == "<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  "
-    assert foot[-2] == ("<sub>With 1 server in an arm there is no verdict: servers vary from start to start more than "
+    assert foot[-4] == "<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  "
+    assert foot[-2].startswith("<sub>Family (pr vs main): 2 figures judged at 95% each")
+    assert foot[-3] == ("<sub>With 1 server in an arm there is no verdict: servers vary from start to start more than "
                         "windows do, and 3 per arm is the least that gives an interval that holds its confidence "
                         "(run more --rounds).</sub>  ")
     assert bs.header(r)[:4] == ["C", "words / questions", "arm", "req/s main → arm"]
