@@ -8,6 +8,7 @@ import re
 
 EXIT_INPUT = 1      # bad input: missing path, not SQLite, truncated, missing tables, bad spec
 EXIT_STRICT = 2     # --strict and the capture raised warnings (argparse usage errors also exit 2)
+EXIT_NOT_JUDGED = 3  # a gate (compare, bench, history) could not be judged (too few units): never a pass
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")

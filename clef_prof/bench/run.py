@@ -444,7 +444,7 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
     parity = _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None
     design = {"rounds": args.rounds, "order": args.order, "windows": args.windows, "window_s": args.window_s,
               "warmup_s": args.warmup, "seed": args.seed, "cpus": _cpu_text(server_cpus),
-              "load_cpus": _cpu_text(load_cpus)}
+              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none")}
     return _result(names, dict(arms), cases, servers, windows, parity, gates, args.gate_on, args.confidence, design,
                    notes, time.monotonic() - t_start)
 
@@ -547,10 +547,15 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         note = "NVML listed no process of the servers (another PID namespace?): whole-device memory only"
         if note not in notes:
             notes.append(note)
+    from ..compare.family import apply_family, family_gates
+    family = design.get("family", "none")
+    fam = {n: apply_family([c for case in out_cases for c in case["changes"] if c["arm"] == n], family, confidence)
+           for n in names[1:]}
     verdicts = []
     for c in out_cases:
-        for v in evaluate_gates(gates, bs.gate_view(c), gate_on):
+        for v in evaluate_gates(gates, bs.gate_view(c, confidence), gate_on):
             verdicts.append({"case": c["label"], **v})
+    verdicts = family_gates(verdicts, family, confidence)
     load = "; ".join(t for t, on in (
         ("closed loop: C clients each with one request in flight", any(not c.rate for c in cases)),
         ("open loop (C @ R/s): Poisson arrivals at R/s over at most C connections, latency from the scheduled "
@@ -561,13 +566,14 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "cases": out_cases,
         "parity": parity,
         "gates": verdicts,
+        "family": fam,
         "servers": servers,
         "method": {**design, "confidence": confidence, "load": load, "gate_on": gate_on,
                    "min_servers": MIN_UNITS,
                    "interval": "Welch t between the arms' servers (each server's figure = its windows' ratio of sums, "
                                "on logs where positive, Satterthwaite df); ci in % of the baseline (exp(CI) - 1), "
                                "ci_abs in the metric's unit (baseline figure × ci / 100); no interval below "
-                               f"{MIN_UNITS} servers per arm; mdc: the smallest change detected 80% of the time"},
+                               f"{MIN_UNITS} servers per arm; mdc: the change found 80% of the time, its spread being measured (noncentral t)"},
         "notes": notes, "duration_s": round(duration, 1),
     }
 
@@ -610,6 +616,7 @@ def rejudge(args) -> dict:
                          "version?)") from None
     gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
     check_stats_options(args)
+    design["family"] = getattr(args, "family", "none")
     return _result(names, commands, cases, servers, windows, saved.get("parity"), gates, args.gate_on,
                    args.confidence, design, saved.get("notes", []), float(saved.get("duration_s", 0.0)))
 

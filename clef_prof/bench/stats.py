@@ -5,8 +5,8 @@ of the windows' percentiles. A fresh server is the unit that varies: each server
 same ratio of sums over its own windows, and the interval of a change is Welch's t interval
 between the arms' servers on the log of those figures (`compare.welch`), reported in % of the
 baseline as exp(CI) - 1 and in the metric's unit as the baseline figure times that. Below
-`welch.MIN_UNITS` servers in an arm there is no verdict; every verdict states the smallest
-change its design could detect.
+`welch.MIN_UNITS` servers in an arm there is no verdict; every verdict states the change its
+design finds 80% of the time (`welch.detect_factor`).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..compare import welch
+from ..compare.gates import gate_status
 
 METRICS = {  # name: (numerator column, denominator column, unit)
     "throughput_rps": ("completions", "elapsed_s", "req/s"),
@@ -143,7 +144,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
             n_base, n_arm = len(blocks[baseline]), len(blocks[n])
             c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
-                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None,
+                 "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None, "p": None,
                  "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
             dead = [n_ for n_, b in ((baseline, blocks[baseline]), (n, blocks[n]))
                      if not all(v > 0 for v in _per_server(b))]
@@ -158,24 +159,28 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                 w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))
                 alo, ahi, amdc = (float(v) for v in w.absolute(base))
-                c.update({"scale": "log" if bool(w.log) else "linear", "mdc_pct": mdc, "mdc_abs": amdc,
-                          "df": float(w.df) if np.isfinite(w.df) else None})
-                if w.judged:
-                    c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi))})
+                c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None,
+                          "se": float(w.se)})
+                if w.judged:            # no verdict, no power statement
+                    c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi)),
+                              "p": float(welch.p_value(w.diff, w.se, w.df)),
+                              "mdc_pct": mdc, "mdc_abs": amdc})
             c["verdict"] = too_few(min(n_base, n_arm)) if c["ci_abs"] is None else verdict(*c["ci_abs"])
             out.append(c)
     return out
 
 
-def gate_view(case_result: dict) -> dict:
+def gate_view(case_result: dict, confidence: float = 0.95) -> dict:
     """A case's changes in the shape compare's evaluate_gates reads."""
     metrics: dict[str, dict] = {}
     for c in case_result["changes"]:
         m = metrics.setdefault(c["metric"], {"metric": c["metric"], "deterministic": False,
-                                             "arms": {c["baseline"]: {}}})
+                                             "arms": {c["baseline"]: {"mean": c["baseline_value"]}}})
         m["arms"][c["arm"]] = {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"], "verdict": c["verdict"]}
-    return {"baseline": case_result["baseline"], "metrics": list(metrics.values())}
+                               "ci_pct": c["ci"], "verdict": c["verdict"], "se": c.get("se"), "df": c.get("df"),
+                               "scale": c.get("scale")}
+    return {"baseline": case_result["baseline"], "metrics": list(metrics.values()),
+            "method": {"confidence": confidence}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,8 +204,8 @@ def _pct(v) -> str:
 
 
 def verdict_text(c: dict) -> str:
-    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
-    if c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
+    """The verdict and the change its design finds 80% of the time (none without a verdict)."""
+    if c.get("ci") is None or c.get("mdc_pct") is None or not math.isfinite(c["mdc_pct"]):
         return c["verdict"]
     return f"{c['verdict']} (detects ±{c['mdc_pct']:.1f}%)"
 
@@ -274,8 +279,8 @@ def footer_lines(result: dict) -> list[str]:
     lines.append(f"Method: requests/s = Σ completions / Σ elapsed s (drained requests included) over the windows; "
                  f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: Welch t between the arms' "
                  f"servers (each server's figure over its windows, on logs, Satterthwaite df), shown as exp(CI) - 1; "
-                 f"beyond noise = the interval excludes 0; 'detects' = the smallest change this design finds 80% of "
-                 f"the time at the measured spread. Servers per arm: "
+                 f"beyond noise = the interval excludes 0; 'detects' = the change this design finds 80% of "
+                 f"the time, its spread being measured (noncentral t). Servers per arm: "
                  + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
                  + f"; {m['windows']} × {m['window_s']:g} s window{'s' if m['windows'] > 1 else ''} per case and server after {m['warmup_s']:g} s "
                  f"of warm-up; order {m['order']}, case order reversed every other server; took "
@@ -288,6 +293,11 @@ def footer_lines(result: dict) -> list[str]:
         lines.append(f"With {low} server{'s' if low != 1 else ''} in an arm there is no verdict: servers vary from "
                      f"start to start more than windows do, and {welch.MIN_UNITS} per arm is the least that gives "
                      f"an interval that holds its confidence (run more --rounds).")
+    from ..compare.family import family_line
+    for n, f in (result.get("family") or {}).items():
+        line = family_line(f"{n} vs {result['baseline']}", f, m["confidence"])
+        if line:
+            lines.append(line)
     lines += [f"note: {n}" for n in result["notes"]]
     return lines
 
@@ -301,7 +311,7 @@ def render_markdown(result: dict) -> str:
     out.append("")
     out += [f"<sub>{line}</sub>  " for line in footer_lines(result)]
     for g in result.get("gates", []):
-        out.append(f"- **{'fired' if g['fired'] else 'passed'}** ({g['case']}): `{g['gate']}` — {g['arm']} vs "
+        out.append(f"- **{gate_status(g)}** ({g['case']}): `{g['gate']}` — {g['arm']} vs "
                    f"{g['baseline']}")
     return "\n".join(out) + "\n"
 

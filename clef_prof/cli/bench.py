@@ -8,7 +8,7 @@ import sys
 from ..bench import load as bl
 from ..bench.run import BenchError, rejudge, run, write_json
 from .history import add_store_option, check_store, store_results
-from .options import HelpFormatter, emit, render_text, say
+from .options import HelpFormatter, add_family_option, emit, render_text, say
 
 
 def add_load_options(p) -> None:
@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
                     "arm, the change and its Welch t interval between the arms' servers (each server's figure over\n"
                     "its windows; a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
                     "smallest change the design could detect. --from DIR re-judges a saved run without servers.\n"
-                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors).",
+                    "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors);\n"
+                    "else exit 3 when a gate cannot be judged (fewer than 3 servers an arm): never a pass.",
         epilog="examples:\n"
                "  clef-prof bench --arm main='clef-prof demo-server --variant main' \\\n"
                "      --arm pr='clef-prof demo-server --variant pr' --rounds 8 \\\n"
@@ -86,7 +87,8 @@ def add_parser(sub) -> None:
     q.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
     q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
-                   "the threshold (ci, default) or the point change is (point)")
+                   "the threshold (ci, default) or the point change is (point: fires on noise, warned)")
+    add_family_option(q)
     q.add_argument("--seed", type=int, default=0, help="seed of the bodies and arrivals (default 0)")
     q.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
     q.add_argument("--cpus", metavar="LIST", help="pin every server (and the processes it starts) to these CPUs, "
@@ -108,7 +110,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import stats as bs
-    from ..compare.gates import gate_line
+    from ..compare.gates import gate_exit, gate_line, point_warning
 
     check_store(args)
     if args.from_dir:
@@ -132,10 +134,11 @@ def cmd_bench(args) -> int:
     else:
         bs.render_terminal(result)
     store_results(args, "bench", [result])
-    code = 0
     for v in result["gates"]:
         say(f"clef-prof: {v['case']}: {gate_line(v, '')}")
-        code = 1 if v["fired"] else code
+    for w in point_warning(result["gates"], result["method"]["gate_on"]):
+        say(f"warning: {w}")
+    code = gate_exit(result["gates"])
     par = result["parity"]
     if par and par["mismatches"]:
         code = 1

@@ -5,9 +5,9 @@ import json
 import sys
 
 from ..compare.arm import CompareError, collect
-from ..compare.gates import evaluate_gates, gate_line, parse_gate, render_json, render_markdown, render_terminal
+from ..compare.gates import evaluate_gates, gate_exit, gate_line, point_warning, parse_gate, render_json, render_markdown, render_terminal
 from .history import add_store_option, check_store, store_results
-from .options import add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
+from .options import add_family_option, add_threshold_option, check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
 def add_parser(sub) -> None:
@@ -31,10 +31,13 @@ def add_parser(sub) -> None:
     p.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     p.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on the change from the baseline, e.g. \"stages.index.host_ms_per_request > +5%%\" or "
-                        "\"per_request.h2d_copies > 0\" (> >= < <=; %% = relative); exit 1 when one fires")
+                        "\"per_request.h2d_copies > 0\" (> >= < <=; %% = relative); exit 1 when one fires, else exit 3 when one cannot be judged "
+                        "(fewer than 3 captures an arm: not a pass)")
     p.add_argument("--gate-on", choices=["ci", "point"], default="ci",
                    help="noisy metrics: fire when the whole confidence interval is beyond the threshold (ci, "
-                        "default) or when the point change is (point); exact counts always use the exact change")
+                        "default) or when the point change is (point: fires on noise, warned); exact counts always "
+                        "use the exact change")
+    add_family_option(p)
     p.add_argument("--bootstrap", "-B", type=int, default=2000, metavar="B",
                    help="replicates of the within-capture bootstrap (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the within-capture bootstrap (default 0)")
@@ -79,9 +82,12 @@ def run(args) -> int:
     check_store(args)
     arms = collect(args.folders, args.arm, args.baseline)
     data = _load(arms, cfg, args)
-    comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence)
-    verdicts = evaluate_gates(gates, comp, args.gate_on)
+    comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence,
+                              family=args.family)
+    from ..compare.family import family_gates
+    verdicts = family_gates(evaluate_gates(gates, comp, args.gate_on), args.family, args.confidence)
     comp["gates"] = verdicts
+    comp["warnings"] += point_warning(verdicts, args.gate_on)
     comp["method"]["gate_on"] = args.gate_on
     inputs = [p for refs in arms.captures.values() for r in refs for p in (r.export, r.source)] + ([args.spec] if args.spec else [])
     if args.format == "json":
@@ -99,7 +105,7 @@ def run(args) -> int:
     if args.format != "table" or args.output:
         for w in comp["warnings"]:
             say(f"warning: {w}")
-    return 1 if any(v["fired"] for v in verdicts) else 0
+    return gate_exit(verdicts)
 
 
 def _load(arms, cfg, args):

@@ -6,10 +6,9 @@ import json
 import os
 import sys
 
-from ..errors import ClefError, shown
+from ..errors import EXIT_NOT_JUDGED, ClefError, shown
 from .options import HelpFormatter, emit, say
 
-EXIT_NOT_JUDGED = 3         # a gated series too short to judge: never 0, as if it had passed
 
 
 def add_parser(sub) -> None:

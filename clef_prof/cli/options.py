@@ -138,3 +138,11 @@ def import_numpy() -> None:
         import numpy  # noqa: F401
     finally:
         del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+def add_family_option(p) -> None:
+    """--family: how compare and bench judge many figures at once."""
+    p.add_argument("--family", choices=["none", "holm"], default="none",
+                   help="many figures at once: none (default: each judged at --confidence, the family's chance "
+                        "of any false 'beyond noise' stated) or holm (Holm's correction of the verdicts and of "
+                        "the gates over several figures: that chance held to 1 - confidence)")

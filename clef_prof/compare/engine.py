@@ -261,8 +261,9 @@ def _pct(change: float | None, base: float | None) -> float | None:
 
 
 def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig = StageConfig(), n_boot: int = 2000,
-            seed: int = 0, confidence: float = 0.95) -> dict:
-    """The comparison as the JSON contract (docs/json.md, compare)."""
+            seed: int = 0, confidence: float = 0.95, family: str = "none") -> dict:
+    """The comparison as the JSON contract (docs/json.md, compare). family: "none" (each figure
+    judged on its own, the family's rate stated) or "holm" (`family.apply_family`)."""
     from . import welch
     from .functions import verdict_fields
     from .resample import arm_rngs, percentile_interval, ratio, resampled_sums_of_arms
@@ -322,7 +323,7 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
             change = entry["arms"][n]["mean"] - b_mean
             a = entry["arms"][n]
             a.update({"change": change, "change_pct": _pct(change, b_mean), "ci": None, "ci_pct": None,
-                      "ci_within": None, "ci_within_pct": None, "scale": None, "df": None, "mdc": None,
+                      "ci_within": None, "ci_within_pct": None, "scale": None, "df": None, "se": None, "p": None, "mdc": None,
                       "mdc_pct": None, "beyond_noise": change != 0 if deterministic else False})
             if deterministic:
                 a["verdict"] = "exact change" if change != 0 else "exact"
@@ -344,6 +345,15 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     from .functions import function_changes
     functions, function_notes = function_changes(names, data, tuple(s for s in stages if any(
         m.stage == s for m in metrics)), confidence)
+    from .family import apply_family
+    fam = {}
+    for n in names[1:]:
+        rows = [m["arms"][n] for m in out_metrics if not m["deterministic"]]
+        rows += [e["arms"][n] for st in (functions or {}).get("stages", {}).values() for e in st["functions"]]
+        fam[n] = apply_family(rows, family, confidence)
+    keys = ("beyond_noise", "verdict", "p", "p_family")
+    for m in out_metrics + [e for st in (functions or {}).get("stages", {}).values() for e in st["functions"]]:
+        m.update({k: m["arms"][names[1]][k] for k in keys if k in m["arms"][names[1]]})
     notes = list(arms.notes) + function_notes
     versions = sorted({v for a in arms_out.values() for v in a["nsys_versions"]})
     if len(versions) > 1:
@@ -364,17 +374,18 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
         "method": {"interval": "Welch t between the arms' per-capture values (each capture's sum(numerator) / "
                                "sum(denominator); on logs where every value is positive, reported as exp(CI) - 1; "
                                f"Satterthwaite df); no verdict below {welch.MIN_UNITS} captures per arm; mdc: the "
-                               "smallest change detected 80% of the time at the measured spread",
+                               "the change found 80% of the time, its spread being measured (noncentral t; none below 3 per arm)",
                    "min_captures": welch.MIN_UNITS,
                    "bootstrap": "within-capture percentile bootstrap (batch instances resampled within each capture, "
                                 "captures kept): ci_within, batch noise of these runs only",
-                   "B": n_boot, "seed": seed, "confidence": confidence,
+                   "B": n_boot, "seed": seed, "confidence": confidence, "family": family,
                    "exact": "a count that is one multiple of the batch size in every batch of every capture of "
                             "every arm is exact: no interval"},
         "config": {"domain": config.domain, "batch": config.batch, "stages": list(stages)},
         "metrics": out_metrics,
         "findings": compare_findings({n: [d.result for d in data[n]] for n in names}, base),
         "functions": functions,
+        "family": fam,
         "warnings": warnings,
         "notes": notes,
     }

@@ -54,16 +54,17 @@ def _scale(d) -> float | None:
 
 def verdict_fields(base_units: list[float], arm_units: list[float], base_mean: float, confidence: float) -> dict:
     """compare's verdict fields of one change from per-capture values (the same as its metrics')."""
-    out = {"ci": None, "ci_pct": None, "scale": None, "df": None, "mdc": None, "mdc_pct": None,
+    out = {"ci": None, "ci_pct": None, "scale": None, "df": None, "se": None, "p": None, "mdc": None, "mdc_pct": None,
            "beyond_noise": False}
     if min(len(base_units), len(arm_units)) >= 2:
         w = welch.unit_interval(base_units, arm_units, confidence)
         lo, hi, mdc = (float(v) for v in w.absolute(base_mean))
         plo, phi, pmdc = (float(v) if base_mean else None for v in w.pct(base_mean))
-        out.update({"scale": "log" if bool(w.log) else "linear", "mdc": mdc, "mdc_pct": pmdc,
-                    "df": float(w.df) if np.isfinite(w.df) else None})
-        if w.judged:
-            out.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi],
+        out.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None,
+                    "se": float(w.se)})
+        if w.judged:            # no verdict, no power statement
+            out.update({"ci": [lo, hi], "ci_pct": None if plo is None else [plo, phi], "mdc": mdc, "mdc_pct": pmdc,
+                        "p": float(welch.p_value(w.diff, w.se, w.df)),
                         "beyond_noise": bool(welch.beyond(lo, hi))})
     low = min(len(base_units), len(arm_units))
     out["verdict"] = (("beyond noise" if out["beyond_noise"] else "within noise") if out["ci"] is not None else

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from .arm import CompareError
+from ..errors import EXIT_NOT_JUDGED
 from ..analyze.markup import md
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -64,12 +65,13 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
     Exact (deterministic) metrics compare their exact change. Others, with gate_on="ci" (the
     default), fire only when the whole confidence interval of the change is beyond the threshold:
     the interval's low end for > and >=, its high end for < and <=. Below 3 units (captures,
-    servers) per arm there is no such interval: compare then uses its within-capture interval
-    (basis "within": batch noise of the recorded runs only, labelled so), bench does not fire
-    (basis "too few"). gate_on="point" uses the point change instead (noisier: a host-time gate
-    may then fire on noise).
+    servers) per arm there is no such interval, and the gate is not judged (basis "too few"): the
+    within-capture interval covers batch noise only, and gating on it fired on 24% of A/A runs at
+    1 capture an arm and 5% capture spread (one gate; 54% for any of 4). gate_on="point" uses the
+    point change instead (noisier: a host-time gate may then fire on noise).
     """
     by_name = {m["metric"]: m for m in comp["metrics"]}
+    confidence = (comp.get("method") or {}).get("confidence", 0.95)
     out = []
     for g in gates:
         entry = by_name.get(g.metric)
@@ -83,25 +85,84 @@ def evaluate_gates(gates: list[Gate], comp: dict, gate_on: str = "ci") -> list[d
             if point is None:          # % of a zero baseline: +/- infinity
                 point = math.copysign(math.inf, a["change"]) if a["change"] else 0.0
             ci = a["ci_pct"] if g.pct else a["ci"]
-            within = a.get("ci_within_pct") if g.pct else a.get("ci_within")
             if entry["deterministic"]:
                 basis, value = "exact", point
             elif gate_on == "point":
                 basis, value = "point", point
             elif ci is not None:
                 basis, value = "ci", ci[0] if g.op in (">", ">=") else ci[1]
-            elif within is not None:
-                basis, value = "within", within[0] if g.op in (">", ">=") else within[1]
             else:
                 basis, value = "too few", None
             fired = value is not None and bool(_OPS[g.op](value, g.value))
-            out.append({"gate": g.text, "metric": g.metric, "arm": arm, "baseline": comp["baseline"],
+            power = _gate_power(g, a, entry["arms"][comp["baseline"]].get("mean"), basis, confidence)
+            out.append({**power, "gate": g.text, "metric": g.metric, "arm": arm, "baseline": comp["baseline"],
                         "op": g.op, "fired": fired, "basis": basis,
                         "value": value if value is not None and math.isfinite(value) else None,
                         "threshold": g.value, "pct": g.pct, "change": a["change"], "change_pct": a["change_pct"],
                         "ci": a["ci"], "ci_pct": a["ci_pct"], "ci_within": a.get("ci_within"),
                         "ci_within_pct": a.get("ci_within_pct"), "verdict": a.get("verdict")})
     return out
+
+
+def _gate_power(g: Gate, a: dict, base, basis: str, confidence: float) -> dict:
+    """What the gate could detect: the true change (in the gate's own unit) at which it fires 80% of
+    the time ("detects"), and the share of runs with no change in which it fires ("null_fire_pct"),
+    both at the measured spread; None where the basis has no spread (exact, too few)."""
+    out = {"detects": None, "null_fire_pct": None}
+    se, scale = a.get("se"), a.get("scale")
+    if basis not in ("ci", "point") or se is None or scale is None or base is None:
+        return out
+    from . import welch
+
+    sign = 1.0 if g.op in (">", ">=") else -1.0
+    log = scale == "log"
+    if log:
+        rel = g.value / 100.0 if g.pct else (g.value / base if base else None)
+        if rel is None or rel <= -1.0:
+            return out
+        thr = math.log1p(rel)
+    else:
+        thr = g.value / 100.0 * abs(base) if g.pct else g.value
+    df = a.get("df")
+    df = math.inf if df is None else df
+    conf = confidence if basis == "ci" else None
+    d = float(welch.gate_detectable(thr, sign, se, df, conf))
+    if log:
+        det = 100.0 * math.expm1(d) if g.pct else base * math.expm1(d)
+    else:
+        det = (100.0 * d / abs(base) if base else None) if g.pct else d
+    null = float(welch.gate_null_rate(thr, sign, se, df, conf)) if se > 0 else None
+    out = {"detects": det, "null_fire_pct": None if null is None else 100.0 * null}
+    ci = a.get("ci_pct") if log else a.get("ci")
+    if basis == "ci" and ci is not None and se > 0:
+        # the interval's centre on the row's scale (symmetric there), and the one-sided p of the
+        # gate's test: the interval's end passes the threshold where p < (1 - confidence) / 2
+        diff = 0.5 * (math.log1p(ci[0] / 100.0) + math.log1p(ci[1] / 100.0)) if log else 0.5 * (ci[0] + ci[1])
+        out["p_gate"] = float(welch.t_sf(sign * (diff - thr) / se, df))
+    return out
+
+
+POINT_WARNING = ("--gate-on point gates on the point change, not on its interval: a gate on a noisy figure then "
+                 "fires on noise (each gate line says on how many runs that changed nothing, at the measured "
+                 "spread); the default --gate-on ci fires only beyond noise")
+
+
+def point_warning(gates, gate_on: str) -> list[str]:
+    """The warning --gate-on point earns when a gate is on a noisy figure."""
+    return [POINT_WARNING] if gate_on == "point" and any(v["basis"] == "point" for v in gates) else []
+
+
+def gate_status(v: dict) -> str:
+    """fired, passed, or not judged (too few units for an interval)."""
+    return "fired" if v["fired"] else "not judged" if v["basis"] == "too few" else "passed"
+
+
+def gate_exit(verdicts: list[dict]) -> int:
+    """The exit status of gates: 1 when one fired, else EXIT_NOT_JUDGED (3) when one could not be
+    judged (CI must not read a design too small to judge as a pass), else 0."""
+    if any(v["fired"] for v in verdicts):
+        return 1
+    return EXIT_NOT_JUDGED if any(v["basis"] == "too few" for v in verdicts) else 0
 
 
 def _no_cuda_reason(comp: dict) -> str:
@@ -130,19 +191,24 @@ def gate_line(v: dict, kind: str) -> str:
     shown = "inf" if v["value"] is None else _fmt_change(v["value"], kind, pct)
     if v["basis"] == "exact":
         how = f"exact change {_fmt_change(point, kind, pct)}{'' if v['fired'] else ' is not'} {thr}"
-    elif v["basis"] in ("ci", "within"):
-        lo, hi = (v["ci_pct"] if pct else v["ci"]) if v["basis"] == "ci" else \
-            (v["ci_within_pct"] if pct else v["ci_within"])
+    elif v["basis"] == "ci":
+        lo, hi = v["ci_pct"] if pct else v["ci"]
         end = "low" if v["op"] in (">", ">=") else "high"
-        label = "CI" if v["basis"] == "ci" else "within-capture CI (batch noise of these captures only: too few " \
-                                                "captures to judge run-to-run noise)"
-        how = (f"change {_fmt_change(point, kind, pct)}, {label} [{_fmt_change(lo, kind, pct)}, "
-               f"{_fmt_change(hi, kind, pct)}]: its {end} end {shown}{'' if v['fired'] else ' is not'} {thr}")
+        how = (f"change {_fmt_change(point, kind, pct)}, CI [{_fmt_change(lo, kind, pct)}, "
+               f"{_fmt_change(hi, kind, pct)}]: its {end} end {shown}{'' if _OPS[v['op']](v['value'], t) else ' is not'} "
+               f"{thr}")
     elif v["basis"] == "too few":
         return (f"gate not judged: {v['gate']} — {v['arm']} vs {v['baseline']}: {v.get('verdict') or 'too few units'}"
-                f" (point change {_fmt_change(point, kind, pct)}; --gate-on point gates on it)")
+                f" (point change {_fmt_change(point, kind, pct)}; not a pass: exit {EXIT_NOT_JUDGED})")
     else:
         how = f"point change {shown}{'' if v['fired'] else ' is not'} {thr}"
+    if v.get("family_size"):
+        how += (f" (Holm over {v['family_size']} gates: adjusted p {v['p_family']:.3g}, "
+                f"{'fires' if v['fired'] else 'does not fire'})")
+    if v.get("detects") is not None:
+        how += f"; fires 80% of the time at a change of {_fmt_change(v['detects'], kind, pct)}"
+        if v["basis"] == "point" and v.get("null_fire_pct") is not None:
+            how += f", and on {v['null_fire_pct']:.0f}% of runs that changed nothing"
     return f"gate {'fired' if v['fired'] else 'passed'}: {v['gate']} — {v['arm']} vs {v['baseline']}: {how}"
 
 
@@ -206,10 +272,10 @@ def _verdict(a: dict, m: dict) -> str:
 
 
 def _verdict_text(a: dict, m: dict) -> str:
-    """The verdict and the smallest change its design could detect (80% power at the measured spread)."""
+    """The verdict and the change its design finds 80% of the time (none without a verdict)."""
     v = _verdict(a, m).split(" (")[0]          # the counts behind "too few" are in the method lines
     mdc = a.get("mdc_pct")
-    if m["deterministic"] or mdc is None or not math.isfinite(mdc):
+    if m["deterministic"] or a.get("ci") is None or mdc is None or not math.isfinite(mdc):
         return v
     return f"{v} (detects ±{mdc:.1f}%)"
 
@@ -294,8 +360,13 @@ def method_lines(comp: dict) -> list[str]:
              f"interval of the change between the arms' per-capture values (a metric per request = Σ metric / "
              f"Σ requests over each capture's batches; on logs where every value is positive, shown as exp(CI) - 1; "
              f"Satterthwaite df); beyond noise = the interval excludes 0; 'detects' = the smallest change this design "
-             f"finds 80% of the time at the measured spread. {who}. Exact: counts that are one multiple of the batch "
+             f"finds 80% of the time, the spread being measured (noncentral t: averaged over the spreads a design measures). {who}. Exact: counts that are one multiple of the batch "
              f"size in every batch of every capture, shown without interval. p50/p99: host ms per batch instance."]
+    from .family import family_line
+    for n, f in (comp.get("family") or {}).items():
+        line = family_line(f"{n} vs {comp['baseline']}", f, meth["confidence"])
+        if line:
+            lines.append(line)
     if low < meth.get("min_captures", 3):
         lines.append(f"With {low} capture{'s' if low != 1 else ''} in an arm there is no verdict (too few captures to "
                      f"judge; {meth.get('min_captures', 3)} per arm needed): the interval shown is the within-capture "
@@ -361,7 +432,7 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
         kinds = {m["metric"]: m["kind"] for m in comp["metrics"]}
         out += ["", f"Gates (exact counts: exact change; others: {_gate_basis(comp)}):", ""]
         for v in comp["gates"]:
-            out.append(f"- **{'fired' if v['fired'] else 'passed'}**: {md(v['gate'], code=True)} — "
+            out.append(f"- **{gate_status(v)}**: {md(v['gate'], code=True)} — "
                        + md(gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1]))
     from ..analyze.findings import compare_lines
     if comp.get("findings"):
@@ -460,8 +531,8 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
             say(table(cols, cells, width, labels=2,
                       title=f"{base} → {arm}: Python functions per stage, self ms per request (sampled)"))
     say([""])
-    say(wrap("beyond noise: the interval excludes 0 · detects ±X%: the smallest change this design could detect "
-             "(80% power) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
+    say(wrap("beyond noise: the interval excludes 0 · detects ±X%: a change of X is found 80% of the time by this "
+             "design (its spread measured, not known) · too few captures to judge: fewer than 3 per arm (the within-capture interval is "
              "labelled) · exact: counts that are one multiple of the batch size, compared without an interval" + ("" if wide else " · gate names: --list-metrics; every column: --wide"),
              width, "  "))
     if hidden:

@@ -297,7 +297,7 @@ def test_no_verdict_below_three_servers():
     (t,) = [c for c in bs.changes({"a": two, "b": doubled}, "a", 0.95) if c["metric"] == "throughput_rps"]
     assert t["ci"] is None and t["ci_abs"] is None and t["beyond_noise"] is False
     assert t["verdict"] == "too few servers to judge (2 in an arm; 3 needed)"
-    assert t["mdc_pct"] > 0                    # 2 + 2 servers still measure a spread
+    assert t["mdc_pct"] is None and t["df"] > 0    # 2 + 2 servers measure a spread, but state no power
     three = two + [win(3, 990, 10.0)]
     (t,) = [c for c in bs.changes({"a": three, "b": [dict(w, completions=2 * w["completions"]) for w in three]},
                                   "a", 0.95) if c["metric"] == "throughput_rps"]
@@ -310,7 +310,8 @@ def test_an_interval_ending_at_zero_holds_zero():
 
 
 def test_gate_not_judged_below_three_servers():
-    from clef_prof.compare.gates import evaluate_gates, gate_line, parse_gate
+    from clef_prof.compare.gates import evaluate_gates, gate_exit, gate_line, parse_gate
+    from clef_prof.errors import EXIT_NOT_JUDGED
 
     two = [win(s, c, 10.0) for s, c in ((1, 1000), (2, 1010))]
     case = {"baseline": "a", "changes": bs.changes({"a": two, "b": [dict(w, completions=w["completions"] // 2)
@@ -319,8 +320,27 @@ def test_gate_not_judged_below_three_servers():
     (v,) = evaluate_gates([g], bs.gate_view(case), "ci")
     assert v["fired"] is False and v["basis"] == "too few"
     assert gate_line(v, "").startswith("gate not judged: throughput_rps < -2% — b vs a: too few servers to judge")
+    assert gate_exit([v]) == EXIT_NOT_JUDGED == 3
     (v,) = evaluate_gates([g], bs.gate_view(case), "point")
     assert v["fired"] is True and v["basis"] == "point"
+
+
+def test_from_two_servers_with_a_gate_exits_not_judged(ab, tmp_path, capsys):
+    """The saved run less its third round: 2 servers an arm, a halving of throughput is not judged:
+    exit 3 (never 0), "too few" and no detectable change beside it."""
+    from clef_prof.cli.app import main
+
+    _, r, tmp = ab
+    saved = json.loads((tmp / "run" / "bench.json").read_text())
+    for c in saved["cases"]:
+        for a in c["arms"].values():
+            a["windows"] = [w for w in a["windows"] if w["server"] <= 2]
+    saved["servers"] = [s for s in saved["servers"] if s["server"] <= 2]
+    (tmp_path / "bench.json").write_text(json.dumps(saved))
+    assert main(["bench", "--from", str(tmp_path), "--fail-if", "throughput_rps < -2%", "-f", "markdown"]) == 3
+    out = capsys.readouterr()
+    assert "gate not judged: throughput_rps < -2%" in out.err and "not a pass: exit 3" in out.err
+    assert "too few servers to judge (2 in an arm; 3 needed) |" in out.out and "(detects" not in out.out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,9 +12,12 @@ import pytest
 from clef_prof.bench import stats as bs
 from clef_prof.bench.load import Case
 from clef_prof.bench.run import _result
+from clef_prof.compare import welch
 
 Q975_4 = 2 * math.sqrt(math.cos(math.acos(math.sqrt(4 * 0.975 * 0.025)) / 3) / math.sqrt(4 * 0.975 * 0.025) - 1)
-Q80_4 = 2 * math.sqrt(math.cos(math.acos(math.sqrt(4 * 0.8 * 0.2)) / 3) / math.sqrt(4 * 0.8 * 0.2) - 1)
+# the detectable change's factor at df 4 (checked against a Monte Carlo of its definition in
+# tests/compare/test_welch.py): Q975_4 + t_0.8 took the measured spread for the true one
+F95_4 = float(welch.detect_factor(4.0, 0.95))
 
 
 def w(arm: str, server: int, completions: int, elapsed: float, p50: float | None, **kw) -> dict:
@@ -77,15 +80,15 @@ def test_changes_by_hand():
     lo, hi = math.log(1.2) - Q975_4 * se, math.log(1.2) + Q975_4 * se
     assert t["ci"] == pytest.approx([100 * math.expm1(lo), 100 * math.expm1(hi)], rel=1e-8)
     assert t["ci_abs"] == pytest.approx([base * math.expm1(lo), base * math.expm1(hi)], rel=1e-8)
-    assert t["mdc_pct"] == pytest.approx(100 * math.expm1((Q975_4 + Q80_4) * se), rel=1e-8)
-    assert t["mdc_abs"] == pytest.approx(base * math.expm1((Q975_4 + Q80_4) * se), rel=1e-8)
+    assert t["mdc_pct"] == pytest.approx(100 * math.expm1(F95_4 * se), rel=1e-8)
+    assert t["mdc_abs"] == pytest.approx(base * math.expm1(F95_4 * se), rel=1e-8)
     assert t["beyond_noise"] is False and t["verdict"] == "within noise"      # lo = -3.3%
     # latency: every server 21 ms in main and 16 ms in pr: no spread, a point interval, df inf -> None
     assert lat["ci"] == pytest.approx([100 * (16 / 21 - 1)] * 2, rel=1e-12) and lat["df"] is None
     assert lat["ci_abs"] == pytest.approx([-5.0, -5.0], rel=1e-12) and lat["mdc_pct"] == 0.0
     assert lat["beyond_noise"] is True and lat["verdict"] == "beyond noise"
     assert bs.verdict_text(lat) == "beyond noise (detects ±0.0%)"
-    assert bs.verdict_text(t) == f"within noise (detects ±{100 * math.expm1((Q975_4 + Q80_4) * se):.1f}%)"
+    assert bs.verdict_text(t) == f"within noise (detects ±{100 * math.expm1(F95_4 * se):.1f}%)"
 
 
 def test_a_server_with_no_completion_gives_no_verdict():
@@ -116,9 +119,8 @@ def test_two_servers_measure_a_spread_but_give_no_verdict():
     assert t["servers"] == [2, 2] and t["ci"] is None and t["ci_abs"] is None and t["beyond_noise"] is False
     assert t["verdict"] == "too few servers to judge (2 in an arm; 3 needed)"
     se = math.log(1.1) * math.sqrt(2 / 2)                        # 2 servers each: var of logs log(1.1)^2 / 2, over 2
-    q2 = (2 * 0.975 - 1) / math.sqrt(2 * 0.975 * 0.025) + (2 * 0.8 - 1) / math.sqrt(2 * 0.8 * 0.2)
-    assert t["df"] == pytest.approx(2.0, rel=1e-9) and t["scale"] == "log"
-    assert t["mdc_pct"] == pytest.approx(100 * math.expm1(q2 * se / math.sqrt(2)), rel=1e-8)
+    assert t["df"] == pytest.approx(2.0, rel=1e-9) and t["scale"] == "log" and se > 0
+    assert t["mdc_pct"] is None and t["mdc_abs"] is None         # no verdict: no power statement
     one = bs.changes({"main": MAIN[:2], "pr": PR}, "main", 0.95)[0]      # 1 server: no spread at all
     assert one["df"] is None and one["mdc_pct"] is None and one["scale"] is None
     assert one["verdict"] == "too few servers to judge (1 in an arm; 3 needed)"
@@ -131,10 +133,13 @@ def test_gate_view_shape():
     v = bs.gate_view(case)
     assert v["baseline"] == "main" and [m["metric"] for m in v["metrics"]] == ["throughput_rps", "latency_ms_p50"]
     t = v["metrics"][0]
-    assert t["deterministic"] is False and set(t["arms"]) == {"main", "pr"} and t["arms"]["main"] == {}
     c = case["changes"][0]
+    assert t["deterministic"] is False and set(t["arms"]) == {"main", "pr"}
+    assert t["arms"]["main"] == {"mean": c["baseline_value"]} and v["method"] == {"confidence": 0.95}
     assert t["arms"]["pr"] == {"change": c["change"], "change_pct": c["change_pct"], "ci": c["ci_abs"],
-                               "ci_pct": c["ci"], "verdict": "within noise"}
+                               "ci_pct": c["ci"], "verdict": "within noise", "se": c["se"], "df": c["df"],
+                               "scale": "log"}
+    assert c["se"] > 0 and c["df"] > 0
 
 
 def result(arms: dict[str, list[dict]], **kw) -> dict:
@@ -155,7 +160,7 @@ def test_markdown_two_arms():
                                 "pr": {"bodies": 4, "matched": 3, "servers": 1}}})
     se = math.log(1.1) * math.sqrt(2 / 3)
     lo, hi = (100 * math.expm1(math.log(1.2) + s * Q975_4 * se) for s in (-1, 1))
-    mdc = 100 * math.expm1((Q975_4 + Q80_4) * se)
+    mdc = 100 * math.expm1(F95_4 * se)
     pct = 100 * (867 / 65 - 762 / 70) / (762 / 70)
     md = bs.render_markdown(r).splitlines()
     assert md[:5] == [
@@ -179,7 +184,9 @@ def test_markdown_two_arms():
     assert md[13].endswith("Servers per arm: main 3, pr 3; 2 × 10 s windows per case and server after 5 s of "
                            "warm-up; order ABBA, case order reversed every other server; took 61 s.</sub>  ")
     nvml = "NVML listed no process of the servers (another PID namespace?): whole-device memory only"
-    assert md[14:] == ["<sub>note: n1</sub>  ", f"<sub>note: {nvml}</sub>  "]
+    assert md[14] == ("<sub>Family (pr vs main): 2 figures judged at 95% each: were nothing changed, the chance that "
+                      "any says beyond noise is up to 10% (1 - 0.95^2); --family holm holds it to 5%.</sub>  ")
+    assert md[15:] == ["<sub>note: n1</sub>  ", f"<sub>note: {nvml}</sub>  "]
     assert bs.header(r) == ["C", "words / questions", "req/s main → pr", "change", "95% CI", "p50 ms", "p99 ms",
                             "peak device MiB", "verdict"]
 
@@ -202,12 +209,15 @@ def test_markdown_three_arms_too_few_servers_and_from():
     foot = [ln for ln in md if ln.startswith("<sub>")]
     assert "<sub>outputs matched (pr2 vs main server 1): 2 of 2, exactly</sub>  " in foot
     assert "<sub>outputs matched (main vs main server 1): 1 of 2 on 2 servers, exactly</sub>  " in foot
-    assert not any("(pr vs" in ln for ln in foot)
+    assert not any("(pr vs" in ln for ln in foot if not ln.startswith("<sub>Family"))
+    # pr's two judged figures make a family; pr2's (1 server) none is judged: no family line
+    assert [ln.split(":")[0] for ln in foot if ln.startswith("<sub>Family")] == ["<sub>Family (pr vs main)"]
     assert "pr2 12–12 req/s over 2 windows of 1 server</sub>" in foot[0]
     assert "main 3, pr 3, pr2 1; 1 × 10 s window per case and server" in " ".join(foot)
     assert foot[-1].startswith("<sub>note: NVML listed no process")
-    assert foot[-3] == "<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  "
-    assert foot[-2] == ("<sub>With 1 server in an arm there is no verdict: servers vary from start to start more than "
+    assert foot[-4] == "<sub>Re-judged from the saved windows of runs/b/bench.json at 95% (no server started).</sub>  "
+    assert foot[-2].startswith("<sub>Family (pr vs main): 2 figures judged at 95% each")
+    assert foot[-3] == ("<sub>With 1 server in an arm there is no verdict: servers vary from start to start more than "
                         "windows do, and 3 per arm is the least that gives an interval that holds its confidence "
                         "(run more --rounds).</sub>  ")
     assert bs.header(r)[:4] == ["C", "words / questions", "arm", "req/s main → arm"]
@@ -221,7 +231,9 @@ def test_renderer_edges():
     assert bs._pct(-3.14159) == "-3.14%" and bs._pct(0.0) == "+0.00%"
     assert bs.verdict_text({"verdict": "v", "mdc_pct": None}) == "v"
     assert bs.verdict_text({"verdict": "v", "mdc_pct": float("inf")}) == "v"
-    assert bs.verdict_text({"verdict": "v", "mdc_pct": 4.26}) == "v (detects ±4.3%)"
+    assert bs.verdict_text({"verdict": "v", "mdc_pct": 4.26, "ci": [-1.0, 2.0]}) == "v (detects ±4.3%)"
+    assert bs.verdict_text({"verdict": "too few servers to judge", "mdc_pct": 4.26, "ci": None}) == \
+        "too few servers to judge"                  # no interval, no power statement
     assert bs.verdict_text({"verdict": "v"}) == "v"
 
 

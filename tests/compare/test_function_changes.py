@@ -146,11 +146,11 @@ def test_two_captures_an_arm_give_no_interval_and_never_read_exact(paths, tmp_pa
     assert main(args + ["-o", str(tmp_path / "c.txt")]) == 0
     text = (tmp_path / "c.txt").read_text().splitlines()
     at = next(i for i, line in enumerate(text) if "Python functions per stage" in line)
-    rows = [line for line in text[at:] if line.startswith("head")]      # figures, then verdicts (a second block at 80 columns)
-    assert rows and not [line for line in rows if "exact" in line]
-    figures = [line for line in rows if "too few" not in line]
-    assert figures and all(line.rstrip().endswith("—") for line in figures)
-    assert len([line for line in rows if "too few captures to judge" in line]) == len(figures)
+    end = next(i for i in range(at, len(text)) if text[i].startswith("beyond noise"))
+    rows = [line for line in text[at:end] if "too few" in line]     # each function's label, then its figures
+    assert len(rows) == len([line for line in text[at:end] if line.startswith("head")]) > 0
+    assert not [line for line in text[at:end] if "exact" in line] and "(detects" not in "".join(text)
+    assert all(line.rstrip().endswith("—  too few captures to judge") for line in rows), rows
     assert main(args + ["-f", "markdown", "-o", str(tmp_path / "c.md")]) == 0
     rows = [line for line in (tmp_path / "c.md").read_text().splitlines() if line.startswith("| head | `")]
     assert rows and all("| — |" in line and "exact" not in line for line in rows)

@@ -1,7 +1,7 @@
 """The gate verdict (`compare.gates`) on constructed comparisons, against the rule written out by
 hand: which end of which interval a gate reads (low end for > and >=, high end for < and <=; %
-or the metric's unit), the exact change of an exact count, the within-capture interval below 3
-captures, no verdict without either, a zero baseline as ±inf, the boundary itself, and every
+or the metric's unit), the exact change of an exact count, no verdict below 3 captures (the
+within-capture interval is never gated on) and its own exit status, a zero baseline as ±inf, the boundary itself, and every
 line a gate prints, character for character."""
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import math
 import pytest
 
 from clef_prof.compare.arm import CompareError
-from clef_prof.compare.gates import _fmt_change, _fmt_value, evaluate_gates, gate_line, parse_gate
+from clef_prof.compare.gates import (_fmt_change, _fmt_value, evaluate_gates, gate_exit, gate_line, gate_status,
+                                    parse_gate)
+from clef_prof.errors import EXIT_NOT_JUDGED
 
 KNOWN = {"per_request.h2d_copies": "per_request.h2d_copies", "h2d": "per_request.h2d_copies",
          "stages.index.host_ms_per_request": "stages.index.host_ms_per_request",
@@ -79,23 +81,32 @@ def test_record_carries_the_arm_and_its_figures():
                  "arm": "pr1", "baseline": "main", "op": ">", "fired": False, "basis": "ci", "value": 4.0,
                  "threshold": 5.0, "pct": True, "change": 0.30, "change_pct": 12.0, "ci": [0.10, 0.50],
                  "ci_pct": [4.0, 20.0], "ci_within": [0.2, 0.4], "ci_within_pct": [8.0, 16.0],
-                 "verdict": "beyond noise"}
+                 "verdict": "beyond noise", "detects": None, "null_fire_pct": None}     # no spread given: no power
 
 
-def test_within_and_too_few_and_exact():
+def test_too_few_is_not_judged_whatever_the_within_interval_and_exact():
+    """Below 3 captures an arm the within-capture interval (batch noise only) never fires a gate,
+    even when it lies wholly beyond the threshold: "too few", not judged, exit 3 unless another
+    gate fired."""
     c = comp("per_request.pooler_host_ms", False,
              arm(0.3, 12.0, within=[0.2, 0.4], within_pct=[8.0, 16.0], verdict="too few captures to judge"),
              arm(0.3, 12.0, verdict="too few servers to judge (2 in an arm; 3 needed)"))
     v1, v2 = evaluate_gates([parse_gate("per_request.pooler_host_ms > 7%", KNOWN)], c)
-    assert (v1["arm"], v1["basis"], v1["value"], v1["fired"]) == ("pr1", "within", 8.0, True)
+    assert (v1["arm"], v1["basis"], v1["value"], v1["fired"]) == ("pr1", "too few", None, False)
     assert (v2["arm"], v2["basis"], v2["value"], v2["fired"]) == ("pr2", "too few", None, False)
+    assert [gate_status(v) for v in (v1, v2)] == ["not judged", "not judged"]
+    assert gate_exit([v1, v2]) == EXIT_NOT_JUDGED == 3
     v1, _ = evaluate_gates([parse_gate("per_request.pooler_host_ms < 0.4", KNOWN)], c)
-    assert (v1["value"], v1["fired"]) == (0.4, False)
+    assert (v1["value"], v1["fired"]) == (None, False)
     ex = comp("per_request.h2d_copies", True, arm(-6.0, -66.66666666666667), arm(0.0, 0.0))
     v1, v2 = evaluate_gates([parse_gate("h2d < -6", KNOWN)], ex)
     assert (v1["basis"], v1["value"], v1["fired"], v2["value"], v2["fired"]) == ("exact", -6.0, False, 0.0, False)
+    assert gate_exit([v1, v2]) == 0 and [gate_status(v) for v in (v1, v2)] == ["passed", "passed"]
     v1, v2 = evaluate_gates([parse_gate("h2d <= -6", KNOWN)], ex)
     assert (v1["fired"], v2["fired"]) == (True, False)
+    # a fired gate wins over one not judged: exit 1
+    few = evaluate_gates([parse_gate("per_request.pooler_host_ms > 7%", KNOWN)], c)
+    assert gate_exit(few + [v1]) == 1 and gate_exit(few + [v2]) == EXIT_NOT_JUDGED
     v1, _ = evaluate_gates([parse_gate("h2d < -50%", KNOWN)], ex)
     assert (v1["value"], v1["fired"]) == (pytest.approx(-66.66666666666667), True)
 
@@ -131,16 +142,16 @@ def test_gate_lines():
         f"gate fired: {g} <= 0.5 — pr1 vs main: change +0.3, CI [+0.1, +0.5]: its high end +0.5 <= 0.5")
     assert gate_line(one(f"{g} > 0.25", c, "point"), "host_ms") == (
         f"gate fired: {g} > 0.25 — pr1 vs main: point change +0.3 > 0.25")
-    w = comp(g, False, dict(a, ci=None, ci_pct=None))
+    w = comp(g, False, dict(a, ci=None, ci_pct=None, verdict="too few captures to judge (1 in an arm; 3 needed)"))
     assert gate_line(one(f"{g} >= 8%", w), "host_ms") == (
-        f"gate fired: {g} >= 8% — pr1 vs main: change +12.0%, within-capture CI (batch noise of these captures "
-        f"only: too few captures to judge run-to-run noise) [+8.0%, +16.0%]: its low end +8.0% >= 8%")
+        f"gate not judged: {g} >= 8% — pr1 vs main: too few captures to judge (1 in an arm; 3 needed) "
+        f"(point change +12.0%; not a pass: exit 3)")
     few = comp(g, False, arm(-0.3, -12.0, verdict="too few servers to judge (2 in an arm; 3 needed)"))
     assert gate_line(one(f"{g} < -5%", few), "host_ms") == (
         f"gate not judged: {g} < -5% — pr1 vs main: too few servers to judge (2 in an arm; 3 needed) "
-        f"(point change -12.0%; --gate-on point gates on it)")
+        f"(point change -12.0%; not a pass: exit 3)")
     assert gate_line(one(f"{g} < -0.1", comp(g, False, arm(-0.3, -12.0))), "host_ms") == (
-        f"gate not judged: {g} < -0.1 — pr1 vs main: too few units (point change -0.3; --gate-on point gates on it)")
+        f"gate not judged: {g} < -0.1 — pr1 vs main: too few units (point change -0.3; not a pass: exit 3)")
     ex = comp("per_request.h2d_copies", True, arm(-6.0, -66.7))
     assert gate_line(one("h2d < -3", ex), "count") == "gate fired: h2d < -3 — pr1 vs main: exact change -6 < -3"
     assert gate_line(one("h2d > 0", ex), "count") == "gate passed: h2d > 0 — pr1 vs main: exact change -6 is not > 0"
@@ -334,7 +345,7 @@ def test_too_few_on_a_zero_baseline_without_change():
     c = comp("per_request.pooler_host_ms", False, arm(0.0, None, verdict="too few servers to judge"))
     v = one("per_request.pooler_host_ms > 5%", c)
     assert (v["basis"], v["fired"], v["value"]) == ("too few", False, None)
-    assert gate_line(v, "host_ms").endswith("too few servers to judge (point change +0.0%; --gate-on point gates on it)")
+    assert gate_line(v, "host_ms").endswith("too few servers to judge (point change +0.0%; not a pass: exit 3)")
     c = comp("per_request.pooler_host_ms", False, arm(-1.0, None, verdict="too few servers to judge"))
     assert "(point change -inf;" in gate_line(one("per_request.pooler_host_ms > 5%", c), "host_ms")
 
@@ -381,3 +392,32 @@ def test_short_labels_name_the_batch_range_and_are_no_metric_names():
     assert _label("stages.transfer.h2d_copies_per_request") == "transfer h2d_copies"
     assert _label("stages.head.host_ms_per_request") == "head"
     assert _label("overlap.gpu_busy_fraction_of_batch_spans") == "overlap gpu_busy_fraction_of_batch_spans"
+
+
+def test_gate_power_by_hand():
+    """A gate's detectable change: threshold + c x se on the row's scale (c: `detect_factor`, one-
+    sided, checked by Monte Carlo in test_welch and by simulation in tests/bench/test_gate_power.py),
+    back in the gate's unit; and its no-change fire rate, P(T > threshold / se + q)."""
+    from clef_prof.compare import welch
+
+    a = dict(arm(0.30, 12.0, ci=[0.10, 0.50], ci_pct=[4.0, 20.0], verdict="beyond noise"), se=0.05, df=4.0,
+             scale="log")
+    c = comp("stages.index.host_ms_per_request", False, a)
+    c["metrics"][0]["arms"]["main"] = {"mean": 2.5}
+    c1 = float(welch.detect_factor(4.0, 0.95, two_sided=False))
+    v = one("stages.index.host_ms_per_request > 5%", c)
+    assert v["detects"] == pytest.approx(100 * math.expm1(math.log(1.05) + c1 * 0.05), rel=1e-12)
+    assert 5 + 100 * 2.776 * 0.05 < v["detects"]        # beyond the threshold by more than q se
+    v = one("stages.index.host_ms_per_request < -0.1", c)                      # absolute: base 2.5
+    assert v["detects"] == pytest.approx(2.5 * math.expm1(math.log1p(-0.1 / 2.5) - c1 * 0.05), rel=1e-12)
+    v = one("stages.index.host_ms_per_request > 5%", c, "point")
+    cp = float(welch.detect_factor(4.0, None, two_sided=False))
+    assert v["detects"] == pytest.approx(100 * math.expm1(math.log(1.05) + cp * 0.05), rel=1e-12)
+    # P(T_4 > ln 1.05 / 0.05 = 0.9758): Student t's survival function at 4 df, closed form
+    t = math.log(1.05) / 0.05
+    sf = 0.5 - (t / math.sqrt(4 + t * t)) * (1 + 2 / (4 + t * t)) / 2 * 1.0
+    sf = 0.5 * (1 - t * (6 + t * t) / (4 + t * t) ** 1.5)
+    assert v["null_fire_pct"] == pytest.approx(100 * sf, rel=1e-6)
+    line = gate_line(v, "host_ms")
+    assert line.endswith(f"; fires 80% of the time at a change of {v['detects']:+.1f}%, and on "
+                         f"{v['null_fire_pct']:.0f}% of runs that changed nothing")
