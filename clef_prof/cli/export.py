@@ -39,7 +39,7 @@ def _run(args) -> int:
     if not (args.chrome_trace or args.csv):
         raise ClefError("export: give --chrome-trace OUT.json and/or --csv OUT.csv")
     import_numpy()
-    path = resolve(args.capture)[0]
+    path, recorded = resolve(args.capture)
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]
     for out in (args.chrome_trace, args.csv):
         if out:
@@ -47,7 +47,7 @@ def _run(args) -> int:
     from ..analyze import journey as jn
     from ..analyze.result import analyze
 
-    analysis = analyze(path, stage_config(args))
+    analysis = analyze(path, stage_config(args, [(args.capture, recorded, path)]))
     rows = analysis.journeys
     if rows is None:
         raise ClefError(f"{path}: no request ranges (`request rid=ID` in domain {analysis.config.domain!r}); "
