@@ -3,7 +3,7 @@ entry points (record, demo-server, inject) never import pandas."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .defaults import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES
 from .errors import ClefError
@@ -32,6 +32,34 @@ class StageConfig:
     stages: tuple[str, ...] = DEFAULT_STAGES
     findings: tuple[tuple[str, float], ...] = ()
     engine_id_pattern: str | None = None
+    # where it came from, said beside the figures: None (the defaults or flags), "spec PATH",
+    # "recorded in MANIFEST"; not part of its identity (equal configurations are one cache key)
+    source: str | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict:
+        """The snapshot `record` writes into its manifest ("stage_config")."""
+        return {"domain": self.domain, "batch": self.batch, "stages": list(self.stages),
+                "findings": {k: v for k, v in self.findings}, "engine_id_pattern": self.engine_id_pattern}
+
+    @classmethod
+    def from_dict(cls, data, where: str, source: str | None = None) -> "StageConfig":
+        """A snapshot read back (to_dict's form); ClefError in one line when it is not one."""
+        ok = isinstance(data, dict)
+        stages = data.get("stages") if ok else None
+        findings = data.get("findings", {}) if ok else None
+        pattern = data.get("engine_id_pattern") if ok else None
+        ok = (ok and isinstance(data.get("domain"), str) and isinstance(data.get("batch"), str) and data["batch"]
+              and isinstance(stages, list) and bool(stages) and all(isinstance(s, str) and s for s in stages)
+              and isinstance(findings, dict)
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                      for v in findings.values())
+              and (pattern is None or isinstance(pattern, str)))
+        if not ok:
+            raise ClefError(f"{where}: \"stage_config\" is not a stage configuration (domain, batch, a list of "
+                            "stages, findings thresholds); a damaged manifest: pass --spec or --stages")
+        return cls(domain=data["domain"], batch=data["batch"], stages=tuple(stages),
+                   findings=tuple((str(k), float(v)) for k, v in findings.items()),
+                   engine_id_pattern=pattern, source=source)
 
 def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | None = None, stages=None,
                    findings=()) -> StageConfig:
@@ -41,7 +69,8 @@ def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | Non
         stages = tuple(s.strip() for s in stages.split(",") if s.strip())
     merged = dict(cfg.findings)
     merged.update(findings)
-    return StageConfig(domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
+    same = domain is None and batch is None and not stages and not findings
+    return StageConfig(source=cfg.source if same else None, domain=cfg.domain if domain is None else domain, batch=cfg.batch if batch is None else batch,
                        stages=tuple(stages) if stages else cfg.stages, findings=tuple(merged.items()),
                        engine_id_pattern=cfg.engine_id_pattern)
 

@@ -52,7 +52,7 @@ from ..errors import CaptureError
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 XZ_MAGIC = b"\xfd7zXZ\x00"
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "4"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "5"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
@@ -356,6 +356,16 @@ class _File:
     events: int = 0
     first: int | None = None
     last: int | None = None
+    stop: int | None = None         # the end of the profiler's own span, where the trace has one
+
+    @property
+    def final(self) -> int | None:
+        """The trace's last timestamp, where the profiler's stop closed the ranges still open; None
+        in a trace without the profiler's own span (written by hand or by another tool), whose
+        last range may well have ended there."""
+        if self.stop is None:
+            return None
+        return self.last if self.last is not None and self.last >= self.stop else self.stop
 
 
 def _int(v):
@@ -385,6 +395,10 @@ def read_file(path: str) -> _File:
         if ph == "X":
             kind = _KIND.get(cat, 0) if type(cat) is str else 0
             if not kind:
+                if cat == "Trace":          # the profiler's own span ("PyTorch Profiler (0)"): up to its stop
+                    ts, dur = _ns(ev.get("ts")), _ns(ev.get("dur"))
+                    if ts is not None and dur is not None and dur >= 0 and (f.stop is None or ts + dur > f.stop):
+                        f.stop = ts + dur
                 continue
             raw_ts = ev.get("ts")
             ts, dur = _ns(raw_ts), _ns(ev.get("dur"))
@@ -505,7 +519,7 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     nvtx, marks, runtime, pyfuncs = [], [], [], []
     gpu = {"kernel": [], "memcpy": [], "memset": []}
     threads, processes = {}, {}
-    dup_corr = 0
+    dup_corr = cut_at_stop = 0
     unknown_copies = unknown_bytes = 0
     fractional = any(f.fractional for f in files)
     for n_file, f in enumerate(files):
@@ -515,11 +529,17 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
         def gt(pid, tid):
             return ((pid & 0xFFFFFF) << 24) | (tid & 0xFFFFFF)
 
+        final = f.final
         for ts, end, pid, tid, name in f.ranges:
             if name.startswith(MARK_PREFIXES):
                 marks.append((ts + off, None, NVTX_MARK, name[:4096], gt(pid, tid)))
             else:
-                nvtx.append((ts + off, end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
+                # a range that ends at the trace's last timestamp was open when the profiler stopped,
+                # which closed it there: written open (no end), as nsys exports a range open at the
+                # capture's end, so that analyze counts it cut (and its missing stages with it)
+                stopped = final is not None and end >= final and end > ts
+                cut_at_stop += stopped
+                nvtx.append((ts + off, None if stopped else end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
         for ts, end, pid, tid, name, py, parent in f.pyfuncs:
             pyfuncs.append((ts + off, end + off, gt(pid, tid), sid(name[:4096]), key | (py & 0xFFFFFFFFFF),
                             None if parent is None else key | (parent & 0xFFFFFFFFFF)))
@@ -581,14 +601,15 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     _threads_warning(nvtx, runtime, warnings)
 
     drv = next((f.meta.get("cuda_driver_version") for f in files if _int(f.meta.get("cuda_driver_version"))), None)
-    duration = max(e for _, e, *_ in nvtx + runtime + [r[:2] for v in gpu.values() for r in v] +
-                   [(0, t) for t, *_ in marks]) + 1
+    duration = max([e for _, e, *_ in nvtx + runtime + [r[:2] for v in gpu.values() for r in v] if e is not None] +
+                   [t for t, *_ in nvtx + marks] + [f.final + _base(f) - t0 for f in files if f.final is not None]) + 1
     facts = {"format": "kineto", "files": len(files), "file_names": [os.path.basename(f.path) for f in files],
              "events": sum(f.events for f in files),
              "time_precision": "1 ns (decimal microseconds)" if fractional else
              "1 us (the trace holds whole microseconds)",
              "not_available": NOT_AVAILABLE}
     facts["python_functions"] = len(pyfuncs)
+    facts["ranges_open_at_stop"] = cut_at_stop
     _write(out, strings, nvtx + marks, runtime, gpu, threads, processes, warnings, facts, drv, duration, cuda_seen,
            source, pyfuncs)
     return warnings

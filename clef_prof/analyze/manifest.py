@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
-from ..config import MANIFEST as NAME, STATUS_OK
+from ..config import MANIFEST as NAME, STATUS_OK, StageConfig
 from ..errors import ClefError
 from .model import Result
 
@@ -52,6 +53,30 @@ def find_for(export: str) -> str | None:
     if named and os.path.normpath(os.path.join(folder, named)) != os.path.normpath(os.path.abspath(export)):
         return None
     return path
+
+
+def recorded_config(manifest: dict, where: str) -> StageConfig | None:
+    """The stage configuration a capture was recorded with (`record --spec`): the manifest's
+    "stage_config" snapshot, else (manifests older than it) the spec file it names in "spec",
+    read again when it still exists; None when the capture was recorded without a spec.
+    ManifestError when the manifest names a spec that neither gives (analyze would read the
+    default stages, with zeros, and miss the real ones)."""
+    snap = manifest.get("stage_config")
+    if snap is not None:
+        try:
+            return StageConfig.from_dict(snap, where, source=f"recorded in {where}")
+        except ClefError as exc:
+            raise ManifestError(str(exc)) from None
+    spec = manifest.get("spec")
+    if spec is None:
+        return None
+    if not isinstance(spec, str) or not spec:
+        raise ManifestError(f"{where}: \"spec\" is not a path to a stage spec; pass --spec or --stages")
+    if not os.path.isfile(spec):
+        raise ManifestError(f"{where}: recorded with the stage spec {spec}, which no longer exists (and the "
+                            "manifest holds no copy of it): pass --spec, or --domain/--batch/--stages")
+    from ..annotate.spec import load
+    return replace(load(spec).config, source=f"spec {spec}, recorded in {where}")
 
 
 def window_by_record(manifest: dict) -> bool:

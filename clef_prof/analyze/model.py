@@ -446,7 +446,7 @@ class Result:
         cfg = self.config
         out = {"schema": self.schema, "path": self.path, "requests": self.requests,
                "requests_source": self.requests_source, "batches": self.batches,
-               "config": {"domain": cfg.domain, "batch": cfg.batch, "stages": list(cfg.stages)},
+               "config": {"domain": cfg.domain, "batch": cfg.batch, "stages": list(cfg.stages), "source": cfg.source},
                "capture": self.capture.to_json(),
                "stages": {name: s.to_json() for name, s in self.stages.items()},
                "pooler": self.pooler.to_json(), "outside_stages": self.outside_stages.to_json(),

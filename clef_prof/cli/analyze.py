@@ -15,8 +15,9 @@ def cmd_analyze(args) -> int:
     check_jobs(args.jobs)
     check_store(args)
     import_numpy()
-    cfg = stage_config(args)
-    paths = [resolve(c)[0] for c in args.captures]
+    resolved = [resolve(c) for c in args.captures]
+    cfg = stage_config(args, [(c, m, e) for c, (e, m) in zip(args.captures, resolved)])
+    paths = [e for e, _ in resolved]
     inputs = [*args.captures, *([args.spec] if args.spec else [])]
     if args.output:
         from ..safeio import check_output

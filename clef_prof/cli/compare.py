@@ -63,7 +63,6 @@ def run(args) -> int:
     from ..compare import engine as comparison
 
     cfg = stage_config(args)
-    known = comparison.known_names(cfg.stages)
     if args.list_metrics:
         for m in comparison.catalogue(cfg.stages, cuda=True):
             print(f"{m.name}\t{m.unit}")
@@ -78,9 +77,10 @@ def run(args) -> int:
         raise CompareError(f"--bootstrap {args.bootstrap}: at least 100 replicates are needed for an interval")
     if not 0.5 <= args.confidence < 1:
         raise CompareError(f"--confidence {args.confidence}: expected a fraction in [0.5, 1), e.g. 0.95")
-    gates = [parse_gate(t, known) for t in args.fail_if]
     check_store(args)
     arms = collect(args.folders, args.arm, args.baseline)
+    cfg = stage_config(args, [(r.source, r.manifest, r.export) for refs in arms.captures.values() for r in refs])
+    gates = [parse_gate(t, comparison.known_names(cfg.stages)) for t in args.fail_if]
     data = _load(arms, cfg, args)
     comp = comparison.compare(arms, data, cfg, n_boot=args.bootstrap, seed=args.seed, confidence=args.confidence,
                               family=args.family)

@@ -48,7 +48,7 @@ def _run(args) -> int:
     if args.chrome_trace and args.csv and os.path.realpath(args.chrome_trace) == os.path.realpath(args.csv):
         raise ClefError(f"export: --chrome-trace and --csv name the same file ({args.csv}); give each its own")
     import_numpy()
-    path = resolve(args.capture)[0]
+    path, recorded = resolve(args.capture)
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]
     for out in (args.chrome_trace, args.csv):
         if out:
@@ -56,7 +56,7 @@ def _run(args) -> int:
     from ..analyze import journey as jn
     from ..analyze.result import analyze
 
-    analysis = analyze(path, stage_config(args))
+    analysis = analyze(path, stage_config(args, [(args.capture, recorded, path)]))
     rows = analysis.journeys
     if rows is None:
         raise ClefError(f"{path}: no request ranges (`request rid=ID` in domain {analysis.config.domain!r}); "

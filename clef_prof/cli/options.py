@@ -58,17 +58,54 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {' '.join(message.split())} (see {prog} --help)\n")
 
 
-def stage_config(args) -> StageConfig:
+def stage_config(args, captures=()) -> StageConfig:
     """--spec, --domain, --batch, --stages and --threshold, resolved as annotate.spec.stage_config
-    resolves them (whose module, 3 ms of dataclasses, is imported only with --spec)."""
+    resolves them (whose module, 3 ms of dataclasses, is imported only with --spec). With none of
+    the first four, the configuration the `captures` were recorded with (their manifests'
+    `record --spec`: analyze.manifest.recorded_config), said on stderr; captures recorded with
+    different ones (or some with one and some without) are refused: one set of stages must fit all.
+    `captures`: what the user named, or (name, manifest dict or None, export) triples."""
+    from dataclasses import replace
+
     from ..config import StageConfig, parse_threshold, with_overrides
 
     cfg = StageConfig()
     if getattr(args, "spec", None):
         from ..annotate.spec import load
-        cfg = load(args.spec).config
+        cfg = replace(load(args.spec).config, source=f"spec {args.spec}")
+    elif captures and all(getattr(args, k, None) is None for k in ("domain", "batch", "stages")):
+        cfg = _recorded(captures) or cfg
     return with_overrides(cfg, args.domain, args.batch, args.stages,
                           [parse_threshold(t) for t in getattr(args, "threshold", None) or []])
+
+
+def _recorded(captures) -> StageConfig | None:
+    """The one stage configuration the captures' manifests record, None when none records one."""
+    from ..analyze import manifest as mf
+    from ..analyze.inputs import resolve
+    from ..errors import ClefError
+
+    seen: dict = {}
+    for c in captures:
+        name, m, export = c if isinstance(c, tuple) else (c, *reversed(resolve(c)))
+        where = None
+        if m is None:
+            where = mf.find_for(export)
+            m = mf.read(where) if where else None
+        elif os.path.isdir(name):
+            where = os.path.join(name, mf.NAME)
+        cfg = mf.recorded_config(m, where or name) if m is not None else None
+        seen.setdefault(cfg, []).append(name)
+    if len(seen) > 1:
+        said = "; ".join(f"{', '.join(names[:2])}{' …' if len(names) > 2 else ''}: "
+                         f"{'stages ' + ','.join(cfg.stages) + ' (' + cfg.source + ')' if cfg else 'no recorded spec'}"
+                         for cfg, names in seen.items())
+        raise ClefError(f"the captures were recorded with different stage specs ({said}); pass --spec, or "
+                        "--domain/--batch/--stages, to read them all alike")
+    cfg = next(iter(seen), None)
+    if cfg is not None:
+        say(f"note: stages {','.join(cfg.stages)} in domain {cfg.domain!r}, batch {cfg.batch!r}: {cfg.source}")
+    return cfg
 
 
 def check_jobs(jobs: int | None) -> None:

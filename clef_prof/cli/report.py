@@ -44,11 +44,11 @@ def run(args) -> int:
         raise ClefError(f"--batches {args.batches}: at least 1")
     from ..safeio import check_output
 
-    path = resolve(args.capture)[0]
+    path, recorded = resolve(args.capture)
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]
     check_output(args.html, inputs)
     # one pass without row-level tables; the timeline reads its window's rows (issue 13)
-    cap = analyze(path, stage_config(args), requests=args.requests)
+    cap = analyze(path, stage_config(args, [(args.capture, recorded, path)]), requests=args.requests)
     if cap.result.batches:
         from ..explore.svg import first_batch
 

@@ -102,18 +102,44 @@ class CaptureData:
 def batch_table(a) -> Table:
     """compare's per-batch table, from analyze's (`Analysis.batch_table`): size, host ns of the
     batch and of each stage, and with CUDA trace the CUDA work of the batch and of each stage in it,
-    the GPU busy ns in its host span and the busy ns of its own work (`gpu_own_ns`)."""
+    the GPU busy ns in its host span and the busy ns of its own work (`gpu_own_ns`).
+
+    Stage instances outside every batch range (per-request parse or encode on an event loop) are
+    rows of their own after the batches (`outside` 1, size 0, no batch host time), so that every
+    per-request figure is analyze's (the stage's whole time over the capture's requests) and the
+    within-capture bootstrap resamples them as units too. Their CUDA work, which analyze counts
+    per stage and not per instance, is spread evenly over the stage's outside rows."""
     pb = a.batch_table
     stages = a.config.stages
-    cols = {"size": pb["size"], "host_ns": pb["host_ns"]}
-    for s in stages:
-        cols[f"stage:{s}:ns"] = pb[f"{s}_ns"]
-    if a.result.capture.cuda_traced:
+    cuda = a.result.capture.cuda_traced
+    inst = a.stages.instances
+    loose = inst[inst["batch"] < 0]
+    n_b, n_o = len(pb), len(loose)
+
+    def col(batch_part, outside_part=None):
+        out = np.zeros(n_b + n_o, dtype=np.float64 if outside_part is not None and
+                       np.asarray(outside_part).dtype.kind == "f" else np.int64)
+        out[:n_b] = batch_part
+        if outside_part is not None:
+            out[n_b:] = outside_part
+        return out
+
+    cols = {"size": col(pb["size"]), "host_ns": col(pb["host_ns"]), "outside": col(0, 1)}
+    for code, s in enumerate(stages):
+        mine = loose["code"] == code
+        cols[f"stage:{s}:ns"] = col(pb[f"{s}_ns"], np.where(mine, loose["end"] - loose["start"], 0))
+    if cuda:
         for k in (*CUDA_KEYS, "gpu_busy_ns", "gpu_own_ns"):
-            cols[k] = pb[k]
-        for s in stages:
+            cols[k] = col(pb[k])
+        for code, s in enumerate(stages):
+            mine = loose["code"] == code
+            figures = a.result.stages[s].cuda
             for k in BATCH_KEYS:
-                cols[f"stage:{s}:{k}"] = pb[f"{s}_{k}"]
+                rest = int(getattr(figures, k, 0) or 0) - int(np.asarray(pb[f"{s}_{k}"]).sum())
+                share = np.where(mine, rest / max(int(mine.sum()), 1), 0.0) if rest > 0 and mine.any() else None
+                cols[f"stage:{s}:{k}"] = col(pb[f"{s}_{k}"], share)
+                if share is not None and k in cols:       # analyze's per-request totals hold it too
+                    cols[k] = cols[k] + share
     return Table(cols)
 
 
@@ -280,6 +306,10 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
               for n in names}
     pooled = {n: np.concatenate(blocks[n]) for n in names}
     ints = {n: {c: np.concatenate([np.asarray(d.table[c]) for d in data[n]]) for c in columns} for n in names}
+    # rows of stage instances outside every batch (batch_table): not batches
+    outside = {n: np.concatenate([np.asarray(d.table["outside"]) if "outside" in d.table else
+                                  np.zeros(len(np.asarray(d.table["size"])), np.int64) for d in data[n]]) > 0
+               for n in names}
     rngs = arm_rngs(seed, len(names))
     boot = dict(zip(names, resampled_sums_of_arms(rngs, [blocks[n] for n in names], n_boot)))
 
@@ -307,11 +337,13 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
                 if k is not None:
                     mean = k
             exact[n] = k is not None
-            a = {"mean": mean, "captures": len(blocks[n]), "instances": int(len(x)),
+            a = {"mean": mean, "captures": len(blocks[n]), "instances": int((~outside[n]).sum()),
                  "per_capture": [float(capture_values(b[:, i_num], b[:, i_den], m.scale)) if b[:, i_den].sum() else None
                                  for b in blocks[n]]}
             if m.kind == "host_ms":
-                per_batch_ms = x[:, i_num] / NS_PER_MS
+                # per batch, and per instance outside every batch (analyze's host_ms_p50)
+                rows = ~outside[n] if m.stage is None else x[:, i_num] > 0
+                per_batch_ms = x[rows if rows.any() else ~outside[n], i_num] / NS_PER_MS
                 a["p50"] = float(np.percentile(per_batch_ms, 50))
                 a["p99"] = float(np.percentile(per_batch_ms, 99))
             entry["arms"][n] = a
@@ -363,10 +395,10 @@ def compare(arms: Arms, data: dict[str, list[CaptureData]], config: StageConfig 
     if missing:
         notes.append(f"no range in any capture for stage(s) {', '.join(missing)}: not compared")
     for n in names:
-        outside = sum(d.result.excluded.outside_batch_instances for d in data[n])
-        if outside:
-            notes.append(f"{n}: {outside} stage instances lie outside batch ranges; compare's per-batch figures "
-                         "leave them out (analyze's stage totals include them)")
+        loose = sum(d.result.excluded.outside_batch_instances for d in data[n])
+        if loose:
+            notes.append(f"{n}: {loose} stage instances lie outside batch ranges: compared per request with the "
+                         "rest, as analyze reports them (each one a unit of the within-capture bootstrap)")
     return {
         "schema": SCHEMA,
         "baseline": base,

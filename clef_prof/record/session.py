@@ -804,6 +804,7 @@ class Recording:
                        "healthy_after_s": ((self.t_healthy - self.t_server) / 1e9)
                        if self.t_healthy is not None else None},
             "spec": os.path.abspath(cfg.spec) if cfg.spec else None,
+            "stage_config": recorded_stage_config(cfg.spec),
             "trace": {"trace": cfg.trace.trace, "python_sampling_hz": cfg.py_sampling_hz if cfg.profiler == "nsys" else 0,
                       "python_sampler": "clef-prof" if cfg.py_sampling_hz and cfg.profiler == "nsys" else None,
                       "nsys_python_sampling_hz": cfg.trace.python_sampling_hz,
@@ -1100,3 +1101,11 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
     finally:
         _restore_signals(old)
 
+
+def recorded_stage_config(spec: str | None) -> dict | None:
+    """The stage configuration of the injected spec, as analyze reads it back from the manifest
+    (analyze.manifest.recorded_config): the spec file may move or change after the recording."""
+    if not spec:
+        return None
+    from ..annotate.spec import load
+    return load(spec).config.to_dict()

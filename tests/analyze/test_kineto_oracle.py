@@ -58,6 +58,10 @@ def oracle(doc: dict, kinds: dict = KIND, mems: dict = MEM) -> dict:
         a = _ns(e["ts"]) - t0
         return a, a + _ns(e["dur"])
 
+    # a trace with the profiler's own span ("PyTorch Profiler (0)", cat Trace) stopped at its last
+    # timestamp: a range ending there was open at the stop, and is written open (no end)
+    spans = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "Trace" and e.get("dur") is not None]
+    final = max([span(e)[1] for e in x + spans]) if spans else None
     nvtx, marks = Counter(), Counter()
     for e in x:
         if e["cat"] == "user_annotation" and e.get("pid") is not None and e.get("tid") is not None:
@@ -65,7 +69,8 @@ def oracle(doc: dict, kinds: dict = KIND, mems: dict = MEM) -> dict:
             if e["name"].startswith("enqueued rid="):
                 marks[(a, None, 34, e["name"], _gt(e["pid"], e["tid"]))] += 1
             else:
-                nvtx[(a, b, 59, e["name"], _gt(e["pid"], e["tid"]))] += 1
+                nvtx[(a, None if final is not None and b >= final and b > a else b, 59, e["name"],
+                      _gt(e["pid"], e["tid"]))] += 1
     flow = {(e["pid"], e["tid"], _ns(e["ts"])): e["id"] for e in ev if e.get("ph") == "s" and e.get("cat") == "ac2g"}
     flow_f = {(e["pid"], e["tid"], _ns(e["ts"])): e["id"] for e in ev if e.get("ph") == "f" and e.get("cat") == "ac2g"}
     runtime = Counter()
@@ -108,7 +113,8 @@ def oracle(doc: dict, kinds: dict = KIND, mems: dict = MEM) -> dict:
                and e.get("name") == "thread_name"}
     procs = {((e["pid"] & 0xFFFFFF) << 24, e["pid"], e["args"]["name"]) for e in ev if e.get("ph") == "M"
              and e.get("name") == "process_name"}
-    ends = [k[1] for k in list(nvtx) + list(runtime) + list(kernel) + list(memcpy) + list(memset)] + [k[0] for k in marks]
+    ends = [k[1] for k in list(nvtx) + list(runtime) + list(kernel) + list(memcpy) + list(memset)
+            if k[1] is not None] + [k[0] for k in list(marks) + list(nvtx)] + ([final] if final is not None else [])
     ranged = {k[4] for k in nvtx}
     bare = Counter(k[2] for k in runtime.elements() if k[2] not in ranged)
     return dict(nvtx=nvtx, marks=marks, runtime=runtime, kernel=kernel, memcpy=memcpy, memset=memset, py=py,
