@@ -1,9 +1,9 @@
 import sys
 
 try:
-    from .cli import main
+    from .cli import entry
 except KeyboardInterrupt:           # Ctrl-C while the CLI's modules are imported: no traceback
     print("clef-prof: interrupted", file=sys.stderr)
     sys.exit(130)
 
-sys.exit(main())
+sys.exit(entry())

@@ -176,34 +176,66 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
                 forkserver.ensure_running()
             finally:
                 signal.signal(signal.SIGINT, old)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(_readers_per_job(jobs),)) as pool:
-        futures: list = []
-        try:
-            futures += [pool.submit(_run_one, fn, p, *args) for p in paths]
-            # in input order; with errors="raise" the first failure cancels what has not started
-            return _finish(paths, (_outcome(f) for f in futures), errors)
-        except KeyboardInterrupt:
-            # Ctrl-C, or a SIGINT to this process alone: the workers and the forkserver go at once
-            # (SIGKILL: nothing of theirs to keep). A server still starting when the terminal's
-            # SIGINT came (it ignores it then) would else fork the workers asked of it after this
-            # process is gone, and each would print a traceback for the queue it cannot find;
-            # the next map_captures starts a new server (forkserver.ensure_running)
-            import signal
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                               initargs=(_readers_per_job(jobs),))
+    futures: list = []
+    try:
+        futures += [pool.submit(_run_one, fn, p, *args) for p in paths]
+        # in input order; with errors="raise" the first failure cancels what has not started
+        return _finish(paths, (_outcome(f) for f in futures), errors)
+    except KeyboardInterrupt:
+        # Ctrl-C, or a SIGINT to this process alone: the workers and the forkserver go at once
+        # (SIGKILL: nothing of theirs to keep). A server still starting when the terminal's
+        # SIGINT came (it ignores it then) would else fork the workers asked of it after this
+        # process is gone, and each would print a traceback for the queue it cannot find;
+        # the next map_captures starts a new server (forkserver.ensure_running)
+        _kill(pool, ctx)
+        raise
+    finally:
+        for f in futures:
+            f.cancel()
+        _shut_down(pool, ctx)
 
-            from multiprocessing import forkserver
-            pids = [p.pid for p in (getattr(pool, "_processes", None) or {}).values()]
-            server = getattr(forkserver._forkserver, "_forkserver_pid", None) if ctx.get_start_method() == \
-                "forkserver" else None
-            for pid in pids + ([server] if server else []):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            raise
-        finally:
-            for f in futures:
-                f.cancel()
+
+def _kill(pool, ctx) -> None:
+    """SIGKILL to the pool's workers and, from a forkserver, to the server."""
+    import signal
+
+    from multiprocessing import forkserver
+    pids = [p.pid for p in (getattr(pool, "_processes", None) or {}).values()]
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None) if ctx.get_start_method() == \
+        "forkserver" else None
+    for pid in pids + ([server] if server else []):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _shut_down(pool, ctx) -> None:
+    """pool.shutdown() with SIGINT held: the pool's queues are freed there, and a Ctrl-C inside
+    their semaphores' finalizers printed "Exception ignored ... Traceback" (the resource tracker
+    then warned of a semaphore it could not find) after a complete analysis. A Ctrl-C meanwhile
+    kills the workers (nothing left to wait for) and is raised once the pool is down."""
+    import gc
+    import signal
+    if threading.current_thread() is not threading.main_thread():
+        pool.shutdown()
+        return
+    caught: list = []
+
+    def hold(signum, frame) -> None:
+        caught.append(signum)
+        _kill(pool, ctx)
+
+    old = signal.signal(signal.SIGINT, hold)
+    try:
+        pool.shutdown()
+        gc.collect()            # a queue held in a reference cycle is freed here too, not later
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _on_threads(fn: Callable, paths: list[str], args: tuple, jobs: int, errors: str) -> list:

@@ -1,4 +1,4 @@
 """The command line: one module per subcommand, `main` dispatching; the only place that parses arguments."""
-from .app import main
+from .app import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError, one_line
 from .analyze import cmd_analyze
@@ -105,5 +106,21 @@ def main(argv: list[str] | None = None) -> int:
         return run_command(args.func, args)
 
 
+def entry() -> int:
+    """The console script and `python -m clef_prof`: main(), then the interpreter's exit with
+    SIGINT ignored. The exit code is decided by then; a Ctrl-C during the exit (multiprocessing's
+    finalizers, atexit) printed "Exception ignored ... Traceback", or, after Python restored the
+    default action, killed the process with no word."""
+    import signal
+    try:
+        code = main()
+    except KeyboardInterrupt:       # between the command's end and main's return
+        print("clef-prof: interrupted", file=sys.stderr)
+        code = 130
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
