@@ -420,8 +420,9 @@ def test_from_refuses_windows_that_are_not_measurements(ab, tmp_path, capsys):
 def test_from_server_that_answered_nothing_is_not_judged(ab, tmp_path, capsys):
     """One slow server completed nothing (as with --allow-errors against a dead server): its
     throughput is 0, so no log-scale interval exists; the change is not judged (no linear interval
-    reaching below -100%), and the gate on it does not pass as within noise."""
+    reaching below -100%), and the gate on it does not pass as within noise: exit 3, not judged."""
     from clef_prof.cli.app import main
+    from clef_prof.errors import EXIT_NOT_JUDGED
 
     _, r, tmp = ab
     saved = json.loads((tmp / "run" / "bench.json").read_text())
@@ -432,7 +433,8 @@ def test_from_server_that_answered_nothing_is_not_judged(ab, tmp_path, capsys):
                 w.update({"errors": w["errors"] + w["completions"], "completions": 0, "throughput_rps": 0.0,
                           **{k: None for k in w if k.startswith("latency_ms_")}})
     (tmp_path / "bench.json").write_text(json.dumps(saved))
-    assert main(["bench", "--from", str(tmp_path), "--fail-if", "throughput_rps < -2%", "-f", "json"]) == 0
+    code = main(["bench", "--from", str(tmp_path), "--fail-if", "throughput_rps < -2%", "-f", "json"])
+    assert code == EXIT_NOT_JUDGED
     res = json.loads(capsys.readouterr().out)
     for case in res["cases"]:
         (t,) = [c for c in case["changes"] if c["metric"] == "throughput_rps"]
