@@ -12,7 +12,8 @@
 # Env: PYTHON (default python3), PORT (default 8765), CONCURRENCY (default 16), LEVELS (default
 #      0,50%,100%: +10% and +25% of the demo's 0.2 ms stages hid under the servers' spread),
 #      SERVERS (whatif servers per level, default 3), ROUNDS (bench servers per arm, default 4),
-#      WINDOWS (default 2), WINDOW_S (default 6), WARMUP (default 4), CHECK_GPU (default 1; 0 runs on a machine without one, e.g. to try the script on a CPU).
+#      WINDOWS (default 2), WINDOW_S (default 6), WARMUP (default 4), CHECK_GPU (default 1;
+#      0 runs on a machine without one, e.g. to try the script on a CPU).
 #
 # Wall time at the defaults: whatif 15 servers (1 + 2 stages x 2 levels, x 3) and bench 8,
 # each about 4 s warm-up + 2 x 6 s windows + start-up: about 23 x 20 s, under 8 minutes.
