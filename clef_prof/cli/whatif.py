@@ -53,8 +53,9 @@ def add_parser(sub) -> None:
     q.add_argument("--from", metavar="FILE", dest="from_file",
                    help="re-analyse a --save file with this --confidence; no server is started")
     o = p.add_argument_group("output")
-    o.add_argument("--format", "-f", choices=["table", "markdown", "json"], default="table",
-                   help="table (default), markdown, or json")
+    o.add_argument("--format", "-f", choices=["table", "markdown", "json", "html"], default="table",
+                   help="table (default), markdown, json, or html (a self-contained page: every server "
+                        "a dot, the fitted line and its band, per stage and metric)")
     o.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     o.add_argument("--save", metavar="FILE", help="keep the observations (one per server) here, for --from")
     o.add_argument("--out", metavar="DIR", help="keep the server logs here")
@@ -107,7 +108,7 @@ def cmd_whatif(args) -> int:
         if args.save:
             store.save(args.save, observations, meta)
     result = analysis(observations, args.confidence)
-    emit(render(result, "text" if args.format == "table" else args.format), args.output)
+    emit(render(result, "text" if args.format == "table" else args.format, observations), args.output)
     lines = failed_lines(observations)
     for line in lines:
         print(f"clef-prof: whatif: {line}", file=sys.stderr)

@@ -11,6 +11,7 @@ from clef_prof.whatif.model import WhatIf
 
 WIDTH = 80
 PREDICT_SCHEMA = "clef-prof/predict/1"
+REPORT_SCHEMA = "clef-prof/whatif-report/1"     # the report; the --save file is clef-prof/whatif/1
 NAMES = {"throughput_rps": "throughput", "p50_ms": "p50 latency", "p99_ms": "p99 latency",
          "goodput_rps": "goodput"}
 
@@ -86,7 +87,8 @@ def render(result: WhatIf, fmt: str, observations=None) -> str:
             raise ValueError("the HTML page plots the servers: pass the observations")
         return render_html(result, observations)
     if fmt == "json":
-        return json.dumps(_clean(dataclasses.asdict(result)), indent=2, allow_nan=False)
+        return json.dumps({"schema": REPORT_SCHEMA, **_clean(dataclasses.asdict(result))}, indent=2,
+                          allow_nan=False)
     if fmt not in ("text", "markdown"):
         raise ValueError(f"unknown format {fmt!r}: use text, markdown, json or html")
     ci = f"{result.confidence:.0%} interval"

@@ -1,6 +1,7 @@
 """The what-if's renderers on seeded servers: terminal text within 80 columns with its numbers
 whole, units with denominators, and the HTML plots' structure (a plot per stage and metric, a
 dot per server, the band, the linear range's top, servers past a bend hollow)."""
+import json
 import re
 import xml.etree.ElementTree as ET
 
@@ -71,3 +72,28 @@ def test_html_plot_structure():
     sl = next(sl for s in r.stages if s.stage == "head" for sl in s.slopes)
     assert head.get("data-verdict") == sl.verdict
     assert len(by["parse"].findall(f"{ns}circle")) == 24
+
+
+def test_html_page_of_a_saved_gpu_run(tmp_path, capsys):
+    """`whatif --from F -f html` on the H100 run of the demo server (transfer and head at +10% and
+    +25%, 3 servers a level): a plot per stage and metric, each of its 9 servers (3 baseline, 6
+    delayed) a dot at the delay it was given, the verdict the JSON report gives (transfer's p99
+    the one critical slope)."""
+    from pathlib import Path
+
+    from clef_prof.cli.app import main
+
+    saved = Path(__file__).parents[1] / "data" / "gpu-whatif-h100.json"
+    assert main(["whatif", "--from", str(saved), "-f", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == "clef-prof/whatif-report/1" and report["baseline_servers"] == 3
+    verdicts = {(s["stage"], sl["metric"]): sl["verdict"] for s in report["stages"] for sl in s["slopes"]}
+    assert [k for k, v in verdicts.items() if v == "critical"] == [("transfer", "p99_ms")]
+    page = tmp_path / "w.html"
+    assert main(["whatif", "--from", str(saved), "-f", "html", "-o", str(page)]) == 0
+    ns = "{http://www.w3.org/2000/svg}"
+    svgs = [ET.fromstring(s) for s in re.findall(r"<svg .*?</svg>", page.read_text(), re.S)]
+    assert {(s.get("data-stage"), s.get("data-metric")): s.get("data-verdict") for s in svgs} == verdicts
+    for s in svgs:
+        xs = sorted(float(c.get("data-x")) for c in s.findall(f"{ns}circle"))
+        assert len(xs) == 9 and xs[:3] == [0.0] * 3 and 0 < xs[3] < xs[-1] < 0.06
