@@ -83,7 +83,8 @@ def test_html_page_of_a_saved_gpu_run(tmp_path, capsys):
 
     from clef_prof.cli.app import main
 
-    saved = Path(__file__).parents[2] / "docs" / "data" / "gpu-whatif-2026-12-07" / "whatif.json"   # docs/whatif.md's
+    # the run docs/whatif.md cites
+    saved = Path(__file__).parents[2] / "docs" / "data" / "gpu-whatif-2026-12-07" / "whatif.json"
     assert main(["whatif", "--from", str(saved), "-f", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["schema"] == "clef-prof/whatif-report/1" and report["baseline_servers"] == 3
