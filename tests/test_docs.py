@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from clef_prof.glyphs import ascii_text
+from clef_prof.base.glyphs import ascii_text
 
 from conftest import ROOT
 

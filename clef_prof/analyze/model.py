@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ..config import StageConfig
+from ..base.config import StageConfig
 
 SCHEMA = "clef-prof/analyze/1"
 
@@ -303,7 +303,7 @@ class ClientCheck(_Flat):
 
 @dataclass
 class Journey:
-    """Per-request journeys (clef_prof.analyze.journey; docs/journey.md): request ranges joined by
+    """Per-request journeys (clef_prof.analyze.figures.journey; docs/journey.md): request ranges joined by
     id to their enqueue mark and batch, and to their own encode, cut into segments that sum to the
     end-to-end span. Figures are over the `complete` journeys (not cut by the capture window, with
     a batch); the others are counted and their ids listed (up to 20 per kind)."""
@@ -383,7 +383,7 @@ class SampleFigures:
 
 @dataclass
 class Samples:
-    """Python samples per stage (clef_prof.analyze.samples; docs/sampling.md): the sampler, the
+    """Python samples per stage (clef_prof.analyze.figures.samples; docs/sampling.md): the sampler, the
     rate asked and observed, the ms one sample stands for, what was left out, and per slot its
     `SampleFigures` (the stages in order, then "(batch)" and "(outside)" when they hold samples)."""
 

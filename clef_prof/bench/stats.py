@@ -322,7 +322,7 @@ def render_terminal(result: dict, console=None) -> None:
     cut them, `+24.3…`), then the footer wrapped at spaces."""
     from rich.console import Console
 
-    from ..analyze.termtable import Column, table, wrap
+    from ..explore.termtable import Column, table, wrap
 
     console = console or Console()
     cols = console.width

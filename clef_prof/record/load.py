@@ -28,7 +28,7 @@ import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 
 VOCAB = ("patient", "reports", "mild", "pain", "after", "surgery", "the", "review", "notes", "stable", "vitals",
          "history", "of", "asthma", "no", "fever", "dose", "was", "adjusted", "follow", "up", "in", "two", "weeks",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze.attribute import Placer, slots
-from clef_prof.analyze.columns import Table
-from clef_prof.analyze.stages import Stages
-from clef_prof.config import StageConfig
+from clef_prof.analyze.figures.attribute import Placer, slots
+from clef_prof.analyze.read.columns import Table
+from clef_prof.analyze.figures.stages import Stages
+from clef_prof.base.config import StageConfig
 
 CFG = StageConfig(stages=("parse", "transfer", "head"))
 I64 = np.int64

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze import findings as fd
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.judge import findings as fd
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate.spec import from_dict
-from clef_prof.config import thresholds
+from clef_prof.base.config import thresholds
 from conftest import SAMPLES_IN_HEAD, edited_copy, loop_union, sql
 
 # the batch ranges' message, inline (text) or registered (textId)

@@ -10,9 +10,9 @@ import shlex
 
 import pytest
 
-from clef_prof.analyze import inputs
-from clef_prof.analyze.inputs import InputError, export_report, from_manifest, report_identity, resolve
-from clef_prof.errors import shown
+from clef_prof.analyze.read import inputs
+from clef_prof.analyze.read.inputs import InputError, export_report, from_manifest, report_identity, resolve
+from clef_prof.base.errors import shown
 
 MIB = 1 << 20
 

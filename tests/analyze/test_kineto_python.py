@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.samples import KINETO_SOURCE, OUTSIDE_SLOT
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.samples import KINETO_SOURCE, OUTSIDE_SLOT
+from clef_prof.analyze.figures.stages import StageConfig
 from clef_prof.explore.html import render_html
 
 PID = 4242

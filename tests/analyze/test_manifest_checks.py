@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from clef_prof.analyze.manifest import client_check, sampling_check
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.read.manifest import client_check, sampling_check
+from clef_prof.analyze.pipeline import analyze
 from clicheck import run_main
 
 

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from clef_prof.analyze import nsyspy
+from clef_prof.analyze.read import nsyspy
 
 TABLE = ["<module>", "head", "/srv/app.py", "three", "one", "a &amp; b"]
 

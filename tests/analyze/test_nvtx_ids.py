@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from clef_prof.analyze.export import Export
-from clef_prof.analyze.nvtx import read_ids, read_marks, read_ranges, MARK_TYPES
+from clef_prof.analyze.read.export import Export
+from clef_prof.analyze.read.nvtx import read_ids, read_marks, read_ranges, MARK_TYPES
 from conftest import edited_copy
 
 PID_TID = 281648402802793            # the thread that created the clef domain (id 2)

@@ -311,7 +311,7 @@ def test_an_interval_ending_at_zero_holds_zero():
 
 def test_gate_not_judged_below_three_servers():
     from clef_prof.compare.gates import evaluate_gates, gate_exit, gate_line, parse_gate
-    from clef_prof.errors import EXIT_NOT_JUDGED
+    from clef_prof.base.errors import EXIT_NOT_JUDGED
 
     two = [win(s, c, 10.0) for s, c in ((1, 1000), (2, 1010))]
     case = {"baseline": "a", "changes": bs.changes({"a": two, "b": [dict(w, completions=w["completions"] // 2)
@@ -422,7 +422,7 @@ def test_from_server_that_answered_nothing_is_not_judged(ab, tmp_path, capsys):
     throughput is 0, so no log-scale interval exists; the change is not judged (no linear interval
     reaching below -100%), and the gate on it does not pass as within noise: exit 3, not judged."""
     from clef_prof.cli.app import main
-    from clef_prof.errors import EXIT_NOT_JUDGED
+    from clef_prof.base.errors import EXIT_NOT_JUDGED
 
     _, r, tmp = ab
     saved = json.loads((tmp / "run" / "bench.json").read_text())
@@ -493,7 +493,7 @@ def test_terminal_table_cuts_no_number(ab, cols):
     """At 80 columns rich cut the table's cells (`+24.3…`, `(dete…`); each line now fits the
     width and every cell of every row (bs.rows: the figures the JSON gives) is printed whole."""
     _, r, tmp = ab
-    from clef_prof.glyphs import ascii_text
+    from clef_prof.base.glyphs import ascii_text
 
     env = {**os.environ, "COLUMNS": str(cols), "CLEF_PROF_ASCII": "1"}
     p = subprocess.run([sys.executable, "-m", "clef_prof", "bench", "--from", str(tmp / "run")], capture_output=True,

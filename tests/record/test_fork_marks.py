@@ -13,10 +13,10 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate import sampler
 from clef_prof.annotate.clock import DOMAIN as CLOCK_DOMAIN, PERIOD_S
-from clef_prof.config import CLOCK_MARK_MESSAGE, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ, StageConfig
+from clef_prof.base.config import CLOCK_MARK_MESSAGE, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ, StageConfig
 from recording import record
 
 # the parent starts the client and its threads with its first range, then forks two workers;

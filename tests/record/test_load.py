@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.record import load as loadgen
 from clicheck import assert_one_line, run_main
 from httpcheck import free_port

@@ -23,8 +23,8 @@ import sqlite3
 import stat
 import sys
 
-from ..config import MANIFEST
-from ..errors import ClefError, shown
+from ...base.config import MANIFEST
+from ...base.errors import ClefError, shown
 from . import kineto
 from .manifest import read as read_manifest
 
@@ -119,7 +119,7 @@ def _stamp(export: str, identity: tuple[int, str], report: str | None = None) ->
 def _stamped(export: str) -> tuple[int, str] | None:
     """The report identity an export carries; None for an export clef-prof did not make (or not
     a readable SQLite file)."""
-    from ..safeio import readonly_uri
+    from ...base.safeio import readonly_uri
 
     try:
         if not stat.S_ISREG(os.stat(export).st_mode):
@@ -155,7 +155,7 @@ def export_report(report: str) -> str:
     import hashlib
     import shlex
 
-    from ..nsys import NsysMissing, locate, run_export
+    from ...base.nsys import NsysMissing, locate, run_export
 
     if not os.path.isfile(report):
         raise InputError(f"{shown(report)}: no such file")

@@ -28,7 +28,7 @@ after B1 (or E, or R0). For a coroutine handler that does not `await` between it
 return, that is its own encode even with other requests interleaved on the loop's thread.
 
 Tensor-parallel ranks run every batch in each rank's process, with the same ids; analyze keeps the
-first rank's batches (clef_prof.analyze.ranks) and the others' are its replicas. A replica batch is
+first rank's batches (clef_prof.analyze.figures.ranks) and the others' are its replicas. A replica batch is
 the twin of the first rank's batch with the same id list nearest in start; a request's batch then
 runs from the earliest start of its batch on any rank to the latest end (the union of the twins'
 spans): the batch is underway once one rank has started it, and the front end that gathers every
@@ -51,8 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arrays import percentile
-from .columns import Table, factorize
-from .export import Export
+from ..read.columns import Table, factorize
+from ..read.export import Export
 
 SEGMENTS = ("receive", "queue", "batch", "after_batch", "encode", "send", "unattributed")
 REQUEST = "request"             # clef_prof.annotate.api.REQUEST (not imported: annotate is a layer above)
@@ -87,7 +87,7 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
     ranges). `batches` are analyze's kept batches (start, end, gtid, size); their messages are read
     again here with up to RID_CHARS characters, so long id lists are whole (a longer one is cut:
     `_whole_ids`). `replicas`: the batches of replica ranks (start, end, gtid, lead), read alike."""
-    from .nvtx import MARK_TYPES, read_ids, read_ranges
+    from ..read.nvtx import MARK_TYPES, read_ids, read_ranges
     from .ranks import rid_keys
 
     if len(read_ranges(cap, domain, [], [REQUEST], probe=True)) == 0:
@@ -416,7 +416,7 @@ def _ids(values: np.ndarray) -> list[str]:
 def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: float = TAIL_PCT):
     """The typed journey part of analyze's result (model.Journey) from `journeys`' table and meta,
     and each batch's host ns per stage (`stage_ns`, aligned with the batches)."""
-    from .model import Journey, SegmentFigures
+    from ..model import Journey, SegmentFigures
 
     ok = complete(t)
     e2e = t["e2e_ns"][ok]

@@ -11,8 +11,8 @@ import numpy as np
 
 from . import cuda as cu
 from .attribute import Placer
-from .columns import Table
-from .export import Export
+from ..read.columns import Table
+from ..read.export import Export
 from .stages import Stages
 
 CALL_TABLE = "calls"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import percentile
-from ..errors import SpecError
-from .columns import Table
+from ...base.errors import SpecError
+from ..read.columns import Table
 from .cuda import COPY, DEVICE_SYNC, DTOH, GRAPH, HTOD, LAUNCH, PAGEABLE, PINNED, SET, SYNC, SYNC_COPY
 
 NS_PER_MS = 1e6
@@ -131,7 +131,7 @@ BATCH_FIXED = ("start", "end", "gtid", "size", "host_ns", *BATCH_KEYS, "gpu_busy
 def check_name_lengths(config) -> None:
     """Refuse a stage, batch or domain name longer than names are read (NAME_CHARS): it could match
     no range, and a pattern of it would exceed SQLite's limits."""
-    from .export import NAME_CHARS
+    from ..read.export import NAME_CHARS
 
     # a batch range's message holds ` n=K` after its name: 16 characters of the names read are kept for it
     for what, name, most in (("batch range", config.batch, NAME_CHARS - 16), ("domain", config.domain, NAME_CHARS),

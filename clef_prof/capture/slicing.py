@@ -4,7 +4,7 @@ Rows are kept when they lie wholly inside the window (NVTX ranges nested in a ra
 the window go with it); GPU rows are kept exactly when their
 launching API call is kept, so every join still holds. Metadata, strings and enum tables are
 copied whole; times are shifted so that the window is the slice's session (0 to its length).
-The result is scrubbed (clef_prof.analyze.scrub) and written through a temporary file, renamed only on
+The result is scrubbed (clef_prof.capture.scrub) and written through a temporary file, renamed only on
 success. The input is only read.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from ..errors import CaptureError
+from ..base.errors import CaptureError
 
 API_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME",)
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -23,8 +23,8 @@ GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 def slice_capture(src: str, dst: str, t0_ns: int, t1_ns: int) -> dict:
     """Write the window [t0, t1] (ns from session start) of `src` to the new file `dst`, times
     shifted so that the slice's session is the window; nothing appears at `dst` on failure."""
-    from .export import Export, check_file
-    from ..safeio import check_output
+    from ..analyze.read.export import Export, check_file
+    from ..base.safeio import check_output
     from .scrub import require_export, rewrite, scrub
 
     check_file(src)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ClefError, shown
+from ...base.errors import ClefError, shown
 from .export import Export
 from .nvtx import MARK_TYPES, domains
 
@@ -275,7 +275,7 @@ def _report_of(export: str) -> str | None:
     """The `.nsys-rep` an export came from: beside it with its stem, else the one clef-prof
     exported it from (inputs.export_report records its path)."""
     from .inputs import IDENTITY_TABLE, REPORT_EXT
-    from ..safeio import readonly_uri
+    from ...base.safeio import readonly_uri
 
     beside = os.path.splitext(export)[0] + REPORT_EXT
     if os.path.isfile(beside):
@@ -293,7 +293,7 @@ def _report_of(export: str) -> str | None:
 
 def _export_json(report: str, tmpdir: str) -> str:
     """`nsys export --type json` of a report into tmpdir (the nsys that exports SQLite)."""
-    from ..nsys import NsysMissing, locate, run_export
+    from ...base.nsys import NsysMissing, locate, run_export
 
     try:
         nsys = locate()

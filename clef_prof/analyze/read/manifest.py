@@ -5,9 +5,9 @@ import json
 import os
 from dataclasses import replace
 
-from ..config import MANIFEST as NAME, STATUS_OK, StageConfig
-from ..errors import ClefError
-from .model import Result
+from ...base.config import MANIFEST as NAME, STATUS_OK, StageConfig
+from ...base.errors import ClefError
+from ..model import Result
 
 
 class ManifestError(ClefError):
@@ -16,7 +16,7 @@ class ManifestError(ClefError):
 
 def read(path: str) -> dict:
     """The record manifest at `path` (a JSON object); one line (ManifestError) otherwise."""
-    from ..safeio import check_regular
+    from ...base.safeio import check_regular
 
     if os.path.exists(path):
         try:
@@ -75,7 +75,7 @@ def recorded_config(manifest: dict, where: str) -> StageConfig | None:
     if not os.path.isfile(spec):
         raise ManifestError(f"{where}: recorded with the stage spec {spec}, which no longer exists (and the "
                             "manifest holds no copy of it): pass --spec, or --domain/--batch/--stages")
-    from ..annotate.spec import load
+    from ...annotate.spec import load
     return replace(load(spec).config, source=f"spec {spec}, recorded in {where}")
 
 
@@ -183,7 +183,7 @@ def client_check(result: Result, manifest: dict):
     either is missing. The client's latency also holds the connection, the HTTP parsing before
     the handler and the client's event loop: it may be larger by the allowance, never smaller by
     more than it."""
-    from .model import ClientCheck
+    from ..model import ClientCheck
 
     j = result.journey
     cap = (manifest.get("client") or {}).get("capture") or {}

@@ -47,7 +47,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..errors import CaptureError
+from ...base.errors import CaptureError
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -785,7 +785,7 @@ def _whole(out: str) -> bool:
     says (page size x page count: a file cut short is not), whose META_DATA_EXPORT names this
     source and format version (written by _write, so a file another program left under the name
     is not)."""
-    from ..safeio import readonly_uri
+    from ...base.safeio import readonly_uri
 
     try:
         with open(out, "rb") as fh:

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .export import Export
-from .columns import Table, factorize
-from ..errors import CaptureError
-from ..config import StageConfig
+from ..read.export import Export
+from ..read.columns import Table, factorize
+from ...base.errors import CaptureError
+from ...base.config import StageConfig
 from .intervals import innermost_containing
-from .nvtx import read_ranges
+from ..read.nvtx import read_ranges
 from .ranks import rid_keys
 
 _SIZE_RE = re.compile(r"(?:^|[\s,;(])(?:n|size|batch|requests)\s*[=:]\s*(\d+)")
@@ -69,7 +69,7 @@ class Stages:
     outside_batch: int = 0           # stage instances outside every batch range, when there are batches
     requests_source: str | None = None
     requests_override: int | None = None
-    replicas: Table | None = None     # batches of replica ranks (clef_prof.analyze.ranks), not counted
+    replicas: Table | None = None     # batches of replica ranks (clef_prof.analyze.figures.ranks), not counted
     rank_lead: dict[int, int] = field(default_factory=dict)   # pid key (gtid >> 24) -> its first rank's
     duplicates: int = 0              # ranges repeated exactly (thread, start, end, name): counted once
     reversed: int = 0                # ranges that end before they start: dropped

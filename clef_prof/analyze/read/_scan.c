@@ -1,4 +1,4 @@
-/* clef_prof.analyze._scan: the columns of an SQLite query, read in C without the GIL.
+/* clef_prof.analyze.read._scan: the columns of an SQLite query, read in C without the GIL.
  *
  * Why a reader of our own: through ADBC a big export costs about 1.5 times SQLite's own scan of
  * the same values (Arrow validity bitmaps set one bit a value, type inference, a mutex per
@@ -122,7 +122,7 @@ static PyBufferProcs Column_as_buffer = {(getbufferproc)Column_getbuffer, NULL};
 
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "clef_prof.analyze._scan.Column",
+    .tp_name = "clef_prof.analyze.read._scan.Column",
     .tp_doc = "One column's int64 values (a buffer: read it with numpy.frombuffer).",
     .tp_basicsize = sizeof(Column),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -477,7 +477,7 @@ static PyMethodDef Conn_methods[] = {
 
 static PyTypeObject ConnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "clef_prof.analyze._scan.Conn",
+    .tp_name = "clef_prof.analyze.read._scan.Conn",
     .tp_doc = "A read-only SQLite connection for one thread at a time.",
     .tp_basicsize = sizeof(Conn),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -505,8 +505,8 @@ PyMODINIT_FUNC PyInit__scan(void)
     PyObject *m = PyModule_Create(&scan_module);
     if (m == NULL)
         return NULL;
-    ScanError = PyErr_NewException("clef_prof.analyze._scan.Error", NULL, NULL);
-    ScanMismatch = PyErr_NewException("clef_prof.analyze._scan.Mismatch", NULL, NULL);
+    ScanError = PyErr_NewException("clef_prof.analyze.read._scan.Error", NULL, NULL);
+    ScanMismatch = PyErr_NewException("clef_prof.analyze.read._scan.Mismatch", NULL, NULL);
     if (ScanError == NULL || ScanMismatch == NULL
         || PyModule_AddObjectRef(m, "Error", ScanError) < 0
         || PyModule_AddObjectRef(m, "Mismatch", ScanMismatch) < 0

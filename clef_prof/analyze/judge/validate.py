@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import distinct_pairs, unique
-from ..errors import CaptureError
-from .export import NAME_CHARS, Export
-from .model import ThreadFacts
-from .nvtx import RANGE_TYPES, NvtxCensus, names_seen
-from ..redact import process_name
-from .stages import Stages
+from ..figures.arrays import distinct_pairs, unique
+from ...base.errors import CaptureError
+from ..read.export import NAME_CHARS, Export
+from ..model import ThreadFacts
+from ..read.nvtx import RANGE_TYPES, NvtxCensus, names_seen
+from ...base.redact import process_name
+from ..figures.stages import Stages
 
 FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
 # nsys 2022.4 writes no META_DATA_CAPTURE; its diagnostics (in StringIds) name what it traced
@@ -28,7 +28,7 @@ def trace_requested(cap: Export, kind: str) -> bool | None:
     flag = cap.capture_flag(f"COLLECT_{kind.upper()}_TRACE")
     if flag is not None:
         return flag
-    from . import manifest as mf
+    from ..read import manifest as mf
 
     found = mf.find_for(cap.path)
     if found is not None:

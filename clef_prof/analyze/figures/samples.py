@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..annotate.sampler import DOMAIN, FRAME_PREFIX, MAX_DEPTH, SAMPLER_PREFIX, STACK_PREFIX
-from . import nsyspy
-from .columns import factorize
-from .export import Export
+from ...annotate.sampler import DOMAIN, FRAME_PREFIX, MAX_DEPTH, SAMPLER_PREFIX, STACK_PREFIX
+from ..read import nsyspy
+from ..read.columns import factorize
+from ..read.export import Export
 from .intervals import innermost_containing
-from .model import FunctionSamples, SampleFigures, Samples
-from .nvtx import MARK_TYPES, domains, read_ranges
+from ..model import FunctionSamples, SampleFigures, Samples
+from ..read.nvtx import MARK_TYPES, domains, read_ranges
 from .stages import Stages
 
 BATCH_SLOT = "(batch)"

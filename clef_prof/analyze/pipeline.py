@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from . import cuda as cu
-from .. import cupti
-from ..config import thresholds
-from . import ranks, samples
-from .attribute import Placer, slots
-from .export import Export
-from .arrays import percentile, unique
-from .columns import Table
-from ..errors import CaptureError, shown
-from .metrics import NS_PER_MS, check_name_lengths, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
-from .nvtx import census
-from . import kineto
-from .overlap import BusyStream, Unordered, span_union
-from .stages import StageConfig, Stages, build
-from . import findings, validate
+from .figures import cuda as cu
+from ..base import cupti
+from ..base.config import thresholds
+from .figures import ranks, samples
+from .figures.attribute import Placer, slots
+from .read.export import Export
+from .figures.arrays import percentile, unique
+from .read.columns import Table
+from ..base.errors import CaptureError, shown
+from .figures.metrics import NS_PER_MS, check_name_lengths, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
+from .read.nvtx import census
+from .read import kineto
+from .figures.overlap import BusyStream, Unordered, span_union
+from .figures.stages import StageConfig, Stages, build
+from .judge import findings, validate
 from .model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages, Overlap,
                     PerRequest, RankFigures, Result, StageFigures)
 
@@ -110,7 +110,7 @@ class Analysis:
         rows without reading every row of the capture."""
         if not self._traced:
             return _no_frames()
-        from .window import window_rows
+        from .figures.window import window_rows
 
         with Export.open(self.path) as cap:
             return window_rows(cap, self.stages, t0, t1, pks)
@@ -171,7 +171,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
 
 def _check_manifest(analysis: Analysis) -> None:
     """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
-    from . import manifest as mf
+    from .read import manifest as mf
 
     found = mf.find_for(analysis.result.path)
     if found is None:
@@ -278,7 +278,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
 def _journeys(cap: Export, stages: Stages, table: Table):
     """(one row per request range, the typed journey part) when the capture holds request ranges;
     (None, None) otherwise. The encode of a journey is an `encode` stage outside every batch."""
-    from . import journey as jn
+    from .figures import journey as jn
 
     inst = stages.instances
     enc = inst[(inst["stage"] == jn.ENCODE) & (inst["batch"] < 0)] if len(inst) else inst
@@ -529,7 +529,7 @@ def _pair(paired: np.ndarray, call: np.ndarray) -> int:
 
 def _frames(calls: _Calls, gpu_rows: dict[str, list[dict]]) -> dict[str, Table]:
     """The row-level tables from a keep-mode pass (columns and dtypes as they always were)."""
-    from .window import row_tables
+    from .figures.window import row_tables
 
     r = calls.rows
     calls_t = Table(start=r["start"], end=r["end"], gtid=r["gtid"], corr=r["corr"], kind=calls.kind,

@@ -1,7 +1,7 @@
 """`clef-prof scrub`: remove what can carry a secret from an export before it is shared.
 
 Rules cover classes, not instances, and apply to every text and BLOB value of every table
-(clef_prof.redact has them; docs/scrub.md lists them):
+(clef_prof.base.redact has them; docs/scrub.md lists them):
 - an environment block (NUL-separated `A=b\\0C=d`, even one assignment) or a value that is an
   environment-style or secret-named assignment is removed whole; inside free text, assignments,
   secret-named flags, headers (`Authorization: Bearer ...`), key-value pairs, URL and DSN
@@ -28,8 +28,8 @@ import sys
 from collections import Counter
 from typing import Iterator, NamedTuple
 
-from ..errors import CaptureError, ClefError
-from ..redact import REMOVED, Pseudonyms, exe_name, redact_text
+from ..base.errors import CaptureError, ClefError
+from ..base.redact import REMOVED, Pseudonyms, exe_name, redact_text
 
 # META_DATA_CAPTURE rows that hold arguments, environment or who/where ran it
 _CAPTURE_ROW = re.compile(r"ARGUMENT|(?:^|[:_])ENV|ENVIRONMENT|WORKING_DIR|USER|HOST|DISPLAY_NAME", re.I)
@@ -171,7 +171,7 @@ def rewrite(src: str, dst: str, edit, what: str = "scrub") -> None:
     """Copy `src` into a temporary file beside `dst`, run `edit(connection)` on the copy in one
     transaction, VACUUM it and rename it to `dst` (nothing appears there on failure). The input is
     only read; an SQLite error names it."""
-    from ..safeio import atomic_output, readonly_uri
+    from ..base.safeio import atomic_output, readonly_uri
 
     with atomic_output(dst, [src]) as tmp:
         s = sqlite3.connect(readonly_uri(src), uri=True)
@@ -204,12 +204,12 @@ def scrub_file(src: str, dst: str) -> dict:
     what analyze reads, without the JSON's args, device and distributed facts, and its file names
     (Kineto names them HOST_PID.TIME...) made `trace-N`; a JSON output is refused, since the
     trace's own JSON is not rewritten."""
-    from . import kineto
-    from .export import check_file
+    from ..analyze.read import kineto
+    from ..analyze.read.export import check_file
 
     trace = kineto.is_trace(src)
     if trace:
-        from ..safeio import check_output
+        from ..base.safeio import check_output
 
         if dst.endswith(kineto.TRACE_SUFFIXES):
             raise ClefError(f"{src}: a PyTorch profiler trace; scrub does not rewrite its JSON (it carries host "
@@ -237,7 +237,7 @@ def _trace_names(d: sqlite3.Connection) -> dict[str, dict[str, int]]:
     trace-2, ... with their suffixes kept."""
     import json
 
-    from .kineto import TRACE_SUFFIXES
+    from ..analyze.read.kineto import TRACE_SUFFIXES
 
     row = d.execute("SELECT rowid, value FROM META_DATA_EXPORT WHERE name = 'CLEF_SOURCE_FACTS'").fetchone()
     facts = json.loads(row[1]) if row else {}
@@ -252,9 +252,9 @@ def _trace_names(d: sqlite3.Connection) -> dict[str, dict[str, int]]:
 
 def check_file_for_secrets(path: str) -> list[Finding]:
     """What the scrub would remove from `path` (read only)."""
-    from ..safeio import readonly_uri
-    from . import kineto
-    from .export import check_file
+    from ..base.safeio import readonly_uri
+    from ..analyze.read import kineto
+    from ..analyze.read.export import check_file
 
     if kineto.is_trace(path):
         raise ClefError(f"{path}: a PyTorch profiler trace; --check reads SQLite exports, and a trace's JSON "

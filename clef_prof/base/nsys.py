@@ -9,7 +9,7 @@ Otherwise every nsys found, in this order: `nsys` on PATH; the project's `.nsys/
 /opt/nvidia/nsight-systems/*/bin), then the nsys that Nsight Compute bundles
 (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys), newest version first. With a CUDA
 driver on the machine, the newest of them whose CUPTI is not older than the driver's CUDA major
-is used (an older CUPTI loses records without failing: clef_prof/cupti.py); without one, or when
+is used (an older CUPTI loses records without failing: clef_prof/base/cupti.py); without one, or when
 none is known to fit, the first.
 
 When nsys leaves a `.qdstrm` and no `.nsys-rep` (its QdstrmImporter could not load, e.g. for

@@ -4,7 +4,7 @@ Every rule reads analyze's own figures (the typed `Result`, whose stage shares c
 per-batch table) and nothing else, so `evaluate(result)` can run again on a result with other thresholds,
 and `compare` can hold a finding of one arm against the same figure of another. A rule fires only
 where its figure exists and crosses its threshold: CUDA rules never fire on a capture without CUDA
-trace. Thresholds (`clef_prof.config.THRESHOLDS`) are overridden by a `[findings]` table in the stage spec or by
+trace. Thresholds (`clef_prof.base.config.THRESHOLDS`) are overridden by a `[findings]` table in the stage spec or by
 `--threshold KEY=VALUE`.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import thresholds
-from .model import BatchShare, Finding, LostRecords, Result
-from .arrays import percentile
+from ...base.config import thresholds
+from ..model import BatchShare, Finding, LostRecords, Result
+from ..figures.arrays import percentile
 
 SEVERITIES = ("high", "medium", "low", "info")
 BATCH_SCOPE = "(batch)"
@@ -41,7 +41,7 @@ def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside
                  unpaired_memcpy: int, batches_after_cuda_end: int) -> LostRecords:
     """Counts of lost CUDA records: launches and copies in batches or stages with no GPU record,
     memcpy records with no API call, batches dropped because CUDA records stop before NVTX."""
-    from .cuda import COPY, LAUNCH
+    from ..figures.cuda import COPY, LAUNCH
 
     staged = slot < outside_slot
     return LostRecords(kernel_launches_without_gpu_record=int((staged & (kind == LAUNCH) & ~paired).sum()),
@@ -445,7 +445,7 @@ def markdown(result: Result) -> list[str]:
     out = ["", "#### Findings", ""]
     if not found:
         return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
-    from .markup import md
+    from ...explore.markup import md
 
     for f in found:
         out.append(f"- **{f.severity}** · {md(f.stage, code=True)} · `{f.id}`: {md(f.summary)}  \n"

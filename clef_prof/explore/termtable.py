@@ -14,7 +14,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, replace
 
-from ..glyphs import plain
+from ..base.glyphs import plain
 
 GAP = 2
 

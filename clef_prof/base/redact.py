@@ -26,7 +26,7 @@ _VALUE = r"(\"[^\"\x00]*\"|'[^'\x00]*'|[^\s\x00]+)"
 _LEADING_ASSIGN = re.compile(rf"^\s*(?:[A-Z_][A-Z0-9_]*|[A-Za-z0-9_.-]{{0,64}}(?i:{_SECRET_WORD})[A-Za-z0-9_.-]{{0,64}})=")
 _NUL_ASSIGN = re.compile(r"(?:^|\x00)\s*[A-Za-z_][A-Za-z0-9_.-]*=")
 
-# the request ids of a batch message (`rid=a,b,c`), as clef_prof.analyze.ranks reads them
+# the request ids of a batch message (`rid=a,b,c`), as clef_prof.analyze.figures.ranks reads them
 RID = re.compile(r"(?:^|[\s,;(])(?:rid|rids|request_ids?)\s*[=:]\s*([^\s;)]+)")
 PSEUDONYM = re.compile(r"\[(?:rid|user)-[0-9]+\]")
 

@@ -26,8 +26,8 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import CaptureError, ClefError, shown
-from ..safeio import check_regular, readonly_uri
+from ...base.errors import CaptureError, ClefError, shown
+from ...base.safeio import check_regular, readonly_uri
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # the tables clef-prof reads (upper case): a view of such a name, in any case, is refused; a view of

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..redact import RID
+from ...base.redact import RID
 from .arrays import unique
-from .columns import Table, factorize
+from ..read.columns import Table, factorize
 
 MATCH_SHARE = 0.9        # of the smaller process's batches that must match, for two processes to be replicas
 

@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 
-from .export import Export, Query
-from ..errors import CaptureError
+from ..read.export import Export, Query
+from ...base.errors import CaptureError
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

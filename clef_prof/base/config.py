@@ -75,7 +75,7 @@ def with_overrides(cfg: StageConfig, domain: str | None = None, batch: str | Non
                        engine_id_pattern=cfg.engine_id_pattern)
 
 
-# the record manifest: written by clef_prof.record.manifest, read by clef_prof.analyze.manifest
+# the record manifest: written by clef_prof.record.manifest, read by clef_prof.analyze.read.manifest
 MANIFEST_SCHEMA = "clef-prof/record/1"
 MANIFEST = "manifest.json"
 STATUS_OK = "ok"
@@ -84,7 +84,7 @@ STATUS_INTERRUPTED = "interrupted"
 STATUS_FAILED = "failed"
 
 
-# findings thresholds: the defaults clef_prof.analyze.findings' rules use, overridden by a spec's
+# findings thresholds: the defaults clef_prof.analyze.judge.findings' rules use, overridden by a spec's
 # [findings] table or --threshold
 THRESHOLDS: dict[str, float] = {
     "pageable_min_per_request": 0.5,      # pageable H2D copies per request in a stage
