@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", action="append", help="run analyze from this source tree (LABEL=PATH); give it twice "
                    "or more to time trees side by side in every round (default: this tree)")
     args = p.parse_args(argv)
-    from bench_small import parse_trees, tree_env
+    from trees import parse_trees, tree_env
 
     envs = {label: tree_env(root) for label, root in parse_trees(args.tree).items()}
 

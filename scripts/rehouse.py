@@ -81,8 +81,12 @@ PACKAGES = {
     "clef_prof.base": "The shared base: configuration, errors, safe I/O, redaction, nsys and CUPTI facts, glyphs\n"
                       "(standard library only; imports no other subpackage).",
 }
-# (old module, symbol) -> new module, for symbols that a split moved out of their module
-SYMBOLS: dict[tuple[str, str], str] = {}
+# (module after the moves, symbol) -> the module it moved to, for symbols that a split took out of
+# their module (looked up after MOVES, so that a re-run on the moved tree applies them too)
+SYMBOLS: dict[tuple[str, str], str] = {
+    ("clef_prof.analyze.read.inputs", "report_identity"): "clef_prof.analyze.read.identity",
+    ("clef_prof.analyze.read.inputs", "HASHED"): "clef_prof.analyze.read.identity",
+}
 
 TREES = ("clef_prof", "tests", "benchmarks", "scripts", "notebooks", "docs", ".ci")
 TOP_FILES = ("pyproject.toml", "setup.py", "README.md", "mkdocs.yml")
@@ -172,7 +176,7 @@ def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str
         if name != "*" and is_module(f"{old}.{name}"):
             target = new_name(f"{old}.{name}").rpartition(".")[0]
         else:
-            target = SYMBOLS.get((old, name)) or new_name(old)
+            target = SYMBOLS.get((new_name(old), name)) or new_name(old)
         groups.setdefault(target, []).append(n)
 
     def written(target: str) -> str:

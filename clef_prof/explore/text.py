@@ -386,7 +386,6 @@ def render_markdown(result: Result) -> str:
         out += journey_markdown(result)
     if result.samples is not None:
         out += samples_markdown(result)
-    from ..analyze.judge.findings import markdown as findings_markdown
     out += findings_markdown(result)
     if result.warnings:
         out.append("")
@@ -429,3 +428,15 @@ def render_journeys_csv(rows) -> str:
 
 def render_json(result: Result) -> str:
     return json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n"
+
+
+def findings_markdown(result: Result) -> list[str]:
+    """The Markdown "Findings" section, as lines."""
+    found = result.findings
+    out = ["", "#### Findings", ""]
+    if not found:
+        return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
+    for f in found:
+        out.append(f"- **{f.severity}** · {md(f.stage, code=True)} · `{f.id}`: {md(f.summary)}  \n"
+                   f"  fix: {md(f.advice)}  \n  expected: {md(f.expected)}")
+    return out

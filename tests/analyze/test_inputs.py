@@ -11,7 +11,8 @@ import shlex
 import pytest
 
 from clef_prof.analyze.read import inputs
-from clef_prof.analyze.read.inputs import InputError, export_report, from_manifest, report_identity, resolve
+from clef_prof.analyze.read.inputs import InputError, export_report, from_manifest, resolve
+from clef_prof.analyze.read.identity import report_identity
 from clef_prof.base.errors import shown
 
 MIB = 1 << 20

@@ -439,20 +439,6 @@ def lines(result: Result) -> list[str]:
             for f in result.findings]
 
 
-def markdown(result: Result) -> list[str]:
-    """The Markdown "Findings" section, as lines."""
-    found = result.findings
-    out = ["", "#### Findings", ""]
-    if not found:
-        return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
-    from ...explore.markup import md
-
-    for f in found:
-        out.append(f"- **{f.severity}** · {md(f.stage, code=True)} · `{f.id}`: {md(f.summary)}  \n"
-                   f"  fix: {md(f.advice)}  \n  expected: {md(f.expected)}")
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # compare: per finding, resolved, new or still there
 

@@ -26,6 +26,7 @@ import sys
 from ...base.config import MANIFEST
 from ...base.errors import ClefError, shown
 from . import kineto
+from .identity import report_identity
 from .manifest import read as read_manifest
 
 REPORT_EXT = ".nsys-rep"
@@ -85,22 +86,6 @@ def cache_dir() -> str:
 
 
 IDENTITY_TABLE = "CLEF_PROF_REPORT"
-HASHED = 1 << 20            # bytes hashed at each end of a report
-
-
-def report_identity(report: str) -> tuple[int, str]:
-    """(size, SHA-256 of the first and last MiB) of a report: what tells two reports apart
-    without reading a multi-GB file, whatever their mtimes."""
-    import hashlib         # here: 5 ms of OpenSSL start-up that an export's analysis does without
-
-    h = hashlib.sha256()
-    with open(report, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        h.update(fh.read(HASHED))
-        if size > HASHED:
-            fh.seek(max(HASHED, size - HASHED))
-            h.update(fh.read(HASHED))
-    return size, h.hexdigest()
 
 
 def _stamp(export: str, identity: tuple[int, str], report: str | None = None) -> None:

@@ -712,7 +712,7 @@ def _fingerprint(paths: list[str]) -> str:
     last MiB (as a report's: a trace edited in place and given its old mtime back is read anew)."""
     import hashlib         # here: 5 ms of OpenSSL start-up that an export's analysis does without
 
-    from .inputs import report_identity
+    from .identity import report_identity
 
     h = hashlib.sha256(FORMAT_VERSION.encode())
     for p in paths:
