@@ -6,10 +6,12 @@
 #
 # Per capture: analyze -f table/markdown/csv/json (and --wide), export --chrome-trace/--csv,
 # report --html, scrub --check; per pair of arms: compare -f table/markdown/json; once: slice and
-# scrub of one export (their SQL dump). Each command's stdout, stderr and exit status are kept.
+# scrub of one export (their SQL dump), whatif --from and predict on the saved what-if run. Each
+# command's stdout, stderr and exit status are kept.
 # .sqlite.xz exports are decompressed into DIR/in (nsys' Python samples JSON beside its export, a
 # record manifest into a folder with its export); Kineto .json.xz traces are passed as they are
-# (the CLI reads them); XDG_CACHE_HOME is DIR/cache. Normalised: the absolute DIR, written as <DIR>.
+# (the CLI reads them); XDG_CACHE_HOME is DIR/cache. Normalised: the absolute DIR, written as <DIR>,
+# and the minute in an HTML page's "generated ... UTC", written as <TIME>.
 set -u
 DIR=${1:?usage: scripts/outputs-snapshot.sh DIR}
 [ -e "$DIR" ] && { echo "outputs-snapshot: $DIR exists" >&2; exit 2; }
@@ -57,13 +59,23 @@ pair kineto-pair "$D/kineto-bert-pair.pt.trace.json.xz" "$D/kineto-pair-pr.pt.tr
 pair bert-pair "$I/gpu25-bert-pair.sqlite" "$I/gpu25-pair-pr.sqlite"
 pair traces-slice traces/gpu-main-slice.sqlite traces/gpu-pr-slice.sqlite
 
-run slice slice --from 0.5 --to 1.5 traces/gpu25-pr-slice.sqlite "$DIR/sliced.sqlite"
+W=docs/data/gpu-whatif-2026-12-07/whatif.json
+for fmt in table markdown json html; do run "whatif.$fmt" whatif --from "$W" -f "$fmt"; done
+for fmt in table markdown json; do
+    run "predict.$fmt" predict --whatif "$W" --compare "$OUT/compare-q1c16.json.stdout" -f "$fmt"
+done
+
+run slice slice --from 0.1 --to 0.2 traces/gpu25-pr-slice.sqlite "$DIR/sliced.sqlite"
 run scrub scrub traces/gpu25-pr-slice.sqlite "$DIR/scrubbed.sqlite"
 for s in sliced scrubbed; do
     [ -e "$DIR/$s.sqlite" ] && sqlite3 "$DIR/$s.sqlite" .dump >"$OUT/$s.sql" && rm "$DIR/$s.sqlite"
 done
 
-# normalise the absolute folder (the only part of a path that differs between two snapshots)
+# normalise the absolute folder (the only part of a path that differs between two snapshots) and
+# the minute an HTML page says it was generated
 grep -rlF "$DIR" "$OUT" | while read -r f; do sed -i "s#$DIR#<DIR>#g" "$f"; done
+grep -rlE "generated [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC" "$OUT" | while read -r f; do
+    sed -i -E "s/generated [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC/generated <TIME> UTC/g" "$f"
+done
 rm -rf "$DIR/in" "$DIR/cache"
 echo "outputs-snapshot: $(find "$OUT" -type f | wc -l) files in $OUT"
