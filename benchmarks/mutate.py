@@ -47,13 +47,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/base/redact.py")
+DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/capture", "clef_prof/explore/termtable.py", "clef_prof/explore/markup.py",
+                   "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/base/redact.py")
 DEFAULT_MARK = "not nsys and not chromium and not jupyter and not vllm"
 # the tests of each module (fnmatch patterns of modules -> test files or folders): a mutant runs
 # those of them that ran its line in the traced baseline (all of them for a line run only at
 # import); --tests and --wide override. The core figures' tests go with every analysis module.
 _A = "tests/analyze/"
 _CORE = (_A + "test_analyze_truth.py", _A + "test_gpu_captures.py", _A + "test_result_model.py")
+_PIPELINE = (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
+             _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
+             _A + "test_validate.py", _A + "test_result_edges.py", "tests/journey/test_journey_engine_ids.py", *_CORE)
+_INPUTS = (_A + "test_inputs.py", _A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli",
+           "tests/compare/test_compare.py", _A + "test_kineto.py", _A + "test_nsys_samples.py")
 MODULE_TESTS = {
     "clef_prof/analyze/figures/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
     "clef_prof/analyze/figures/attribute.py": (_A + "test_attribute.py", _A + "test_oracles.py", _A + "test_metrics.py", *_CORE, _A + "test_window.py",
@@ -70,12 +76,12 @@ MODULE_TESTS = {
                                        "tests/explore", "tests/cli/test_report_identity.py"),
     "clef_prof/analyze/judge/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
                                       _A + "test_finding_evidence.py", _A + "test_kineto_python.py"),
-    "clef_prof/analyze/read/inputs.py": (_A + "test_inputs.py", _A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli",
-                                    "tests/compare/test_compare.py", _A + "test_kineto.py", _A + "test_nsys_samples.py"),
+    "clef_prof/analyze/read/inputs.py": _INPUTS,
+    "clef_prof/analyze/read/identity.py": _INPUTS,
     "clef_prof/analyze/figures/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
                                        _A + "test_intervals_edges.py"),
     "clef_prof/analyze/figures/journey.py": ("tests/journey",),
-    "clef_prof/analyze/read/manifest.py": (_A + "test_manifest_checks.py", _A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py",
+    "clef_prof/analyze/*/manifest.py": (   _A + "test_manifest_checks.py", _A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py",
                                       _A + "test_gpu_captures.py", "tests/record", "tests/explore/test_html.py",
                                       "tests/compare/test_compare.py"),
     "clef_prof/explore/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
@@ -92,10 +98,8 @@ MODULE_TESTS = {
                                      _A + "test_overlap_edges.py"),
     "clef_prof/analyze/parallel.py": (_A + "test_parallel.py", _A + "test_streaming.py", "tests/compare/test_compare.py", "tests/cli"),
     "clef_prof/analyze/figures/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
-    "clef_prof/analyze/pipeline.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
-                                    _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
-                                    _A + "test_validate.py", _A + "test_result_edges.py",
-                                    "tests/journey/test_journey_engine_ids.py", *_CORE),
+    "clef_prof/analyze/pipeline.py": _PIPELINE,
+    "clef_prof/analyze/assemble.py": _PIPELINE,
     "clef_prof/analyze/figures/samples.py": (_A + "test_samples.py", _A + "test_samples_oracle.py", _A + "test_nsys_samples.py",
                                      _A + "test_kineto_python.py",
                                      _A + "test_profiler_pair.py", _A + "test_profiler_pair_bert.py",

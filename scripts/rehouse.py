@@ -86,6 +86,9 @@ PACKAGES = {
 SYMBOLS: dict[tuple[str, str], str] = {
     ("clef_prof.analyze.read.inputs", "report_identity"): "clef_prof.analyze.read.identity",
     ("clef_prof.analyze.read.inputs", "HASHED"): "clef_prof.analyze.read.identity",
+    ("clef_prof.analyze.pipeline", "CUDA_STAGE_KEYS"): "clef_prof.analyze.assemble",
+    **{("clef_prof.analyze.read.manifest", name): "clef_prof.analyze.judge.manifest" for name in (
+        "sampling_check", "check_manifest", "client_check", "CLIENT_ALLOWANCE_MS", "CLIENT_ALLOWANCE_SHARE")},
 }
 
 TREES = ("clef_prof", "tests", "benchmarks", "scripts", "notebooks", "docs", ".ci")

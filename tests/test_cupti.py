@@ -12,7 +12,7 @@ import pytest
 
 from clef_prof.base import cupti
 from clef_prof.analyze.pipeline import analyze
-from clef_prof.analyze.read.manifest import check_manifest
+from clef_prof.analyze.judge.manifest import check_manifest
 from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"

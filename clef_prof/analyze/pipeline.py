@@ -1,8 +1,8 @@
 """`analyze`: one capture in, per-request stage metrics and validation warnings out.
 
-Reading happens in `export`/`nvtx`/`cuda`; this module wires the steps together and
-assembles the typed result (`clef_prof.analyze.model.Result`, whose `to_json()` is the JSON
-contract documented in docs/json.md).
+Reading happens in `read/` (`export`, `nvtx`), the figures in `figures/`, the judging in `judge/`;
+this module wires the steps together, in that order, and `assemble` builds the typed result
+(`clef_prof.analyze.model.Result`, whose `to_json()` is the JSON contract documented in docs/json.md).
 
 CUDA tables are streamed: the API calls, then the GPU activity tables, are read in rowid
 windows on reader threads and reduced window by window (placed in stages, paired, counted,
@@ -13,30 +13,28 @@ export the first time one is used (`analyze(..., rows=True)` reads them at once)
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .figures import cuda as cu
+from . import assemble
 from ..base import cupti
 from ..base.config import thresholds
 from .figures import ranks, samples
-from .figures.attribute import Placer, slots
+from .figures.attribute import Placer
 from .read.export import Export
-from .figures.arrays import percentile, unique
 from .read.columns import Table
 from ..base.errors import CaptureError, shown
-from .figures.metrics import NS_PER_MS, check_name_lengths, check_stage_names, CudaTally, host_stats, per_batch_durations, per_batch_table, safe_div
+from .figures.metrics import check_name_lengths, check_stage_names, CudaTally, per_batch_table
 from .read.nvtx import census
 from .read import kineto
 from .figures.overlap import BusyStream, Unordered, span_union
 from .figures.stages import StageConfig, Stages, build
 from .judge import findings, validate
-from .model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages, Overlap,
-                    PerRequest, RankFigures, Result, StageFigures)
+from .model import Result
 
-CUDA_STAGE_KEYS = tuple(f.name for f in fields(CudaCounts))
 ROW_FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 GPU_WINDOW = 1 << 18        # rowids per window of the largest GPU table
 
@@ -171,6 +169,7 @@ def analyze(path: str, config: StageConfig = StageConfig(), requests: int | None
 
 def _check_manifest(analysis: Analysis) -> None:
     """Hold the capture against the `clef-prof record` manifest beside it, when there is one."""
+    from .judge import manifest as held
     from .read import manifest as mf
 
     found = mf.find_for(analysis.result.path)
@@ -180,9 +179,9 @@ def _check_manifest(analysis: Analysis) -> None:
     client = r.journey.client if r.journey is not None else None
     try:
         manifest = mf.read(found)
-        warnings = mf.check_manifest(r, manifest)
+        warnings = held.check_manifest(r, manifest)
         if r.journey is not None:
-            r.journey.client, more = mf.client_check(r, manifest)
+            r.journey.client, more = held.client_check(r, manifest)
             warnings += more
         by_record = mf.window_by_record(manifest)
     except (OSError, ValueError) as exc:
@@ -251,7 +250,7 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
                         "(an annotation and an injected spec on one function, or a batch target calling another): "
                         "each batch counted once, as its outermost range")
     table = per_batch_table(stages, tally.batch if traced else None, cov)
-    result = _result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings, table,
+    result = assemble.result(cap, stages, tally.counts() if traced else None, own_ns, cov, traced, mode, warnings, table,
                      lost, unions)
     step("journeys")
     journey_rows, result.journey = _journeys(cap, stages, table)
@@ -586,128 +585,3 @@ def _damaged(calls: _Calls, damage: dict) -> list[str]:
         out.append(f"{damage['duplicates']} memcpy or kernel records repeat the (process, correlationId) of another: "
                    "duplicated rows, counted in the copy and kernel figures")
     return out
-
-
-def _result(cap: Export, stages: Stages, counts, own_ns: int | None, cov, traced: bool, mode,
-            warnings: list[str], table: Table, lost, unions: Table | None = None) -> Result:
-    """The typed result, findings not yet judged (they read it). `unions`: the union of the batch
-    spans of each process, with the GPU busy ns in each interval (None without CUDA trace)."""
-    cfg = stages.config
-    req = stages.requests
-    inst = stages.instances
-    names = slots(stages)
-    n_st = len(cfg.stages)
-    graph_kernels_known = traced and mode in ("node", "unknown") and counts is not None and (
-        mode == "node" or counts["graph_kernels"].sum() > 0)
-
-    def cuda_counts(idx: list[int]) -> CudaCounts:
-        if counts is None:
-            return CudaCounts()
-        out = CudaCounts(**{k: int(counts[k][idx].sum()) for k in CUDA_STAGE_KEYS})
-        if not graph_kernels_known:
-            out.graph_kernels = None
-        if mode != "graph" or not cap.has(cu.GRAPH_TRACE):
-            out.graph_executions = None
-        return out
-
-    host_ns = np.asarray(table["host_ns"])
-    stage_out = {}
-    for code, name in enumerate(cfg.stages):
-        sub = inst[inst["code"] == code]
-        total_ns = int((sub["end"] - sub["start"]).sum())
-        loose = sub[sub["batch"] < 0]
-        loose_ms = float((loose["end"] - loose["start"]).sum()) / NS_PER_MS
-        cuda = cuda_counts([code])
-        stage_out[name] = StageFigures(
-            instances=int(len(sub)), host_ns_total=total_ns, host_ms_total=total_ns / NS_PER_MS,
-            host_ms_per_request=safe_div(total_ns / NS_PER_MS, req), **host_stats(per_batch_durations(inst, code)),
-            cuda=cuda, cuda_per_request=_per_request(cuda, req), outside_batch_instances=int(len(loose)),
-            outside_batch_host_ms_per_request=safe_div(loose_ms, req),
-            share=findings.stage_shares(np.asarray(table[f"{name}_ns"]), host_ns))
-
-    b = stages.batches
-    bdur = b["end"] - b["start"]
-    _, us, ue = span_union(b["gtid"] >> 24, b["start"], b["end"])
-    union_ns = int((ue - us).sum())
-    cuda = cuda_counts(list(range(n_st + 1)))
-    pooler = BatchFigures(
-        name=cfg.batch, instances=int(len(b)), host_ns_total=int(bdur.sum()),
-        host_ms_total=float(bdur.sum() / NS_PER_MS), host_ms_per_request=safe_div(float(bdur.sum() / NS_PER_MS), req),
-        **host_stats(bdur), cuda=cuda, cuda_per_request=_per_request(cuda, req),
-        span_union_ms_total=union_ns / NS_PER_MS)
-
-    # overlap: GPU busy (any work of the same process) during the batch spans: per capture within
-    # their union (time under two batches in flight counts once), per batch within its own span
-    overlap = Overlap()
-    if traced and len(b):
-        frac = cov / np.maximum(bdur, 1)
-        counted = np.isin(unions["pk"], unique(b["gtid"] >> 24))
-        in_union = int(unions["gpu_busy_ns"][counted].sum())
-        overlap = Overlap(gpu_busy_fraction_of_pooler_span=in_union / max(union_ns, 1),
-                          gpu_busy_fraction_p50=percentile(frac, 50),
-                          gpu_busy_ms_in_pooler_span_per_request=safe_div(in_union / NS_PER_MS, req),
-                          gpu_busy_ms_per_request=safe_div(own_ns / NS_PER_MS, req),
-                          gpu_busy_fraction_of_batch_spans=float(cov.sum() / max(bdur.sum(), 1)),
-                          gpu_busy_ms_in_batch_spans_per_request=safe_div(float(cov.sum()) / NS_PER_MS, req))
-
-    per_request = PerRequest(
-        **asdict(pooler.cuda_per_request),
-        pooler_host_ms=safe_div(pooler.host_ms_total, req) if len(b) else safe_div(
-            sum(s.host_ms_total for s in stage_out.values()), req),
-        gpu_busy_ms=overlap.gpu_busy_ms_per_request)
-    return Result(
-        path=cap.path, requests=req, requests_source=stages.requests_source if req is not None else None,
-        batches=int(len(b)), config=cfg, capture=_capture_facts(cap, stages, traced, mode), stages=stage_out,
-        pooler=pooler,
-        outside_stages=OutsideStages(in_batch=cuda_counts([n_st]), outside_batch=cuda_counts([n_st + 1])),
-        totals=cuda_counts(list(range(n_st + 2))), per_request=per_request, overlap=overlap,
-        excluded=Excluded(cut_at_edges=dict(stages.cut), outside_batch_instances=stages.outside_batch,
-                          nested_batch_ranges=stages.nested),
-        ranks=_ranks(stages, cov if traced else None, unions), warnings=warnings, slots=names, lost_records=lost)
-
-
-def _per_request(c: CudaCounts, req: int | None) -> CudaPerRequest:
-    return CudaPerRequest(h2d_copies=safe_div(c.h2d_copies, req), h2d_bytes=safe_div(c.h2d_bytes, req),
-                          d2h_copies=safe_div(c.d2h_copies, req), kernel_launches=safe_div(c.kernel_launches, req),
-                          graph_launches=safe_div(c.graph_launches, req))
-
-
-def _ranks(stages: Stages, cov, unions: Table | None = None) -> list[RankFigures]:
-    """Per process holding batches: its first rank (replicas share one), whether its batches are the
-    ones counted, and its own batches, requests, host ms per request and GPU overlap (GPU busy
-    within the union of its batch spans, as a fraction of that union)."""
-    cols = ("start", "end", "gtid", "size", "gpu_busy_ns", "counted")
-    parts = [stages.batches.assign(gpu_busy_ns=cov if cov is not None else 0, counted=True).select(cols)]
-    if stages.replicas is not None:
-        reps = stages.replicas
-        parts.append(reps.assign(counted=False, **({} if "gpu_busy_ns" in reps else {"gpu_busy_ns": 0})).select(cols))
-    b = Table.concat(parts)
-    if len(b) == 0:
-        return []
-    pks = b["gtid"] >> 24
-    out = []
-    for pk in unique(pks):       # once per process holding batches
-        g = b[pks == pk]
-        dur = int((g["end"] - g["start"]).sum())
-        req = int(g["size"].sum())
-        frac = None
-        if cov is not None:
-            u = unions[unions["pk"] == pk]
-            frac = float(u["gpu_busy_ns"].sum()) / max(int((u["end"] - u["start"]).sum()), 1)
-        out.append(RankFigures(pid=int(pk) & 0xFFFFFF, first_rank_pid=int(stages.rank_lead.get(int(pk), pk)) & 0xFFFFFF,
-                               counted=bool(g["counted"][0]), batches=int(len(g)), requests=req,
-                               host_ms_per_request=safe_div(dur / NS_PER_MS, req), gpu_busy_fraction_of_pooler_span=frac))
-    return out
-
-
-def _capture_facts(cap: Export, stages: Stages, traced: bool, mode) -> CaptureFacts:
-    inst, b = stages.instances, stages.batches
-    starts = np.concatenate([inst["start"], b["start"]])
-    ends = np.concatenate([inst["end"], b["end"]])
-    gtids = unique(np.concatenate([inst["gtid"], b["gtid"]]))
-    return CaptureFacts(
-        nsys_version=cap.nsys_version, cuda_driver_version=cap.cuda_driver_version,
-        schema_version=cap.schema_version, duration_s=None if cap.duration_ns is None else cap.duration_ns / 1e9,
-        stage_window_s=(float(starts.min() / 1e9), float(ends.max() / 1e9)) if len(starts) else None,
-        cuda_traced=traced, graph_trace_mode=mode, threads=validate.thread_facts(cap, stages, gtids),
-        source=kineto.source_facts(cap))

@@ -244,6 +244,7 @@ def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
     """analyze's warnings, and the record manifest's check where the capture has a manifest."""
     out = list(d.result.warnings)
     try:
+        from ..analyze.judge import manifest as held
         from ..analyze.read import manifest as mf
     except ImportError:         # record's manifest module absent: analyze's warnings only
         return out
@@ -255,7 +256,7 @@ def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
         except (OSError, ValueError):
             data = None
     if data:
-        out += [w for w in mf.check_manifest(d.result, data) if w not in out]
+        out += [w for w in held.check_manifest(d.result, data) if w not in out]
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clef_prof.analyze.read.manifest import check_manifest
+from clef_prof.analyze.judge.manifest import check_manifest
 
 
 def _m(**kw):

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from clef_prof.analyze.read.manifest import client_check, sampling_check
+from clef_prof.analyze.judge.manifest import client_check, sampling_check
 from clef_prof.analyze.pipeline import analyze
 from clicheck import run_main
 

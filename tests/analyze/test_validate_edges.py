@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from clef_prof.analyze.judge import validate
-from clef_prof.analyze.read.manifest import check_manifest, edge_tolerance
+from clef_prof.analyze.judge.manifest import check_manifest
+from clef_prof.analyze.read.manifest import edge_tolerance
 from clef_prof.analyze.pipeline import analyze
 from conftest import sql
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.read.manifest import check_manifest
+from clef_prof.analyze.judge.manifest import check_manifest
 from clef_prof.record import manifest as mf
 from httpcheck import free_port
 
