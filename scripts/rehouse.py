@@ -11,6 +11,7 @@ scripts/, notebooks/, docs/ and the top-level files:
 - relative imports (`from ..analyze import export as e, cuda`, `from .result import analyze`),
   resolved against the file's old place and written again relative to its new one (one statement
   per target package where the names of one statement now live apart);
+- the short names prose uses for analyze's modules (`analyze.kineto`, `analyze/export.py`);
 - absolute dotted names anywhere in the text: imports, `import a.b as c`, the strings of
   `monkeypatch.setattr("clef_prof....")` and `mock.patch`, `-m clef_prof...`, import-linter
   contracts, docs; and paths such as `clef_prof/analyze/_scan.c` (setup.py, docs);
@@ -206,11 +207,26 @@ def path_pattern() -> re.Pattern:
     return re.compile(r"(?<![\w/.])(" + "|".join(re.escape(o.replace(".", "/")) for o in olds) + r")(\.py|\.c)\b")
 
 
+SHORT = {old[len("clef_prof."):]: new[len("clef_prof."):] for old, new in MOVES.items()
+         if old.startswith("clef_prof.analyze.")}
+
+
+def short_pattern() -> re.Pattern:
+    """`analyze.kineto`, `analyze/export.py`: how prose (docstrings, comments, docs) names them."""
+    olds = sorted(SHORT, key=len, reverse=True)
+    return re.compile(r"(?<![\w./])(" + "|".join(re.escape(o).replace(r"\.", "[./]") for o in olds) + r")(?![\w])")
+
+
 def rewrite_text(text: str, here, new_here) -> str:
     if here is not None or "import" in text:
         text = FROM.sub(lambda m: rewrite_from(m, here, new_here), text)
     text = dotted_pattern().sub(lambda m: MOVES[m.group(1)], text)
-    return path_pattern().sub(lambda m: MOVES[m.group(1).replace("/", ".")].replace(".", "/") + m.group(2), text)
+    text = path_pattern().sub(lambda m: MOVES[m.group(1).replace("/", ".")].replace(".", "/") + m.group(2), text)
+
+    def short(m: re.Match) -> str:
+        sep = "/" if "/" in m.group(1) else "."
+        return SHORT[m.group(1).replace("/", ".")].replace(".", sep)
+    return short_pattern().sub(short, text)
 
 
 def files() -> list[Path]:
