@@ -232,7 +232,7 @@ class CaptureFacts:
     cuda_traced: bool
     graph_trace_mode: str | None
     threads: list[ThreadFacts]
-    # a capture read from another profiler's trace (analyze.kineto): its format, files, time
+    # a capture read from another profiler's trace (analyze.read.kineto): its format, files, time
     # precision, and the figures it cannot give with the reason; None for an nsys export
     source: dict | None = None
 

@@ -55,7 +55,7 @@ class Analysis:
     names give them as pandas DataFrames.
     """
 
-    journeys: Table | None = None       # one row per request range (analyze.journey), when there are any
+    journeys: Table | None = None       # one row per request range (analyze.figures.journey), when there are any
     sample_counts: "samples.StackCounts | None" = None    # Python samples per (stage, stack), when there are any
 
     def __init__(self, path: str, config: StageConfig, result: Result, stages: Stages,

@@ -4,7 +4,7 @@ Reports use ─ · → — × µ ≥ and a few more. The table format's reports 
 terminal whose encoding is UTF-8 reads the report; into a pipe, a file (`-o`) or another
 encoding they go as their ASCII stand-ins, so that a line that fits the width fits it in bytes
 too (`wc -L`, `awk length` in the C locale, an editor's ruler) and in every encoding; the
-table renderer (analyze.termtable) lays out the form it prints, so lines keep their width.
+table renderer (explore.termtable) lays out the form it prints, so lines keep their width.
 $CLEF_PROF_ASCII=1 asks for the stand-ins on a UTF-8 terminal too (CJK terminals draw these
 glyphs, of ambiguous East Asian width, two columns wide), =0 for the glyphs anywhere. Paths
 and names keep their own characters; CSV, JSON and Markdown are left as they are. The Python

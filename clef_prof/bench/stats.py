@@ -317,7 +317,7 @@ def render_markdown(result: dict) -> str:
 
 
 def render_terminal(result: dict, console=None) -> None:
-    """The table at the console's width through analyze.termtable (a cell is never cut: columns
+    """The table at the console's width through explore.termtable (a cell is never cut: columns
     that do not fit go to a second block under the first, the case labels repeated; rich's table
     cut them, `+24.3…`), then the footer wrapped at spaces."""
     from rich.console import Console

@@ -200,7 +200,7 @@ def _why(exc: Exception) -> str:
 
 def scrub_file(src: str, dst: str) -> dict:
     """Copy `src` to a new file `dst` (through a temporary file), scrubbed; the input is only read.
-    A PyTorch profiler trace is scrubbed as its conversion (analyze.kineto): an SQLite file of
+    A PyTorch profiler trace is scrubbed as its conversion (analyze.read.kineto): an SQLite file of
     what analyze reads, without the JSON's args, device and distributed facts, and its file names
     (Kineto names them HOST_PID.TIME...) made `trace-N`; a JSON output is refused, since the
     trace's own JSON is not rewritten."""

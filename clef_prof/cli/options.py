@@ -62,7 +62,7 @@ def stage_config(args, captures=()) -> StageConfig:
     """--spec, --domain, --batch, --stages and --threshold, resolved as annotate.spec.stage_config
     resolves them (whose module, 3 ms of dataclasses, is imported only with --spec). With none of
     the first four, the configuration the `captures` were recorded with (their manifests'
-    `record --spec`: analyze.manifest.recorded_config), said on stderr; captures recorded with
+    `record --spec`: analyze.read.manifest.recorded_config), said on stderr; captures recorded with
     different ones (or some with one and some without) are refused: one set of stages must fit all.
     `captures`: what the user named, or (name, manifest dict or None, export) triples."""
     from dataclasses import replace

@@ -40,7 +40,7 @@ COPY_DIRECTIONS = {0: "unknown", 1: "H2D", 2: "D2H", 3: "H2A", 4: "A2H", 5: "A2A
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
                 6: "managed static", 7: "unknown"}
 # clef_prof.analyze.figures.cuda call kinds; 0: a GPU row whose API call was not found
-# analyze.cuda's API call kinds (the numbers are its own, not an nsys enum)
+# analyze.figures.cuda's API call kinds (the numbers are its own, not an nsys enum)
 API_KINDS = {0: "unpaired", cu.LAUNCH: "kernel launch", cu.GRAPH: "graph launch", cu.COPY: "memcpy", cu.SET: "memset",
              cu.SYNC: "sync"}
 _HOST_SIDE_SRC = {1, 3, 9, 11}     # directions whose source is host memory (H2D, H2A, H2H, UVM H2D)
@@ -531,7 +531,7 @@ class Capture:
 
         | column | unit / type | meaning |
         |---|---|---|
-        | stage | categorical | the stage names, then "(batch)" and "(outside)" (analyze.samples' slots) |
+        | stage | categorical | the stage names, then "(batch)" and "(outside)" (analyze.figures.samples' slots) |
         | samples | count | samples of this stack in this slot |
         | ms_per_request | ms | samples x ms per sample / requests (NaN without requests) |
         | function, file | | the innermost frame (self time) |

@@ -559,7 +559,7 @@ SEGMENT_COLORS = {"receive": "#8e8e93", "queue": "#ff9f0a", "batch": "#0a84ff", 
 
 
 def waterfall(analysis, which: str = "p50,p99", max_rows: int = 40) -> tuple[str, dict]:
-    """The journeys of the requests `which` names (analyze.journey.select: the p50 one and the p99+
+    """The journeys of the requests `which` names (analyze.figures.journey.select: the p50 one and the p99+
     tail by default), one row each from its handler entry (x = 0, ms) to its exit: its segments in
     order on the handler's thread, its batch's stages in a thin row under it on the batch's thread.
     Returns (SVG, {"requests": [rid, ...], "rows": n, "segments": {name: marks}})."""
@@ -643,7 +643,7 @@ FLAME_COLORS = ("#f8c471", "#f5b041", "#eb984e", "#e59866", "#f0b27a", "#f7dc6f"
 
 
 def flame(sc, slot: str, title: str | None = None, unit: str = "samples") -> str:
-    """One slot's stacks (`analyze.samples.StackCounts`) as an icicle: the outermost frame at the
+    """One slot's stacks (`analyze.figures.samples.StackCounts`) as an icicle: the outermost frame at the
     top, callees under their caller, each box as wide as the samples whose stack passes through it
     (inclusive). Boxes under `FLAME_MIN_W` units are left out; the group's `data-hidden` counts them."""
     from ..analyze.figures.samples import stack_tree

@@ -99,7 +99,7 @@ def headline(result: Result) -> list[str]:
     lines.append(f"capture: nsys {cap.nsys_version or '?'}, schema {cap.schema_version or '?'}, "
                  f"{dur:.3f} s session" if dur is not None else
                  f"capture: nsys {cap.nsys_version or '?'}, schema {cap.schema_version or '?'}")
-    if cap.source is not None:      # a PyTorch profiler trace read as a capture (analyze.kineto)
+    if cap.source is not None:      # a PyTorch profiler trace read as a capture (analyze.read.kineto)
         lines[-1] = (f"capture: PyTorch profiler (Kineto) trace, {cap.source.get('files')} file(s), time precision "
                      f"{cap.source.get('time_precision')}" + (f", {dur:.3f} s of events" if dur is not None else ""))
     if cap.cuda_traced:

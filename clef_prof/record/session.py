@@ -1104,7 +1104,7 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
 
 def recorded_stage_config(spec: str | None) -> dict | None:
     """The stage configuration of the injected spec, as analyze reads it back from the manifest
-    (analyze.manifest.recorded_config): the spec file may move or change after the recording."""
+    (analyze.read.manifest.recorded_config): the spec file may move or change after the recording."""
     if not spec:
         return None
     from ..annotate.spec import load

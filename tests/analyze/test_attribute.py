@@ -1,4 +1,4 @@
-"""Placing CUDA API calls in stage instances (analyze.attribute): the innermost range of the same
+"""Placing CUDA API calls in stage instances (analyze.figures.attribute): the innermost range of the same
 thread that holds the whole call, checked call by call against a plain loop over the ranges."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The small pieces every renderer and the analyze path share: the NumPy column table
-(analyze.columns) and Markdown escaping of untrusted text (analyze.markup)."""
+(analyze.read.columns) and Markdown escaping of untrusted text (explore.markup)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""What a user names, to the export analyze reads (analyze.inputs), without running nsys: a report's
+"""What a user names, to the export analyze reads (analyze.read.inputs), without running nsys: a report's
 identity against hashes computed here, exports reused by that identity, where a new export would
 go (the command nsys-less machines are told to run names it), and how folders and manifests
 resolve. The exports nsys makes are checked by the nsys-marked tests in tests/cli."""

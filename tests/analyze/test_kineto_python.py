@@ -1,5 +1,5 @@
 """A Kineto trace's python_function events (torch.profiler with_stack=True) as the per-stage
-Python view (analyze.samples.durations): self time per stage and stack, in ns, not samples.
+Python view (analyze.figures.samples.durations): self time per stage and stack, in ns, not samples.
 
 The trace is CONSTRUCTED here (no torch on the CPU machines, and no shipped trace was recorded
 with_stack): its events follow the real format, as torch's profiler writes them (`ph` "X", `cat`

@@ -1,4 +1,4 @@
-"""Reading request ids and ranges by event type (analyze.nvtx) from a real nsys 2023.4 capture
+"""Reading request ids and ranges by event type (analyze.read.nvtx) from a real nsys 2023.4 capture
 (cpu23-inline) with request ranges and marks added in its `clef` domain, one of each shape a server
 writes, each read back against what the message says by hand."""
 from __future__ import annotations

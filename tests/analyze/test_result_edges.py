@@ -1,4 +1,4 @@
-"""analyze.result at its edges, on a real GPU capture (gpu25-q1c16-pr, nsys 2025.3) and copies of it
+"""analyze.pipeline at its edges, on a real GPU capture (gpu25-q1c16-pr, nsys 2025.3) and copies of it
 edited with SQL: each figure against SQL over the export. The cases the mutation pass of result.py
 found untested (docs/mutation.md)."""
 from __future__ import annotations

@@ -22,7 +22,7 @@ from recording import record
 # the parent starts the client and its threads with its first range, then forks two workers;
 # each process runs batches of one request (a parse stage in each) and writes how many it ran.
 # The request ids tell the workers apart: two workers that run back-to-back batches of one
-# request each, without ids, are what analyze takes for replica ranks (analyze.ranks)
+# request each, without ids, are what analyze takes for replica ranks (analyze.figures.ranks)
 CHILD_S = 1.5
 PROGRAM = f"""
     import json, os, sys, time

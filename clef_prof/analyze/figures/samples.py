@@ -35,7 +35,7 @@ UNKNOWN_FRAME = "(unknown frame)"   # a frame id a stack names with no definitio
 TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
-PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.kineto)
+PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.read.kineto)
 KINETO_SOURCE = "kineto python_function"
 _KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`
 
@@ -603,7 +603,7 @@ THREAD_BASE = ("_bootstrap", "threading.py")    # the outermost frame of every t
 
 
 def nsys_counts(cap: Export, stages: Stages, times: np.ndarray, sampler_gtid: int) -> StackCounts | None:
-    """nsys' own Python samples (analyze.nsyspy) as stack counts, placed like clef-prof's.
+    """nsys' own Python samples (analyze.read.nsyspy) as stack counts, placed like clef-prof's.
 
     nsys names each sample's Python thread by an ordinal, never by its OS thread, so a thread is
     tied to an OS thread only where that is certain (docs/sampling.md, "nsys' own samples"):

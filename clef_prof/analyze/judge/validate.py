@@ -152,7 +152,7 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
 
 
 def _replicas_without_ids(stages: Stages) -> list[str]:
-    """Replica ranks matched by batch size and time alone (analyze.ranks): independent workers
+    """Replica ranks matched by batch size and time alone (analyze.figures.ranks): independent workers
     that run back-to-back batches of one size match that way too, and their requests would be
     missing from the count; request ids tell the two apart, so say which were judged without."""
     reps = stages.replicas

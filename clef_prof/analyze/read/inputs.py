@@ -7,7 +7,7 @@ and compare. Standard library only (the CLI imports it to build its parser).
 - a folder: its `manifest.json`, else its only capture (an `.nsys-rep`, or a `*.sqlite` export
   that is not one's export); several candidates are named in the error;
 - a PyTorch profiler (Kineto) trace, `.json`/`.json.gz`/`.json.xz`, or a folder of them with no manifest:
-  read once into an export of the same tables (analyze.kineto), cached;
+  read once into an export of the same tables (analyze.read.kineto), cached;
 - an `.nsys-rep` report: exported once with nsys (found as `record` finds it), beside the
   report, or under `$XDG_CACHE_HOME/clef-prof` when that folder is not writable (or holds a
   NAME.sqlite that clef-prof did not make, or something else of that name). The export carries
@@ -89,7 +89,7 @@ IDENTITY_TABLE = "CLEF_PROF_REPORT"
 
 
 def _stamp(export: str, identity: tuple[int, str], report: str | None = None) -> None:
-    """Record the report's identity (and its path: analyze.nsyspy exports nsys' Python samples
+    """Record the report's identity (and its path: analyze.read.nsyspy exports nsys' Python samples
     from it) in its export (a table of one row)."""
     con = sqlite3.connect(export)
     try:

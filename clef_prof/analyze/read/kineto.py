@@ -19,7 +19,7 @@ type and JSON contract on it (as for an `.nsys-rep`, exported once to SQLite):
   (`Memcpy HtoD (Pageable -> Device)`), bytes from its `bytes` arg;
 - `python_function` events (a trace recorded `with_stack=True`) go to the table
   CLEF_PYTHON_FUNCTIONS (start, end, globalTid, nameId, pyId, parentId: their `Python id` and
-  `Python parent id` args, made unique per trace file), from which analyze.samples makes the
+  `Python parent id` args, made unique per trace file), from which analyze.figures.samples makes the
   per-stage Python view (durations, not samples; docs/sampling.md).
 
 Reading: the decompressed text is read in chunks and the events are decoded one after another by

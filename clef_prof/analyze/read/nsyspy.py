@@ -312,7 +312,7 @@ def _export_json(report: str, tmpdir: str) -> str:
 def load(export: str, times: np.ndarray) -> tuple[Decoded | None, str | None]:
     """(the decoded samples, None) of an export whose sampler marks are at `times`; (None, why)
     when a JSON export or report beside it is not this capture's; (None, None) when there is
-    none to read them from (said only where record asked for them: analyze.manifest)."""
+    none to read them from (said only where record asked for them: analyze.read.manifest)."""
     beside = os.path.splitext(export)[0] + ".json"
     if is_json_export(beside):
         d = read_json(beside)

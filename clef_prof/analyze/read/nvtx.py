@@ -172,7 +172,7 @@ def _orphans(cap: Export, doms) -> dict[int, int]:
     """pid -> range rows in a named domain whose id that process never created: a domain is known
     per process (its create row), and a child forked after its parent created a domain, which nsys
     traces afresh, sends ranges under the parent's handle. Such rows belong to no domain (a
-    PyTorch profiler trace converted by analyze.kineto has domain 0 throughout: none)."""
+    PyTorch profiler trace converted by analyze.read.kineto has domain 0 throughout: none)."""
     created = {(int(did), int(pk)) for did, pk, _ in doms if did is not None and pk is not None}
     used = cap.rows(f"SELECT DISTINCT domainId, globalTid >> 24 FROM NVTX_EVENTS "
                     f"WHERE eventType IN {RANGE_TYPES} AND COALESCE(domainId, 0) != 0")
