@@ -175,10 +175,13 @@ def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str
         return m.group(0)
     names = split_names(m["names"])
     groups: dict[str, list[str]] = {}
+    renamed = False
     for n in names:
-        name = n.split(" as ")[0].strip()
+        name, _, alias = (part.strip() for part in n.partition(" as "))
         if name != "*" and is_module(f"{old}.{name}"):
-            target = new_name(f"{old}.{name}").rpartition(".")[0]
+            target, _, last = new_name(f"{old}.{name}").rpartition(".")
+            if last != name:        # a module renamed (result -> pipeline): the importer's name kept
+                n, renamed = f"{last} as {alias or name}", True
         else:
             target = SYMBOLS.get((new_name(old), name)) or new_name(old)
         groups.setdefault(target, []).append(n)
@@ -186,7 +189,7 @@ def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str
     def written(target: str) -> str:
         return relative(target, *new_here) if rel else target
 
-    if len(groups) == 1:
+    if len(groups) == 1 and not renamed:
         (target,) = groups
         w = written(target)
         if w == mod:
