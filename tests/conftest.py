@@ -186,7 +186,7 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
     """gpu-q1c16-main with its kernel table stored in reverse start order, and the list that
     collects the `ordered` mode of each GPU pass analyze runs (GPU windows of 4096 rows): a
     table out of time order cannot be merged early, so the pass starts over holding all."""
-    from clef_prof.analyze import result as analysis
+    from clef_prof.analyze import pipeline as analysis
 
     f = tmp_path / "reversed.sqlite"
     shutil.copyfile(capture("gpu-q1c16-main"), f)
