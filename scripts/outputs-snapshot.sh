@@ -8,15 +8,19 @@
 # report --html, scrub --check; per pair of arms: compare -f table/markdown/json; once: slice and
 # scrub of one export (their SQL dump), whatif --from and predict on the saved what-if run. Each
 # command's stdout, stderr and exit status are kept.
-# .sqlite.xz exports are decompressed into DIR/in (nsys' Python samples JSON beside its export, a
-# record manifest into a folder with its export); Kineto .json.xz traces are passed as they are
-# (the CLI reads them); XDG_CACHE_HOME is DIR/cache. Normalised: the absolute DIR, written as <DIR>,
-# and the minute in an HTML page's "generated ... UTC", written as <TIME>.
+# Inputs are copied into a scratch folder of fixed name length (terminal tables wrap paths, so two
+# snapshots must see paths of one length): .sqlite.xz exports decompressed (nsys' Python samples
+# JSON beside its export, a record manifest into a folder with its export), Kineto .json.xz traces
+# as they are (the CLI reads them); XDG_CACHE_HOME is in it too. Normalised, in every output: the
+# scratch folder, written <DIR>; the hash in a converted Kineto trace's cache name, <HASH>; the
+# minute an HTML page was generated ("YYYY-MM-DD HH:MM UTC"), <TIME>.
 set -u
 DIR=${1:?usage: scripts/outputs-snapshot.sh DIR}
 [ -e "$DIR" ] && { echo "outputs-snapshot: $DIR exists" >&2; exit 2; }
+mkdir -p "$DIR"
+DEST=$(cd "$DIR" && pwd)
+DIR=$(mktemp -d /tmp/clef-snapshot.XXXXXXXX)
 mkdir -p "$DIR/in" "$DIR/out" "$DIR/cache"
-DIR=$(cd "$DIR" && pwd)
 export XDG_CACHE_HOME="$DIR/cache" COLUMNS=120 LC_ALL=C.UTF-8 TZ=UTC CLEF_PROF_COMMIT=snapshot CLEF_PROF_BRANCH=snapshot
 PY=${PYTHON:-python3}
 OUT="$DIR/out"
@@ -32,14 +36,15 @@ for f in tests/data/*.sqlite.xz; do
     xz -dc "$f" >"$DIR/in/$b.sqlite"
     [ -e "tests/data/$b.json.xz" ] && xz -dc "tests/data/$b.json.xz" >"$DIR/in/$b.json"
 done
+cp tests/data/*.pt.trace.json.xz "$DIR/in/"
 mkdir -p "$DIR/in/gpu25-journey-record"
 cp "$DIR/in/gpu25-journey.sqlite" "$DIR/in/gpu25-journey-record/capture.sqlite"
 cp tests/data/gpu25-journey.manifest.json "$DIR/in/gpu25-journey-record/manifest.json"
 
-CAPS=("$DIR"/in/*.sqlite "$DIR/in/gpu25-journey-record" tests/data/*.pt.trace.json.xz traces/*.sqlite)
+CAPS=("$DIR"/in/*.sqlite "$DIR/in/gpu25-journey-record" "$DIR"/in/*.pt.trace.json.xz traces/*.sqlite)
 for c in "${CAPS[@]}"; do
     l=$(basename "$c"); l=${l%.sqlite}; l=${l%.pt.trace.json.xz}
-    case $c in traces/*) l="traces-$l";; tests/data/*) l="kineto-$l";; esac
+    case $c in traces/*) l="traces-$l";; *.pt.trace.json.xz) l="kineto-$l";; esac
     for fmt in table markdown csv json; do run "$l.analyze-$fmt" analyze -f "$fmt" "$c"; done
     run "$l.analyze-wide" analyze --wide "$c"
     run "$l.export" export --chrome-trace "$OUT/$l.chrome.json" --csv "$OUT/$l.journeys.csv" "$c"
@@ -47,15 +52,15 @@ for c in "${CAPS[@]}"; do
     case $c in *.sqlite) run "$l.scrub-check" scrub --check "$c";; esac
 done
 
-D=tests/data; I="$DIR/in"
+I="$DIR/in"
 pair() {  # pair LABEL MAIN PR
     for fmt in table markdown json; do run "compare-$1.$fmt" compare -f "$fmt" --arm "main=$2" --arm "pr=$3"; done
 }
 pair q1c16 "$I/gpu-q1c16-main.sqlite" "$I/gpu-q1c16-pr.sqlite"
 pair samples "$I/cpu23-samples-main-1.sqlite,$I/cpu23-samples-main-2.sqlite,$I/cpu23-samples-main-3.sqlite" \
     "$I/cpu23-samples-pr-1.sqlite,$I/cpu23-samples-pr-2.sqlite,$I/cpu23-samples-pr-3.sqlite"
-pair kineto-demo "$D/kineto-demo-main.pt.trace.json.xz" "$D/kineto-demo-pr.pt.trace.json.xz"
-pair kineto-pair "$D/kineto-bert-pair.pt.trace.json.xz" "$D/kineto-pair-pr.pt.trace.json.xz"
+pair kineto-demo "$I/kineto-demo-main.pt.trace.json.xz" "$I/kineto-demo-pr.pt.trace.json.xz"
+pair kineto-pair "$I/kineto-bert-pair.pt.trace.json.xz" "$I/kineto-pair-pr.pt.trace.json.xz"
 pair bert-pair "$I/gpu25-bert-pair.sqlite" "$I/gpu25-pair-pr.sqlite"
 pair traces-slice traces/gpu-main-slice.sqlite traces/gpu-pr-slice.sqlite
 
@@ -71,11 +76,11 @@ for s in sliced scrubbed; do
     [ -e "$DIR/$s.sqlite" ] && sqlite3 "$DIR/$s.sqlite" .dump >"$OUT/$s.sql" && rm "$DIR/$s.sqlite"
 done
 
-# normalise the absolute folder (the only part of a path that differs between two snapshots) and
-# the minute an HTML page says it was generated
-grep -rlF "$DIR" "$OUT" | while read -r f; do sed -i "s#$DIR#<DIR>#g" "$f"; done
-grep -rlE "generated [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC" "$OUT" | while read -r f; do
-    sed -i -E "s/generated [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC/generated <TIME> UTC/g" "$f"
+# normalise the scratch folder, the Kineto cache names' hash and the HTML pages' minute
+for f in "$OUT"/*; do
+    sed -i -E -e "s#$DIR#<DIR>#g" -e 's/(kineto-[a-z0-9-]+)-[0-9a-f]{16}\.sqlite/\1-<HASH>.sqlite/g' \
+        -e 's/[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC/<TIME> UTC/g' "$f"
 done
-rm -rf "$DIR/in" "$DIR/cache"
-echo "outputs-snapshot: $(find "$OUT" -type f | wc -l) files in $OUT"
+mv "$OUT" "$DEST/out"
+rm -rf "$DIR"
+echo "outputs-snapshot: $(find "$DEST/out" -type f | wc -l) files in $DEST/out"
