@@ -8,6 +8,8 @@ Mechanical and re-runnable: on a newer main, or on a branch made before the move
 `git mv`s (those whose source still exists) and rewrites, in clef_prof/, tests/, benchmarks/,
 scripts/, notebooks/, docs/ and the top-level files:
 
+- absolute imports inside strings of code (`python -c "import os; from clef_prof.analyze import
+  export, parallel"`);
 - relative imports (`from ..analyze import export as e, cuda`, `from .result import analyze`),
   resolved against the file's old place and written again relative to its new one (one statement
   per target package where the names of one statement now live apart);
@@ -157,6 +159,12 @@ FROM = re.compile(r"^(?P<ind>[ \t]*)from[ \t]+(?P<mod>\.*[\w.]*)[ \t]+import[ \t
                   r"(?P<names>\((?:[^()])*\)|(?:[^\n#\\]|\\\n)*?)(?P<tail>[ \t]*(?:#[^\n]*)?)$", re.M)
 
 
+# an absolute import inside a string of code (`python -c "import os; from clef_prof.analyze import
+# export, parallel; ..."`): after `;`, a quote or a `\n` escape, up to the next `;`, quote or escape
+FROM_INLINE = re.compile(r"(?:(?<=[;\"'])|(?<=\\n))(?P<ind>[ \t]*)from[ \t]+(?P<mod>clef_prof[\w.]*)[ \t]+import[ \t]+"
+                         r"(?P<names>[\w ,]+?)(?P<tail>)(?=[ \t]*(?:;|\"|'|\\n))")
+
+
 def split_names(names: str) -> list[str]:
     body = names.strip()
     if body.startswith("("):
@@ -165,7 +173,8 @@ def split_names(names: str) -> list[str]:
     return [n.strip() for n in body.replace("\n", " ").split(",") if n.strip()]
 
 
-def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str, bool] | None) -> str:
+def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str, bool] | None,
+                 joiner: str = "\n") -> str:
     mod = m["mod"]
     rel = mod.startswith(".")
     if rel and here is None:
@@ -197,7 +206,9 @@ def rewrite_from(m: re.Match, here: tuple[str, bool] | None, new_here: tuple[str
         return f"{m['ind']}from {w} import {m['names']}{m['tail']}"
     lines = [f"{m['ind']}from {written(t)} import {', '.join(ns)}" for t, ns in groups.items()]
     lines[0] += m["tail"]
-    return "\n".join(lines)
+    if joiner == "\n":
+        return "\n".join(lines)
+    return joiner.join(line.strip() if i else line for i, line in enumerate(lines))
 
 
 def dotted_pattern() -> re.Pattern:
@@ -223,6 +234,7 @@ def short_pattern() -> re.Pattern:
 def rewrite_text(text: str, here, new_here) -> str:
     if here is not None or "import" in text:
         text = FROM.sub(lambda m: rewrite_from(m, here, new_here), text)
+        text = FROM_INLINE.sub(lambda m: rewrite_from(m, None, None, joiner="; "), text)
     text = dotted_pattern().sub(lambda m: MOVES[m.group(1)], text)
     text = path_pattern().sub(lambda m: MOVES[m.group(1).replace("/", ".")].replace(".", "/") + m.group(2), text)
 
