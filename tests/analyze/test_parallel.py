@@ -145,7 +145,7 @@ def test_a_process_pinned_to_one_cpu_plans_for_one():
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
-    code = ("import os; from clef_prof.analyze import export, parallel; "
+    code = ("import os; from clef_prof.analyze.read import export; from clef_prof.analyze import parallel; "
             "print(os.cpu_count(), export.usable_cpus(), export.READERS, parallel._readers_per_job(1))")
     first = min(os.sched_getaffinity(0))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
