@@ -17,6 +17,7 @@ scripts/, notebooks/, docs/ and the top-level files:
 - absolute dotted names anywhere in the text: imports, `import a.b as c`, the strings of
   `monkeypatch.setattr("clef_prof....")` and `mock.patch`, `-m clef_prof...`, import-linter
   contracts, docs; and paths such as `clef_prof/analyze/_scan.c` (setup.py, docs);
+- a moved module named as an attribute of its package (`delattr(clef_prof.analyze, "_scan")`);
 - `from clef_prof.X import name` where `name` is a module that moved, or a symbol that SYMBOLS
   says moved to another module (split modules).
 
@@ -231,7 +232,21 @@ def short_pattern() -> re.Pattern:
     return re.compile(r"(?<![\w./])(" + "|".join(re.escape(o).replace(r"\.", "[./]") for o in olds) + r")(?![\w])")
 
 
+def attr_pattern() -> re.Pattern:
+    """A moved module named as an attribute of its package: `delattr(clef_prof.analyze, "_scan")`."""
+    return re.compile(r"(?<![\w.])(clef_prof(?:\.\w+)*), ([\"'])(\w+)\2")
+
+
+def rewrite_attr(m: re.Match) -> str:
+    old = f"{m.group(1)}.{m.group(3)}"
+    if old not in MOVES:
+        return m.group(0)
+    parent, _, name = MOVES[old].rpartition(".")
+    return f"{parent}, {m.group(2)}{name}{m.group(2)}"
+
+
 def rewrite_text(text: str, here, new_here) -> str:
+    text = attr_pattern().sub(rewrite_attr, text)
     if here is not None or "import" in text:
         text = FROM.sub(lambda m: rewrite_from(m, here, new_here), text)
         text = FROM_INLINE.sub(lambda m: rewrite_from(m, None, None, joiner="; "), text)
