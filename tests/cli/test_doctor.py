@@ -168,7 +168,7 @@ def test_says_how_analyze_reads_exports(tmp_path, monkeypatch):
     import clef_prof.analyze
 
     monkeypatch.setitem(sys.modules, "clef_prof.analyze.read._scan", None)      # import fails as if never built
-    monkeypatch.delattr(clef_prof.analyze, "_scan")
+    monkeypatch.delattr(clef_prof.analyze.read, "_scan")
     without = doctor.check([str(nsys)], env={})
     text = doctor.render(without)
     line = " ".join(text[text.index("\nanalyze"):text.index("\ndriver")].split())      # wrapped at the width
