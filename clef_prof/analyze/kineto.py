@@ -52,7 +52,7 @@ from ..errors import CaptureError
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 XZ_MAGIC = b"\xfd7zXZ\x00"
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "5"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "6"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
@@ -537,9 +537,13 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
                 # a range that ends at the trace's last timestamp was open when the profiler stopped,
                 # which closed it there: written open (no end), as nsys exports a range open at the
                 # capture's end, so that analyze counts it cut (and its missing stages with it)
+                # torch writes an event still open at the stop with dur -1 µs (pytorch#150131), or,
+                # before it, with end -1 ns (a dur of minus its start): open, not reversed
+                unended = end - ts == -1000 or end < 0
                 stopped = final is not None and end >= final and end > ts
-                cut_at_stop += stopped
-                nvtx.append((ts + off, None if stopped else end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
+                cut_at_stop += stopped or unended
+                nvtx.append((ts + off, None if stopped or unended else end + off, NVTX_PUSH_POP, name[:4096],
+                             gt(pid, tid)))
         for ts, end, pid, tid, name, py, parent in f.pyfuncs:
             pyfuncs.append((ts + off, end + off, gt(pid, tid), sid(name[:4096]), key | (py & 0xFFFFFFFFFF),
                             None if parent is None else key | (parent & 0xFFFFFFFFFF)))

@@ -324,10 +324,13 @@ class Journey:
     e2e_ms_p99: float | None
     segments: dict[str, SegmentFigures]
     batch_stages: dict[str, SegmentFigures]     # the batch segment by its batch's stages, plus (no stage)
-    listed: dict[str, list[str]]        # "cut_by_window", "without_batch", "unclaimed_batch_ids": ids
+    listed: dict[str, list[str]]        # "cut_by_window", "reversed", "without_batch", "unclaimed_batch_ids": ids
     client: ClientCheck | None = None
     renamed_batch_ids: int = 0          # batch ids the engine id pattern turned into request ids
     replica_batch_ids: int = 0          # ids named by replica ranks' batches, counted once with the first rank's
+    reversed: int = 0                   # request ranges that end before they start (damaged rows): in no figure
+    duplicate_requests: int = 0         # request ranges repeating another exactly (thread, start, end, id): counted once
+    duplicate_marks: int = 0            # enqueue marks repeating another exactly (thread, time, id): counted once
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
