@@ -408,6 +408,7 @@ class Samples:
     placed_by_time: int = 0         # nsys' samples of a Python thread tied to no OS thread, placed by time only
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open then
     own_samples: int = 0            # samples of clef-prof's own threads (its clock thread): left out
+    duplicates: int = 0             # sample marks or python_function events repeating another exactly: counted once
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}

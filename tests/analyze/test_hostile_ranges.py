@@ -112,3 +112,43 @@ def test_kineto_negative_durations(tmp_path, monkeypatch):
     assert j.cut_by_window == base.cut_by_window + 2
     assert j.complete == base.complete - 4
     assert any("2 request ranges end before they start" in w for w in got.warnings)
+
+
+def test_duplicated_sampler_marks_are_counted_once(capture, tmp_path):
+    """cpu23-sampled (sampled_split.py under clef-prof's sampler) with 30 of its sample marks
+    repeated exactly: the samples and each stage's share stay those of the capture as recorded."""
+    src = capture("cpu23-sampled")
+    base = analyze(str(src)).result.samples
+    cols = ", ".join(f'"{r[1]}"' for r in sql(src, "PRAGMA table_info(NVTX_EVENTS)"))
+    marks = [r[0] for r in sql(src, f"""SELECT e.rowid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+                                        WHERE e.eventType = 34 AND {NAME} LIKE 't %'""")][::2][:30]
+    assert len(marks) == 30
+    dup = edited_copy(src, tmp_path / "dup.sqlite",
+                      *[(f"INSERT INTO NVTX_EVENTS ({cols}) SELECT {cols} FROM NVTX_EVENTS WHERE rowid = ?", (i,))
+                        for i in marks])
+    got = analyze(str(dup)).result
+    s = got.samples
+    assert s.duplicates == 30 and base.duplicates == 0
+    assert s.samples == base.samples and s.unreadable == base.unreadable
+    assert {k: v.samples for k, v in s.stages.items()} == {k: v.samples for k, v in base.stages.items()}
+    assert any("30 sample marks repeat another exactly" in w for w in got.warnings)
+
+
+def test_duplicated_python_function_events_are_counted_once(tmp_path, monkeypatch):
+    """kineto-bert-stack (a BERT server under torch's profiler with Python stacks) with 2,000 of its
+    python_function events written twice: each stage's function time stays the trace's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = DATA / "kineto-bert-stack.pt.trace.json.xz"
+    doc = json.load(lzma.open(src, "rt"))
+    py = [e for e in doc["traceEvents"] if e.get("cat") == "python_function"]
+    doc["traceEvents"] += py[::30][:2000]
+    out = tmp_path / "dup.pt.trace.json.gz"
+    with gzip.open(out, "wt") as fh:
+        json.dump(doc, fh)
+    base = analyze(resolve(str(src))[0]).result
+    got = analyze(resolve(str(out))[0]).result
+    assert got.samples.duplicates == 2000 and base.samples.duplicates == 0
+    assert got.samples.samples == base.samples.samples
+    assert {k: v.ms_per_request for k, v in got.samples.stages.items()} == {
+        k: v.ms_per_request for k, v in base.samples.stages.items()}
+    assert any("2,000 python_function events repeat another exactly" in w for w in got.warnings)
