@@ -152,3 +152,53 @@ def test_duplicated_python_function_events_are_counted_once(tmp_path, monkeypatc
     assert {k: v.ms_per_request for k, v in got.samples.stages.items()} == {
         k: v.ms_per_request for k, v in base.samples.stages.items()}
     assert any("2,000 python_function events repeat another exactly" in w for w in got.warnings)
+
+
+@pytest.mark.parametrize("cat", ["kernel", "gpu_memcpy"])
+def test_a_gpu_record_of_absurd_length_in_a_torch_trace_is_said_and_left_out(tmp_path, monkeypatch, cat):
+    """kineto-demo-pr (1.02 s of host events) with one kernel or copy lasting 1e9 µs: the session
+    is the host's and the profiler's span, so the record lies outside it, is said and is left out
+    of GPU busy time (before, it stretched the session and made GPU busy 29.9% where it is 3.2%)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = DATA / "kineto-demo-pr.pt.trace.json.xz"
+    doc = json.load(lzma.open(src, "rt"))
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") == cat]
+    victim = gpu[len(gpu) // 2]
+    victim["dur"] = 1e9
+    out = tmp_path / "absurd.pt.trace.json.gz"
+    with gzip.open(out, "wt") as fh:
+        json.dump(doc, fh)
+    base = analyze(resolve(str(src))[0]).result
+    got = analyze(resolve(str(out))[0]).result
+    assert any("1 GPU activity records lie outside the capture session" in w for w in got.warnings)
+    was, now = base.overlap.gpu_busy_fraction_of_batch_spans, got.overlap.gpu_busy_fraction_of_batch_spans
+    assert was == pytest.approx(0.0321, abs=5e-5)
+    assert now <= was and now == pytest.approx(was, abs=1e-4)        # less only the one record's own time
+    assert got.capture.duration_s == base.capture.duration_s == pytest.approx(1.02, abs=0.01)
+
+
+def test_stage_ranges_crossing_their_batch_are_said(journey, tmp_path):
+    """gpu25-journey with 3 `head` ranges made to end 1 ms after their batch range (one stretched
+    over the next batch's start) and 2 `parse` ranges made to start 1 ms before theirs: 5 stage
+    ranges cross a batch range of their thread, said in a warning that --strict fails on."""
+    heads = sql(journey, f"""SELECT e.rowid, b."end" FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+        JOIN NVTX_EVENTS b ON b.globalTid = e.globalTid AND b.eventType = 59 AND b.start <= e.start
+             AND e."end" <= b."end" AND b.rowid != e.rowid
+        LEFT JOIN StringIds bs ON bs.id = b.textId
+        WHERE e.eventType = 59 AND {NAME} = 'head' AND COALESCE(b.text, bs.value) LIKE 'pooler %'""")
+    parses = sql(journey, f"""SELECT e.rowid, b.start FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+        JOIN NVTX_EVENTS b ON b.globalTid = e.globalTid AND b.eventType = 59 AND b.start <= e.start
+             AND e."end" <= b."end" AND b.rowid != e.rowid
+        LEFT JOIN StringIds bs ON bs.id = b.textId
+        WHERE e.eventType = 59 AND {NAME} = 'parse' AND COALESCE(b.text, bs.value) LIKE 'pooler %'""")
+    assert len(heads) > 20 and len(parses) > 20
+    edits = [('UPDATE NVTX_EVENTS SET "end" = ? WHERE rowid = ?', (end + 1_000_000, rid)) for rid, end in heads[10:13]]
+    edits += [("UPDATE NVTX_EVENTS SET start = ? WHERE rowid = ?", (start - 1_000_000, rid))
+              for rid, start in parses[15:17]]
+    bad = edited_copy(journey, tmp_path / "crossing.sqlite", *edits)
+    base = analyze(str(journey)).result
+    got = analyze(str(bad)).result
+    assert not any("cross a 'pooler' range" in w for w in base.warnings)
+    assert any(w.startswith("5 stage ranges cross a 'pooler' range of their thread") for w in got.warnings)
+    r = _cli("analyze", str(bad), "--strict")
+    assert r.returncode == EXIT_STRICT, r.stderr
