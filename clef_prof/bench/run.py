@@ -570,8 +570,10 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "servers": servers,
         "method": {**design, "confidence": confidence, "load": load, "gate_on": gate_on,
                    "min_servers": MIN_UNITS,
-                   "interval": "Welch t between the arms' servers (each server's figure = its windows' ratio of sums, "
-                               "on logs where positive, Satterthwaite df); ci in % of the baseline (exp(CI) - 1), "
+                   "interval": "servers as units in run order: each server's figure (its windows' ratio of sums, "
+                               "on logs where positive) by least squares on its arm and its slot in the run order "
+                               "(a linear drift fitted beside the change, df = servers - 3; `drift`: its size); "
+                               "Welch t (Satterthwaite df) where the windows carry no run order; ci in % of the baseline (exp(CI) - 1), "
                                "ci_abs in the metric's unit (baseline figure × ci / 100); no interval below "
                                f"{MIN_UNITS} servers per arm; mdc: the change found 80% of the time, its spread being measured (noncentral t)"},
         "notes": notes, "duration_s": round(duration, 1),
