@@ -6,8 +6,8 @@
 Per round, a fresh server per arm (in ABBA order across rounds, as `ab` does), no nsys: health,
 warm-up, optional parity bodies, then every case of the matrix (reversed on every other server)
 in fixed-length windows. Each window's requests/s, latency percentiles and errors by kind come
-from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the Welch
-intervals between servers from `stats`. Every server started is stopped, its whole process tree
+from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the
+intervals between servers in run order from `stats`. Every server started is stopped, its whole process tree
 included (a marker in its environment and the tree of its descendants, as `record` does; bench
 is their subreaper, so a child that detaches is still found), on any failure and on Ctrl-C.
 """
