@@ -299,6 +299,7 @@ class ClientCheck(_Flat):
     gap_ms: float
     allowance_ms: float
     agrees: bool
+    client_loop_lag_ms: float | None = None     # the client loop's measured mean lag per wake-up (manifest)
 
 
 @dataclass
