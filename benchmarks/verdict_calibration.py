@@ -39,24 +39,55 @@ def _spreads(studies: int) -> np.ndarray:
     return np.resize(np.asarray(SPREADS), studies)[:, None]
 
 
-def bench_arm(rng, studies: int, servers: int, windows: int, factor: float, spread=None):
+def abba_slots(servers: int) -> tuple[np.ndarray, np.ndarray]:
+    """The run-order slots of the baseline's and the arm's servers under bench's ABBA schedule."""
+    r = np.arange(servers)
+    return 2 * r + r % 2, 2 * r + 1 - r % 2
+
+
+def bench_arm(rng, studies: int, servers: int, windows: int, factor: float, spread=None, drift: float = 0.0,
+              slot=None):
     """(completions, elapsed s) per window, shape (studies, servers, windows): a closed loop at
-    about 200 req/s whose windows drain for a varying time after their 30 s."""
+    about 200 req/s whose windows drain for a varying time after their 30 s; `drift`: the change
+    of the log rate per server slot of the run order (`slot`: each server's)."""
     spread = _spreads(studies) if spread is None else spread
     level = rng.normal(0.0, 1.0, (studies, servers)) * spread
+    if drift:
+        level = level + drift * np.asarray(slot, dtype=np.float64)
     rate = 200.0 * factor * np.exp(level[..., None] + rng.normal(0.0, WINDOW_NOISE, (studies, servers, windows)))
     elapsed = 30.0 + rng.uniform(0.0, 0.5, (studies, servers, windows))
     return rate * elapsed, elapsed
 
 
-def bench_study(rng, studies: int, servers: int, windows: int, factor: float, confidence: float = 0.95):
-    """bench's interval (in %) for `studies` simulated A/B runs, and the arms' windows."""
+def bench_study(rng, studies: int, servers: int, windows: int, factor: float, confidence: float = 0.95,
+                drift: float = 0.0, welch_only: bool = False):
+    """bench's interval (in %) for `studies` simulated A/B runs in ABBA order, and the arms'
+    windows: servers in run order (`welch.ordered_interval`, as bench on windows that carry their
+    seq), or Welch's interval (`welch_only`: what bench gave before, and gives without a run order)."""
     spread = _spreads(studies)
-    base = bench_arm(rng, studies, servers, windows, 1.0, spread)
-    arm = bench_arm(rng, studies, servers, windows, factor, spread)
-    w = welch.unit_interval(bs.server_values(*base), bs.server_values(*arm), confidence)
+    sb, sa = abba_slots(servers)
+    base = bench_arm(rng, studies, servers, windows, 1.0, spread, drift, sb)
+    arm = bench_arm(rng, studies, servers, windows, factor, spread, drift, sa)
+    vb, va = bs.server_values(*base), bs.server_values(*arm)
+    w = welch.unit_interval(vb, va, confidence) if welch_only else welch.ordered_interval(vb, va, sb, sa, confidence)[0]
     lo, hi, mdc = w.pct(1.0)
     return lo, hi, mdc, base, arm
+
+
+def drift_table(studies: int, seed: int, drift: float = 0.01) -> list[tuple]:
+    """At 1% drift per server slot (and none), per servers an arm (1 window): A/A false positives,
+    coverage and power at +CHANGE of the run-order interval and of Welch's."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in (3, 4, 8):
+        for d in (0.0, drift):
+            row = {}
+            for name, only in (("run order", False), ("welch", True)):
+                aa = bench_study(rng, studies, n, 1, 1.0, drift=d, welch_only=only)
+                shifted = bench_study(rng, studies, n, 1, 1.0 + CHANGE, drift=d, welch_only=only)
+                row[name] = summary(aa, shifted)
+            out.append((n, d, row))
+    return out
 
 
 def compare_arm(rng, studies: int, captures: int, factor: float, spread=None):
@@ -129,7 +160,8 @@ def power_at(spread: float, studies: int, seed: int) -> list[tuple]:
         sp = np.full((studies, 1), spread)
         base = bench_arm(rng, studies, n, w, 1.0, sp)
         arm = bench_arm(rng, studies, n, w, 1.0 + CHANGE, sp)
-        iv = welch.unit_interval(bs.server_values(*base), bs.server_values(*arm), 0.95)
+        sb, sa = abba_slots(n)
+        iv = welch.ordered_interval(bs.server_values(*base), bs.server_values(*arm), sb, sa, 0.95)[0]
         lo, hi, mdc = iv.pct(1.0)
         out.append((n, w, {"power": float((lo > 0).mean()), "mdc_pct": float(np.median(mdc))}))
     return out
@@ -159,6 +191,14 @@ def main() -> None:
     for n, r in compare_table(a.studies, a.seed + 1):
         print(f"| {n} | {100 * r['false_positive']:.1f}% | {100 * r['coverage']:.1f}% | {100 * r['power']:.0f}% | "
               f"±{r['mdc_pct']:.1f}% |")
+    print("\nbench under drift (1 window a server; ABBA): run-order interval vs Welch's")
+    print("| servers per arm | drift per server | false positives | coverage of +15% | power at +15% | Welch: false positives | coverage | power |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, d, row in drift_table(a.studies, a.seed + 3):
+        o, w_ = row["run order"], row["welch"]
+        print(f"| {n} | {100 * d:g}% | {100 * o['false_positive']:.1f}% | {100 * o['coverage']:.1f}% | "
+              f"{100 * o['power']:.0f}% | {100 * w_['false_positive']:.1f}% | {100 * w_['coverage']:.1f}% | "
+              f"{100 * w_['power']:.0f}% |")
     print("\nbench at the measured 8.2% spread between servers:")
     print("| servers per arm | windows | power at +15% | median detectable |")
     print("|---:|---:|---:|---:|")

@@ -299,6 +299,7 @@ class ClientCheck(_Flat):
     gap_ms: float
     allowance_ms: float
     agrees: bool
+    client_loop_lag_ms: float | None = None     # the client loop's measured mean lag per wake-up (manifest)
 
 
 @dataclass
@@ -324,10 +325,13 @@ class Journey:
     e2e_ms_p99: float | None
     segments: dict[str, SegmentFigures]
     batch_stages: dict[str, SegmentFigures]     # the batch segment by its batch's stages, plus (no stage)
-    listed: dict[str, list[str]]        # "cut_by_window", "without_batch", "unclaimed_batch_ids": ids
+    listed: dict[str, list[str]]        # "cut_by_window", "reversed", "without_batch", "unclaimed_batch_ids": ids
     client: ClientCheck | None = None
     renamed_batch_ids: int = 0          # batch ids the engine id pattern turned into request ids
     replica_batch_ids: int = 0          # ids named by replica ranks' batches, counted once with the first rank's
+    reversed: int = 0                   # request ranges that end before they start (damaged rows): in no figure
+    duplicate_requests: int = 0         # request ranges repeating another exactly (thread, start, end, id): counted once
+    duplicate_marks: int = 0            # enqueue marks repeating another exactly (thread, time, id): counted once
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -405,6 +409,7 @@ class Samples:
     placed_by_time: int = 0         # nsys' samples of a Python thread tied to no OS thread, placed by time only
     unplaced: int = 0               # nsys' samples left out: several untied threads had a range open then
     own_samples: int = 0            # samples of clef-prof's own threads (its clock thread): left out
+    duplicates: int = 0             # sample marks or python_function events repeating another exactly: counted once
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stages"}

@@ -255,6 +255,8 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     step("journeys")
     journey_rows, result.journey = _journeys(cap, stages, table)
     j = result.journey
+    if j is not None:
+        result.warnings += _journey_damage(j)
     if j is not None and config.engine_id_pattern and j.batch_ids and not j.renamed_batch_ids:
         result.warnings.append(f"the engine id pattern {config.engine_id_pattern!r} matched none of the {j.batch_ids:,} "
                         "batch ids: requests and batches meet only where the ids are equal")
@@ -271,6 +273,18 @@ def _analyze(cap: Export, config: StageConfig, requests: int | None, step, keep:
     out._frames = frames
     out.journeys = journey_rows
     out.sample_counts = sample_counts
+    return out
+
+
+def _journey_damage(j) -> list[str]:
+    """Warnings on request ranges and marks a damaged, merged or re-exported capture holds."""
+    out = []
+    if j.reversed:
+        out.append(f"{j.reversed:,} request ranges end before they start (a negative duration): damaged rows, "
+                   "in no journey figure (listed as reversed)")
+    if j.duplicate_requests or j.duplicate_marks:
+        out.append(f"{j.duplicate_requests:,} request ranges and {j.duplicate_marks:,} enqueue marks repeat another "
+                   "exactly (thread, time, id): duplicated rows of a merged or re-exported trace, counted once")
     return out
 
 

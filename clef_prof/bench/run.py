@@ -6,8 +6,8 @@
 Per round, a fresh server per arm (in ABBA order across rounds, as `ab` does), no nsys: health,
 warm-up, optional parity bodies, then every case of the matrix (reversed on every other server)
 in fixed-length windows. Each window's requests/s, latency percentiles and errors by kind come
-from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the Welch
-intervals between servers from `stats`. Every server started is stopped, its whole process tree
+from `benchload`; device memory, clocks and host RSS from `monitor`; the table and the
+intervals between servers in run order from `stats`. Every server started is stopped, its whole process tree
 included (a marker in its environment and the tree of its descendants, as `record` does; bench
 is their subreaper, so a child that detaches is still found), on any failure and on Ctrl-C.
 """
@@ -570,8 +570,10 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "servers": servers,
         "method": {**design, "confidence": confidence, "load": load, "gate_on": gate_on,
                    "min_servers": MIN_UNITS,
-                   "interval": "Welch t between the arms' servers (each server's figure = its windows' ratio of sums, "
-                               "on logs where positive, Satterthwaite df); ci in % of the baseline (exp(CI) - 1), "
+                   "interval": "servers as units in run order: each server's figure (its windows' ratio of sums, "
+                               "on logs where positive) by least squares on its arm and its slot in the run order "
+                               "(a linear drift fitted beside the change, df = servers - 3; `drift`: its size); "
+                               "Welch t (Satterthwaite df) where the windows carry no run order; ci in % of the baseline (exp(CI) - 1), "
                                "ci_abs in the metric's unit (baseline figure × ci / 100); no interval below "
                                f"{MIN_UNITS} servers per arm; mdc: the change found 80% of the time, its spread being measured (noncentral t)"},
         "notes": notes, "duration_s": round(duration, 1),

@@ -125,10 +125,41 @@ def verdict(lo: float, hi: float) -> str:
     return "beyond noise" if welch.beyond(lo, hi) else "within noise"
 
 
+def slots(case_windows: dict[str, list[dict]]) -> dict[str, list[int]] | None:
+    """Each arm's servers' places in the run order (0, 1, ...; in the order of `_blocks`), from
+    their first window's `seq`; None where a window has no seq (a report saved before it) or two
+    servers start at one seq."""
+    first: dict[tuple[str, int], float] = {}
+    for arm, ws in case_windows.items():
+        for w in ws:
+            q = _real(w.get("seq"))
+            if q is None:
+                return None
+            key = (arm, w["server"])
+            first[key] = min(first.get(key, q), q)
+    if len(set(first.values())) < len(first):       # two servers at one place: no run order
+        return None
+    rank = {k: i for i, k in enumerate(sorted(first, key=first.get))}
+    return {arm: [rank[(arm, sv)] for sv in sorted({w["server"] for w in ws})] for arm, ws in case_windows.items()}
+
+
+def _interval(base_blocks, arm_blocks, order, baseline: str, arm: str, confidence: float):
+    """(interval, drift or None): in run order where the windows say it (`welch.ordered_interval`:
+    servers as units, a linear drift over server slots fitted beside the change), else Welch's."""
+    b, a = _per_server(base_blocks), _per_server(arm_blocks)
+    if order is not None and len(order[baseline]) == len(b) and len(order[arm]) == len(a):
+        try:
+            return welch.ordered_interval(b, a, order[baseline], order[arm], confidence)
+        except ValueError:
+            pass
+    return welch.unit_interval(b, a, confidence), None
+
+
 def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: float) -> list[dict]:
-    """Each metric's change from the baseline for every other arm, with Welch's interval between
-    the arms' servers (servers = units; see the module's docstring)."""
+    """Each metric's change from the baseline for every other arm, with its interval between the
+    arms' servers (servers = units; see the module's docstring)."""
     names = list(case_windows)
+    order = slots(case_windows)
     out = []
     for metric in METRICS:
         blocks = {n: _blocks(case_windows[n], metric) for n in names}
@@ -145,7 +176,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
             c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
                  "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None, "p": None,
-                 "mdc_pct": None, "mdc_abs": None, "beyond_noise": False}
+                 "mdc_pct": None, "mdc_abs": None, "beyond_noise": False, "interval": None, "drift": None}
             dead = [n_ for n_, b in ((baseline, blocks[baseline]), (n, blocks[n]))
                      if not all(v > 0 for v in _per_server(b))]
             if dead:
@@ -156,11 +187,14 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                 out.append(c)
                 continue
             if min(n_base, n_arm) >= 2:
-                w = welch.unit_interval(_per_server(blocks[baseline]), _per_server(blocks[n]), confidence)
+                w, drift = _interval(blocks[baseline], blocks[n], order, baseline, n, confidence)
                 lo, hi, mdc = (float(v) for v in w.pct(base))
                 alo, ahi, amdc = (float(v) for v in w.absolute(base))
                 c.update({"scale": "log" if bool(w.log) else "linear", "df": float(w.df) if np.isfinite(w.df) else None,
-                          "se": float(w.se)})
+                          "se": float(w.se), "interval": "welch" if drift is None else "run order"})
+                if drift is not None and bool(w.log):
+                    d = [100.0 * math.expm1(float(v)) for v in (drift.slope, drift.lo, drift.hi)]
+                    c["drift"] = {"pct_per_server": d[0], "ci": d[1:], "beyond_noise": bool(welch.beyond(*d[1:]))}
                 if w.judged:            # no verdict, no power statement
                     c.update({"ci": [lo, hi], "ci_abs": [alo, ahi], "beyond_noise": bool(welch.beyond(alo, ahi)),
                               "p": float(welch.p_value(w.diff, w.se, w.df)),
@@ -267,6 +301,15 @@ def footer_lines(result: dict) -> list[str]:
                              f"{a['errors']['count'] + a['completions']} requests ({kinds})")
             for f in a["flags"]:
                 lines.append(f"{case['label']}: {n}: {f}")
+    for case in result["cases"]:
+        for c in case["changes"]:
+            d = c.get("drift")
+            if c["metric"] == "throughput_rps" and d and c.get("ci") is not None:
+                lines.append(f"{case['label']}: drift check ({c['arm']} vs {c['baseline']}, req/s): "
+                             f"{_pct(d['pct_per_server'])} per server in run order [{_pct(d['ci'][0])}, "
+                             f"{_pct(d['ci'][1])}], " + ("beyond noise: the machine drifted during the run; the "
+                                                        "intervals take a linear drift out, not a step" if
+                                                        d["beyond_noise"] else "within noise"))
     par = result.get("parity")
     if par:
         for n, p in par["arms"].items():
@@ -277,8 +320,8 @@ def footer_lines(result: dict) -> list[str]:
                          + (f", numbers within {par['tolerance']:g}" if par["tolerance"] else ", exactly"))
     m = result["method"]
     lines.append(f"Method: requests/s = Σ completions / Σ elapsed s (drained requests included) over the windows; "
-                 f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: Welch t between the arms' "
-                 f"servers (each server's figure over its windows, on logs, Satterthwaite df), shown as exp(CI) - 1; "
+                 f"p50/p99 = mean of the windows' percentiles; {m['load']}; interval: {_interval_words(result)}, "
+                 f"shown as exp(CI) - 1; "
                  f"beyond noise = the interval excludes 0; 'detects' = the change this design finds 80% of "
                  f"the time, its spread being measured (noncentral t). Servers per arm: "
                  + ", ".join(f"{n} {a['servers']}" for n, a in result["arms"].items())
@@ -300,6 +343,18 @@ def footer_lines(result: dict) -> list[str]:
             lines.append(line)
     lines += [f"note: {n}" for n in result["notes"]]
     return lines
+
+
+def _interval_words(result: dict) -> str:
+    kinds = {c.get("interval") for case in result["cases"] for c in case["changes"]} - {None}
+    ordered = ("each server's figure over its windows, on logs, by least squares on its arm and its slot in the "
+               "run order (a linear drift fitted beside the change, df = servers - 3)")
+    welch_ = "Welch t between the arms' servers (each server's figure over its windows, on logs, Satterthwaite df)"
+    if kinds == {"run order"}:
+        return ordered
+    if kinds == {"welch"}:
+        return welch_
+    return f"{ordered}; {welch_} where the windows carry no run order"
 
 
 def render_markdown(result: dict) -> str:

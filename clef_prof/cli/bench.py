@@ -55,8 +55,9 @@ def add_parser(sub) -> None:
         description="Serving A/B without nsys: per round a fresh server per arm (ABBA across rounds), health,\n"
                     "warm-up, then each case of the matrix (order reversed every other server) in --windows windows\n"
                     "of --window-s seconds. Per case: requests/s, p50/p99 latency and peak device memory of each\n"
-                    "arm, the change and its Welch t interval between the arms' servers (each server's figure over\n"
-                    "its windows; a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
+                    "arm, the change and its interval between the arms' servers in run order (each server's figure\n"
+                    "over its windows, a linear drift over the run fitted beside the change, shown as a drift check;\n"
+                    "a fresh server is the unit that varies), a verdict from 3 servers per arm, and the\n"
                     "smallest change the design could detect. --from DIR re-judges a saved run without servers.\n"
                     "Exit 1 when a gate fires, outputs differ (--parity), or a request failed (unless --allow-errors);\n"
                     "else exit 3 when a gate cannot be judged (fewer than 3 servers an arm): never a pass.",

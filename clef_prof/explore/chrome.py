@@ -82,7 +82,7 @@ def trace(requests, batches, stages, gpu, names: dict, slot_names: list[str]) ->
         rid = str(requests["rid"][i])
         args = {"rid": rid, "thread": tid, "e2e_ns": int(requests["e2e_ns"][i]),
                 "unattributed_ns": int(requests["unattributed_ns"][i]), "batch": int(requests["batch"][i]),
-                "cut_by_window": bool(requests["cut"][i])}
+                "cut_by_window": bool(requests["cut"][i] and not requests["reversed"][i])}
         ev.append({"ph": "B", "name": f"request {rid}", "cat": "request", "pid": pid, "tid": ltid, "ts": _us(r0),
                    "args": args})
         for s in SEGMENT_NAMES:

@@ -169,7 +169,7 @@ def journey_head(result: Result) -> list[str]:
            f"(per request, ms)",
            f"  end-to-end: mean {_jms(j.e2e_ms_mean)}, p50 {_jms(j.e2e_ms_p50)}, p99 {_jms(j.e2e_ms_p99)} ms; "
            f"tail (>= p99): {j.tail_requests:,} requests"]
-    odd = [(j.cut_by_window, "cut by the capture window"), (j.without_batch, "with no batch in the capture"),
+    odd = [(j.cut_by_window, "cut by the capture window"), (j.reversed, "ending before they start (damaged)"), (j.without_batch, "with no batch in the capture"),
            (j.without_enqueue, "complete without an enqueue mark"),
            (j.out_of_order, "complete with points out of order"),
            (j.unclaimed_batch_ids, "batch ids no request range took"),

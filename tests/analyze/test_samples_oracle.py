@@ -388,7 +388,7 @@ def test_hostile_definitions_and_marks_on_the_shipped_capture(capture, tmp_path)
 
 @pytest.mark.parametrize("keep, hz, want", [
     ("one", True, (5.0, None)),         # no thread has two samples: the asked 200 Hz's period
-    ("same time", True, (5.0, None)),   # two samples at one time: no positive gap
+    ("same time", True, (5.0, None)),   # the second at the first's time, thread and stack: a repeat, once
     ("one", False, (None, None)),       # and no rate asked (the sampler's definition gone)
     ("two", True, (None, None)),        # two samples 7 ms apart: that gap
 ])
@@ -405,7 +405,8 @@ def test_sampling_period_without_two_samples_of_a_thread(capture, tmp_path, keep
     if not hz:
         edits.append("DELETE FROM StringIds WHERE value LIKE 'clef-prof sampler %'")
     s = analyze(str(edited_copy(path, tmp_path / "few.sqlite", *edits))).result.samples
-    assert s.samples == (1 if keep == "one" else 2) and s.asked_hz == (200 if hz else None)
+    assert s.samples == (2 if keep == "two" else 1) and s.asked_hz == (200 if hz else None)
+    assert s.duplicates == (keep == "same time")
     if keep == "two":
         assert (s.ms_per_sample, s.observed_hz) == (pytest.approx(7.0), pytest.approx(1e9 / 7e6))
     else:

@@ -24,10 +24,12 @@ THR, SIGN = math.log1p(-0.02), -1.0
 
 
 def study(rng, servers: int, factor, spread: float = 0.082):
+    """bench's interval of `STUDIES` runs in ABBA order (servers in run order, as bench judges)."""
     sp = np.full((STUDIES, 1), spread)
+    sb, sa = SIM.abba_slots(servers)
     base = SIM.bench_arm(rng, STUDIES, servers, 1, 1.0, sp)
     arm = SIM.bench_arm(rng, STUDIES, servers, 1, factor, sp)
-    return welch.unit_interval(bs.server_values(*base), bs.server_values(*arm), 0.95), base, arm
+    return welch.ordered_interval(bs.server_values(*base), bs.server_values(*arm), sb, sa, 0.95)[0], base, arm
 
 
 @pytest.mark.parametrize("servers", [3, 8])
@@ -58,9 +60,11 @@ def test_a_point_gate_states_how_often_it_fires_on_noise():
     assert (w.hi < THR).mean() < 0.025 and ci.mean() < 0.025
 
 
-def windows_of(num, den, arm: str) -> list[dict]:
-    return [{"arm": arm, "server": s + 1, "window": k + 1, "completions": float(num[s, k]),
-             "elapsed_s": float(den[s, k])} for s in range(num.shape[0]) for k in range(num.shape[1])]
+def windows_of(num, den, arm: str, slots) -> list[dict]:
+    """One window a server, at its run-order slot (its seq), as bench records them."""
+    return [{"arm": arm, "server": s + 1, "window": k + 1, "seq": int(slots[s]) * num.shape[1] + k + 1,
+             "completions": float(num[s, k]), "elapsed_s": float(den[s, k])}
+            for s in range(num.shape[0]) for k in range(num.shape[1])]
 
 
 @pytest.mark.parametrize("gate_on", ["ci", "point"])
@@ -72,9 +76,10 @@ def test_the_simulation_is_the_gate_lines_own_figure(gate_on):
     stated = 100 * np.expm1(welch.gate_detectable(THR, SIGN, w.se, w.df, conf))
     null = 100 * welch.gate_null_rate(THR, SIGN, w.se, w.df, conf)
     g = parse_gate(GATE, {m: m for m in bs.METRICS})
+    sb, sa = SIM.abba_slots(4)
     for i in range(5):
         case = {"baseline": "main", "changes": bs.changes(
-            {"main": windows_of(base[0][i], base[1][i], "main"), "pr": windows_of(arm[0][i], arm[1][i], "pr")},
+            {"main": windows_of(base[0][i], base[1][i], "main", sb), "pr": windows_of(arm[0][i], arm[1][i], "pr", sa)},
             "main", 0.95)}
         (v,) = evaluate_gates([g], bs.gate_view(case, 0.95), gate_on)
         assert v["detects"] == pytest.approx(stated[i], rel=1e-9)

@@ -98,3 +98,35 @@ def test_html_page_of_a_saved_gpu_run(tmp_path, capsys):
     for s in svgs:
         xs = sorted(float(c.get("data-x")) for c in s.findall(f"{ns}circle"))
         assert len(xs) == 9 and xs[:3] == [0.0] * 3 and 0 < xs[3] < xs[-1] < 0.06
+
+
+def test_the_saved_gpu_run_that_resolves_both_stages(capsys):
+    """The H100 run docs/whatif.md cites (transfer and head at 0, +100% and +300% of their own
+    time, 3 servers a level): every slope critical; transfer's throughput bends at its last level
+    and is fitted on the first two (6 servers), head's is linear over all 9. Each slope holds,
+    inside its interval, the least-squares line through the servers' own figures by hand."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from clef_prof.cli.app import main
+
+    saved = Path(__file__).parents[2] / "docs" / "data" / "gpu-whatif-2026-12-08b" / "whatif.json"
+    assert main(["whatif", "--from", str(saved), "-f", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    slopes = {(s["stage"], sl["metric"]): sl for s in report["stages"] for sl in s["slopes"]}
+    assert {v["verdict"] for v in slopes.values()} == {"critical"} and len(slopes) == 6
+    assert slopes[("transfer", "throughput_rps")]["bend"] is not None
+    assert slopes[("transfer", "throughput_rps")]["servers"] == 6
+    assert all(v["bend"] is None and v["servers"] == 9 for k, v in slopes.items() if k != ("transfer", "throughput_rps"))
+    obs = json.loads(saved.read_text())["observations"]
+    base = [o for o in obs if o["stage"] is None]
+    for (stage, metric), sl in slopes.items():
+        rows = base + [o for o in obs if o["stage"] == stage]
+        rows = [o for o in rows if o["added_ms_per_request"] <= sl["linear_max_ms"] + 1e-12]
+        x = np.array([o["added_ms_per_request"] for o in rows])
+        y = np.array([o["metrics"][metric] for o in rows])
+        by_hand = 100 * np.polyfit(x, y, 1)[0] / np.mean([o["metrics"][metric] for o in base])
+        assert sl["pct_lo"] <= by_hand <= sl["pct_hi"], (stage, metric, by_hand, sl["pct_lo"], sl["pct_hi"])
+    assert round(slopes[("transfer", "throughput_rps")]["implied"]["change_pct"], 2) == 4.45
+    assert round(slopes[("head", "throughput_rps")]["implied"]["change_pct"], 2) == 2.54

@@ -79,6 +79,8 @@ class Inputs:
     session_end: int | None = None
     engine_id_pattern: str | None = None
     replicas: Table | None = None       # replica ranks' batches: start, end, gtid, lead (first rank's pid key), rids
+    duplicate_requests: int = 0         # request ranges that repeated another exactly: counted once
+    duplicate_marks: int = 0            # enqueue marks that repeated another exactly: counted once
 
 
 def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Table,
@@ -94,9 +96,11 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
         return None
     r, raw = read_ids(cap, domain, REQUEST)
     requests = Table(start=r["start"], end=r["end"], gtid=r["gtid"], rid=_ids_of(r["id"], raw, rid_keys))
+    requests, dup_requests = _once(requests, ("gtid", "start", "end", "rid"))
     requests = requests[np.lexsort((requests["gtid"], requests["start"]))]
     m, raw = read_ids(cap, domain, ENQUEUED, MARK_TYPES)
-    marks = Table(time=m["start"], gtid=m["gtid"], rid=_ids_of(m["id"], raw, rid_keys))
+    marks, dup_marks = _once(Table(time=m["start"], gtid=m["gtid"], rid=_ids_of(m["id"], raw, rid_keys)),
+                             ("gtid", "time", "rid"))
     rids = np.full(len(batches), "", dtype=object)
     reps = None
     if len(batches):
@@ -107,7 +111,24 @@ def read(cap: Export, domain: str, batch_name: str, batches: Table, encodes: Tab
             reps = Table(start=replicas["start"], end=replicas["end"], gtid=replicas["gtid"], lead=replicas["lead"],
                          rids=_align(replicas, full.start, full.end, full.gtid, keys))
     b = Table(start=batches["start"], end=batches["end"], gtid=batches["gtid"], size=batches["size"], rids=rids)
-    return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern, reps)
+    return Inputs(requests, marks, b, encodes, cap.duration_ns, engine_id_pattern, reps, dup_requests, dup_marks)
+
+
+def _once(t: Table, keys: tuple[str, ...]) -> tuple[Table, int]:
+    """`t` with rows that repeat another in every one of `keys` (a merged or re-exported trace's
+    duplicated rows) kept once, and how many were dropped."""
+    if len(t) < 2:
+        return t, 0
+    codes = [factorize(t[k])[1] if t[k].dtype == object else t[k] for k in keys]
+    order = np.lexsort(codes[::-1])
+    same = np.ones(len(t) - 1, dtype=bool)
+    for c in codes:
+        same &= c[order][1:] == c[order][:-1]
+    if not same.any():
+        return t, 0
+    keep = np.ones(len(t), dtype=bool)
+    keep[order[1:][same]] = False
+    return t[keep], int(same.sum())
 
 
 def _ids_of(ids: np.ndarray, raw: np.ndarray, keys) -> np.ndarray:
@@ -237,22 +258,26 @@ def twins(batches: Table, replicas: Table) -> np.ndarray:
 def journeys(inp: Inputs) -> tuple[Table, dict]:
     """One row per request range, and what did not meet (`meta`).
 
-    Columns: rid, gtid, start, end, cut (the range is open at the capture's end), enqueue, batch
+    Columns: rid, gtid, start, end, cut (the range is open at the capture's end, or `reversed`: it
+    ends before it starts, a damaged row; either way in no figure), reversed, enqueue, batch
     (index into the batches, -1: none), batch_size, batch_rows (the rows of batches it took: its
     prompts, or steps), batch_start, batch_end, encode_start, encode_end (-1 where absent),
     out_of_order, e2e_ns, other_ranks_ns (the batch segment outside its first rank's span: 0 without
     replica ranks) and one `<segment>_ns` per SEGMENTS (0 for a cut request). meta: claims (ids named
     by batches), unclaimed (claim indices no request took), claim_rid (as the batches name them),
-    rid_cut_batches (batches whose id list was cut), renamed (claims the engine id pattern matched),
+    rid_cut_batches (batches whose id list was cut), duplicate_requests/_marks (exact repeats dropped
+    at `read`), renamed (claims the engine id pattern matched),
     replica_claims (ids named by replica ranks' batches with a twin, counted with it), ranks (whether
     the batches have replica ranks)."""
     q, mk, enc = inp.requests, inp.marks, inp.encodes
     b, reps = _rank_union(inp.batches, inp.replicas)
     n = len(q)
     r0, r1 = q["start"].astype(np.int64), q["end"].astype(np.int64)
-    cut = r1 < r0
+    reversed_ = (r1 < r0) & (r1 >= 0)           # a damaged row; an open range reads end -1
+    open_ = (r1 < 0) & ~reversed_
     if inp.session_end is not None:
-        cut |= r1 >= inp.session_end
+        open_ |= r1 >= inp.session_end
+    cut = open_ | reversed_
     r1c = np.where(cut, r0, r1)
 
     c_batch, c_rid, rid_cut = claims(b["rids"])
@@ -312,14 +337,15 @@ def journeys(inp: Inputs) -> tuple[Table, dict]:
     size = np.where(has_b, b["size"][np.maximum(bidx, 0)] if len(b) else 0, 0).astype(np.int64)
     own = b["own_end"] - b["own_start"]
     other = np.where(has_b & ~cut, seg["batch"] - (own[np.maximum(bidx, 0)] if len(b) else 0), 0)
-    t = Table(rid=q["rid"], gtid=q["gtid"], start=r0, end=r1, cut=cut, enqueue=e, batch=bidx.astype(np.int64),
+    t = Table(rid=q["rid"], gtid=q["gtid"], start=r0, end=r1, cut=cut, reversed=reversed_, enqueue=e, batch=bidx.astype(np.int64),
               batch_size=size, batch_rows=rows, batch_start=b0, batch_end=b1, encode_start=c0, encode_end=c1,
               out_of_order=ooo & ~cut, e2e_ns=np.where(cut, 0, r1c - r0), other_ranks_ns=np.maximum(other, 0),
               **{f"{s}_ns": v for s, v in seg.items()})
     meta = {"claims": len(c_batch) + len(lone),
             "unclaimed": np.r_[np.flatnonzero(~used), len(c_batch) + np.arange(len(lone))].astype(np.int64),
             "claim_rid": np.concatenate([c_rid, lone]).astype(object), "rid_cut_batches": int(rid_cut.sum()),
-            "renamed": renamed, "ranks": reps is not None,
+            "renamed": renamed, "ranks": reps is not None, "duplicate_requests": inp.duplicate_requests,
+            "duplicate_marks": inp.duplicate_marks,
             "replica_claims": len(claims(reps["rids"][reps["twin"] >= 0])[1]) if reps is not None else 0}
     return t, meta
 
@@ -430,7 +456,8 @@ def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: flo
         return SegmentFigures(**f)
 
     e = stats(e2e, e2e)
-    cut, nob = t["cut"], ~t["cut"] & (t["batch"] < 0)
+    rev = t["reversed"]
+    cut, nob = t["cut"] & ~rev, ~t["cut"] & (t["batch"] < 0)
     unclaimed = meta["unclaimed"]
     return Journey(
         request_ranges=len(t), complete=int(ok.sum()), cut_by_window=int(cut.sum()), without_batch=int(nob.sum()),
@@ -440,8 +467,9 @@ def figures(t: Table, meta: dict, stage_ns: dict[str, np.ndarray], tail_pct: flo
         tail_requests=int(tl.sum()), renamed_batch_ids=int(meta.get("renamed", 0)), e2e_ms_mean=e["mean_ms"], e2e_ms_p50=e["p50_ms"], e2e_ms_p99=e["p99_ms"],
         segments={s: seg(t[f"{s}_ns"]) for s in SEGMENTS},
         batch_stages={k: seg(v) for k, v in batch_stage_ns(t, stage_ns, meta.get("ranks", False)).items()},
-        replica_batch_ids=int(meta.get("replica_claims", 0)),
-        listed={"cut_by_window": _ids(t["rid"][cut]), "without_batch": _ids(t["rid"][nob]),
+        replica_batch_ids=int(meta.get("replica_claims", 0)), reversed=int(rev.sum()),
+        duplicate_requests=int(meta.get("duplicate_requests", 0)), duplicate_marks=int(meta.get("duplicate_marks", 0)),
+        listed={"cut_by_window": _ids(t["rid"][cut]), "reversed": _ids(t["rid"][rev]), "without_batch": _ids(t["rid"][nob]),
                 "unclaimed_batch_ids": _ids(meta["claim_rid"][unclaimed])})
 
 

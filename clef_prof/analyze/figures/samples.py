@@ -220,6 +220,7 @@ class StackCounts:
     own_samples: int = 0            # samples of clef-prof's own threads, left out (leave_out_own)
     sequence: np.ndarray | None = None  # (2, samples) int64: each sample's slot and stack column, in time order
     thread_ties: dict[int, int] = field(default_factory=dict)  # nsys: Python thread ordinal -> globalTid, where certain
+    duplicates: int = 0             # samples (or python_function events) repeating another exactly: counted once
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(self, inclusive) samples per (slot, function): the leaf frame's function, and every
@@ -315,11 +316,13 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
     pid, tid = _thread_ids(m.name)
-    readable = pid >= 0
+    once = _first_of_repeats(m.gtid, t, factorize(m.name)[1], m.payload)     # a merged trace's repeated marks
+    n_repeats = int((~once).sum())
+    readable = (pid >= 0) & once
     dur = cap.duration_ns
     outside = (t < 0) | ((t > dur) if dur is not None else False)
     keep = readable & ~outside
-    n_unreadable = int((~readable).sum())
+    n_unreadable = int((~readable).sum()) - n_repeats
     n_outside = int((outside & readable).sum())
     t, pid, tid, sid = t[keep], pid[keep], tid[keep], m.payload[keep].astype(np.int64)
     gtid = (m.gtid[keep] & ~np.int64(0xFFFFFF)) | tid
@@ -357,7 +360,21 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
                        sequence=np.stack([slot[order], st[order]]).astype(np.int64),
                        threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz, observed_hz=observed,
                        ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
-                       outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions)
+                       outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions,
+                       duplicates=n_repeats)
+
+
+def _first_of_repeats(*cols: np.ndarray) -> np.ndarray:
+    """Per row, False where an earlier row equals it in every column (an exact repeat)."""
+    keep = np.ones(len(cols[0]), dtype=bool)
+    if len(keep) < 2:
+        return keep
+    order = np.lexsort(cols[::-1])
+    same = np.ones(len(keep) - 1, dtype=bool)
+    for c in cols:
+        same &= c[order][1:] == c[order][:-1]
+    keep[order[1:][same]] = False
+    return keep
 
 
 def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | None, list[str]]:
@@ -428,7 +445,7 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
                   observed_hz=sc.observed_hz, ms_per_sample=period_ms, requests=requests, confidence=0.95,
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
                   cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit,
-                  placed_by_time=sc.by_time, unplaced=sc.unplaced, own_samples=sc.own_samples)
+                  placed_by_time=sc.by_time, unplaced=sc.unplaced, own_samples=sc.own_samples, duplicates=sc.duplicates)
     return res, sc.notes + _warnings(res)
 
 
@@ -454,6 +471,10 @@ def _warnings(s: Samples) -> list[str]:
     said = [f"{k:,} {what}" for k, what in odd if k]
     if said:
         out.append(f"Python samples: {'; '.join(said)}; the samples left out are not in the shares")
+    if s.duplicates:
+        what = "python_function events" if s.unit == "ns" else "sample marks"
+        out.append(f"Python samples: {s.duplicates:,} {what} repeat another exactly (a merged or re-exported "
+                   "trace): counted once")
     if s.bad_definitions:
         out.append(f"Python samples: {s.bad_definitions:,} sampler definitions in StringIds could not be read "
                    "(damaged or edited export); their frames show as (unknown frame)")
@@ -531,6 +552,8 @@ def durations(cap: Export, stages: Stages) -> StackCounts | None:
                     "JOIN StringIds s ON s.id = p.nameId ORDER BY p.pyId")
     if not rows:
         return None
+    n_all = len(rows)
+    rows = list(dict.fromkeys(rows))        # a merged trace's repeated events, once (the order kept)
     start = np.array([r[0] for r in rows], dtype=np.int64)
     end = np.array([r[1] for r in rows], dtype=np.int64)
     gtid = np.array([r[2] for r in rows], dtype=np.int64)
@@ -596,7 +619,7 @@ def durations(cap: Export, stages: Stages) -> StackCounts | None:
     return StackCounts(slots=slots, func_name=[k[0] for k in fkey], func_file=[k[1] for k in fkey], stacks=stacks,
                        counts=counts, samples=int(self_ns.sum()), threads=int(len(np.unique(gtid))), asked_hz=None,
                        observed_hz=None, ms_per_sample=None, unknown_stack=orphans, unreadable=0, outside_session=0,
-                       cut_stacks=0, bad_definitions=0, unit="ns")
+                       cut_stacks=0, bad_definitions=0, unit="ns", duplicates=n_all - n)
 
 
 THREAD_BASE = ("_bootstrap", "threading.py")    # the outermost frame of every thread `threading` started

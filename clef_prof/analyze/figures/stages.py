@@ -74,6 +74,7 @@ class Stages:
     duplicates: int = 0              # ranges repeated exactly (thread, start, end, name): counted once
     reversed: int = 0                # ranges that end before they start: dropped
     nested: int = 0                  # batch ranges inside another batch range of their thread: not counted
+    crossing: int = 0                # stage ranges with one end inside a batch range of their thread, one outside
 
     @property
     def requests(self) -> int | None:
@@ -94,7 +95,7 @@ class Stages:
         return Stages(self.config, self.batches[keep], inst,
                       dict(self.cut), self.cross_thread, self.outside_batch, self.requests_source,
                       self.requests_override, self.replicas, dict(self.rank_lead), self.duplicates,
-                      self.reversed, self.nested)
+                      self.reversed, self.nested, self.crossing)
 
 
 class _Names:
@@ -175,10 +176,16 @@ def build(cap: Export, config: StageConfig, requests_override: int | None = None
     instances = Table(code=codes[keep], stage=np.array(config.stages, dtype=object)[codes[keep]],
                       start=s.start[keep], end=s.end[keep], gtid=s.gtid[keep], batch=bidx[keep])
     outside = int((bidx[keep] < 0).sum()) if len(batches) else 0
+    crossing = 0
+    if len(batches):        # outside every batch, yet starting or ending inside one: nesting broken
+        lone = keep & (bidx < 0)
+        g, t0, t1 = s.gtid[lone], s.start[lone] + 1, s.end[lone] - 1      # one ns in: touching is not crossing
+        bb = (batches["gtid"], batches["start"], batches["end"])
+        crossing = int(((innermost_containing(*bb, g, t0, t0) >= 0) | (innermost_containing(*bb, g, t1, t1) >= 0)).sum())
     return Stages(config=config, batches=batches, instances=instances, cut=cut,
                   cross_thread=int(r.cross_thread.sum()), outside_batch=outside,
                   requests_source=source, requests_override=requests_override, duplicates=duplicates,
-                  reversed=int(reversed_.sum()), nested=int(nested.sum()))
+                  reversed=int(reversed_.sum()), nested=int(nested.sum()), crossing=crossing)
 
 
 def nested_ranges(r, name_codes: np.ndarray) -> np.ndarray:

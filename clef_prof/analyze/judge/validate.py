@@ -124,6 +124,10 @@ def nvtx_presence(cap: Export, nv: NvtxCensus, stages: Stages) -> list[str]:
                    "rows, counted once")
     if stages.reversed:
         out.append(f"{stages.reversed} NVTX ranges end before they start: damaged rows, excluded")
+    if stages.crossing:
+        out.append(f"{stages.crossing:,} stage ranges cross a {cfg.batch!r} range of their thread (one end inside it, "
+                   "one outside: longer than the batch, or closed after it): counted outside every batch, their "
+                   "time in no batch's figures")
     if len(stages.batches) == 0:
         out.append(f"no batch range {cfg.batch!r} found: stage instances are counted alone and the request "
                    "count is unknown unless --requests N is given")

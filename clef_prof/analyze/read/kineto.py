@@ -52,7 +52,7 @@ from ...base.errors import CaptureError
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 XZ_MAGIC = b"\xfd7zXZ\x00"
 SOURCE = "kineto"                       # META_DATA_EXPORT CLEF_SOURCE of a converted trace
-FORMAT_VERSION = "5"                    # bump when the conversion changes: cached conversions are redone
+FORMAT_VERSION = "7"                    # bump when the conversion changes: cached conversions are redone
 CHUNK = 4 << 20                         # bytes of decompressed text read at a time
 MAX_EVENT = 64 << 20                    # one event larger than this is damage, not a slow read
 SNIFF = 4096
@@ -356,6 +356,7 @@ class _File:
     events: int = 0
     first: int | None = None
     last: int | None = None
+    host_last: int | None = None    # the last end of a host event (range, runtime call, Python function)
     stop: int | None = None         # the end of the profiler's own span, where the trace has one
 
     @property
@@ -365,7 +366,8 @@ class _File:
         last range may well have ended there."""
         if self.stop is None:
             return None
-        return self.last if self.last is not None and self.last >= self.stop else self.stop
+        last = self.host_last if self.host_last is not None else self.last
+        return last if last is not None and last >= self.stop else self.stop
 
 
 def _int(v):
@@ -412,6 +414,8 @@ def read_file(path: str) -> _File:
             end = ts + dur
             f.first = ts if f.first is None or ts < f.first else f.first
             f.last = end if f.last is None or end > f.last else f.last
+            if kind != 3 and (f.host_last is None or end > f.host_last):    # a GPU record's end is no host time
+                f.host_last = end
             pid, tid = _int(ev.get("pid")), _int(ev.get("tid"))
             name = ev.get("name")
             name = names.setdefault(name, name) if type(name) is str else ""   # one copy of each name
@@ -537,9 +541,13 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
                 # a range that ends at the trace's last timestamp was open when the profiler stopped,
                 # which closed it there: written open (no end), as nsys exports a range open at the
                 # capture's end, so that analyze counts it cut (and its missing stages with it)
+                # torch writes an event still open at the stop with dur -1 µs (pytorch#150131), or,
+                # before it, with end -1 ns (a dur of minus its start): open, not reversed
+                unended = end - ts == -1000 or end < 0
                 stopped = final is not None and end >= final and end > ts
-                cut_at_stop += stopped
-                nvtx.append((ts + off, None if stopped else end + off, NVTX_PUSH_POP, name[:4096], gt(pid, tid)))
+                cut_at_stop += stopped or unended
+                nvtx.append((ts + off, None if stopped or unended else end + off, NVTX_PUSH_POP, name[:4096],
+                             gt(pid, tid)))
         for ts, end, pid, tid, name, py, parent in f.pyfuncs:
             pyfuncs.append((ts + off, end + off, gt(pid, tid), sid(name[:4096]), key | (py & 0xFFFFFFFFFF),
                             None if parent is None else key | (parent & 0xFFFFFFFFFF)))
@@ -601,8 +609,11 @@ def convert(paths: list[str], out: str, source: str) -> list[str]:
     _threads_warning(nvtx, runtime, warnings)
 
     drv = next((f.meta.get("cuda_driver_version") for f in files if _int(f.meta.get("cuda_driver_version"))), None)
-    duration = max([e for _, e, *_ in nvtx + runtime + [r[:2] for v in gpu.values() for r in v] if e is not None] +
-                   [t for t, *_ in nvtx + marks] + [f.final + _base(f) - t0 for f in files if f.final is not None]) + 1
+    # the session: the host events and the profiler's own span. A GPU record's end is left out, so
+    # that one of absurd length (a damaged trace) lies outside the session and is said, as in nsys
+    host = ([e for _, e, *_ in nvtx + runtime + pyfuncs if e is not None] + [t for t, *_ in nvtx + marks] +
+            [f.final + _base(f) - t0 for f in files if f.final is not None])
+    duration = max(host or [r[1] for v in gpu.values() for r in v]) + 1
     facts = {"format": "kineto", "files": len(files), "file_names": [os.path.basename(f.path) for f in files],
              "events": sum(f.events for f in files),
              "time_precision": "1 ns (decimal microseconds)" if fractional else
