@@ -186,7 +186,7 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
     """gpu-q1c16-main with its kernel table stored in reverse start order, and the list that
     collects the `ordered` mode of each GPU pass analyze runs (GPU windows of 4096 rows): a
     table out of time order cannot be merged early, so the pass starts over holding all."""
-    from clef_prof.analyze import pipeline as analysis
+    from clef_prof.analyze.figures import cuda_pass as analysis
 
     f = tmp_path / "reversed.sqlite"
     shutil.copyfile(capture("gpu-q1c16-main"), f)
@@ -196,12 +196,12 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
         con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k")
     modes = []
-    stream = analysis._gpu_stream
+    stream = analysis.gpu_stream
 
     def spy(*args, ordered, **kw):
         modes.append(ordered)
         return stream(*args, ordered=ordered, **kw)
 
-    monkeypatch.setattr(analysis, "_gpu_stream", spy)
+    monkeypatch.setattr(analysis, "gpu_stream", spy)
     monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)
     return f, modes

@@ -11,7 +11,8 @@ import pytest
 from clef_prof.analyze.figures import cuda as cu
 from clef_prof.analyze.read.columns import Table
 from clef_prof.analyze.figures.metrics import BATCH_KEYS, CudaTally, host_stats, per_batch_durations
-from clef_prof.analyze.pipeline import MAX_COPY_BYTES, analyze
+from clef_prof.analyze.figures.cuda_pass import MAX_COPY_BYTES
+from clef_prof.analyze.pipeline import analyze
 
 N_SLOTS, N_BATCHES = 7, 13
 CALL_KEY = {cu.COPY: "memcpy_calls", cu.LAUNCH: "kernel_launches", cu.GRAPH: "graph_launches",

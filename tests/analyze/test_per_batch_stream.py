@@ -14,7 +14,7 @@ import pytest
 
 from clef_prof.analyze.figures import cuda as cu
 from clef_prof.analyze.read import export as export_mod
-from clef_prof.analyze import pipeline as analysis
+from clef_prof.analyze.figures import cuda_pass as analysis
 from clef_prof.analyze.figures.metrics import BATCH_KEYS
 from clef_prof.analyze.pipeline import analyze
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clef_prof.analyze.figures.cuda import CallIndex
-from clef_prof.analyze.pipeline import _pair
+from clef_prof.analyze.figures.cuda_pass import pair as _pair
 
 
 @pytest.mark.parametrize("spread", [1, 3, 10_000])       # near together (counted) .. far apart (sorted)

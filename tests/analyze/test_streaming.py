@@ -12,7 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from clef_prof.analyze import pipeline as analysis
+from clef_prof.analyze.figures import cuda_pass as analysis
 from clef_prof.analyze.read import export as capture_mod
 from clef_prof.analyze.model import Result
 from clef_prof.analyze.pipeline import analyze

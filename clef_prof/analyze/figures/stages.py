@@ -241,3 +241,17 @@ def _dedupe(r, names: _Names):
     keep = np.ones(len(r), dtype=bool)
     keep[order[1:][same]] = False
     return r.take(keep), int(same.sum())
+
+
+def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, tuple[int, int, int] | None]:
+    """Drop batches that start after the last CUDA record (the CUDA stream was lost or killed),
+    and once loss is evident the batch cut by that record too: (stages kept, (the last CUDA
+    record's end, the last batch's end, batches dropped) or None when nothing was lost)."""
+    b = stages.batches
+    if cuda_last_end is None or len(b) == 0:
+        return stages, None
+    silent = b["start"] > cuda_last_end
+    if not silent.any() or silent.all():
+        return stages, None
+    late = b["end"] > cuda_last_end
+    return stages.drop_batches(late), (int(cuda_last_end), int(b["end"].max()), int(late.sum()))

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ...base.config import thresholds
-from ..model import BatchShare, Finding, LostRecords, Result
+from ..model import BatchShare, Finding, Result
 from ..figures.arrays import percentile
 
 SEVERITIES = ("high", "medium", "low", "info")
@@ -35,19 +35,6 @@ def stage_shares(stage_ns: np.ndarray, batch_ns: np.ndarray) -> BatchShare:
         return BatchShare()
     pct = 100.0 * stage_ns[ok] / batch_ns[ok]
     return BatchShare(float(pct.mean()), percentile(pct, 50), percentile(pct, 99))
-
-
-def lost_records(slot: np.ndarray, kind: np.ndarray, paired: np.ndarray, outside_slot: int,
-                 unpaired_memcpy: int, batches_after_cuda_end: int) -> LostRecords:
-    """Counts of lost CUDA records: launches and copies in batches or stages with no GPU record,
-    memcpy records with no API call, batches dropped because CUDA records stop before NVTX."""
-    from ..figures.cuda import COPY, LAUNCH
-
-    staged = slot < outside_slot
-    return LostRecords(kernel_launches_without_gpu_record=int((staged & (kind == LAUNCH) & ~paired).sum()),
-                       memcpy_calls_without_gpu_record=int((staged & (kind == COPY) & ~paired).sum()),
-                       memcpy_records_without_call=int(unpaired_memcpy),
-                       batches_after_cuda_end=int(batches_after_cuda_end))
 
 
 # ---------------------------------------------------------------------------------------------

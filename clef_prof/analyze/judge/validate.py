@@ -9,7 +9,8 @@ from ..read.export import NAME_CHARS, Export
 from ..model import ThreadFacts
 from ..read.nvtx import RANGE_TYPES, NvtxCensus, names_seen
 from ...base.redact import process_name
-from ..figures.stages import Stages
+from ..figures import cuda as cu
+from ..figures.stages import Stages, lost_tail as figures_lost_tail
 
 FIGURES_HIDDEN = "H2D, kernel and overlap figures are not shown"
 # nsys 2022.4 writes no META_DATA_CAPTURE; its diagnostics (in StringIds) name what it traced
@@ -189,19 +190,18 @@ def cut_warning(cut: dict[str, int]) -> str:
 
 
 def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, list[str]]:
-    """Drop batches that start after the last CUDA record: the CUDA stream was lost or killed."""
-    b = stages.batches
-    if cuda_last_end is None or len(b) == 0:
-        return stages, []
-    silent = b["start"] > cuda_last_end
-    if not silent.any() or silent.all():
-        return stages, []
-    # once loss is evident, the batch cut by the last CUDA record is partial too
-    late = b["end"] > cuda_last_end
-    last_nvtx = int(b["end"].max())
-    msg = (f"CUDA records stop at {cuda_last_end / 1e9:.3f} s but NVTX goes on to {last_nvtx / 1e9:.3f} s: a lost or "
-           f"killed capture; {int(late.sum())} batches ending after the last CUDA record were excluded")
-    return stages.drop_batches(late), [msg]
+    """Drop batches that start after the last CUDA record (`figures.stages.lost_tail`), and say so."""
+    kept, facts = figures_lost_tail(stages, cuda_last_end)
+    return kept, lost_tail_words(facts)
+
+
+def lost_tail_words(facts: tuple[int, int, int] | None) -> list[str]:
+    """The warning of `figures.stages.lost_tail`'s facts (none when nothing was lost)."""
+    if facts is None:
+        return []
+    cuda_last_end, last_nvtx, dropped = facts
+    return [f"CUDA records stop at {cuda_last_end / 1e9:.3f} s but NVTX goes on to {last_nvtx / 1e9:.3f} s: a lost or "
+            f"killed capture; {dropped} batches ending after the last CUDA record were excluded"]
 
 
 def stage_layout(stages: Stages) -> list[str]:
@@ -254,4 +254,58 @@ def thread_facts(cap: Export, stages: Stages, gtids: np.ndarray) -> list[ThreadF
                                thread=tnames.get(g), batches=int((b["gtid"] == g).sum()),
                                stage_instances=per_stage(mine["code"]),
                                outside_batch_instances=per_stage(mine["code"][mine["batch"] < 0])))
+    return out
+
+
+def journey_damage(j) -> list[str]:
+    """Warnings on request ranges and marks a damaged, merged or re-exported capture holds."""
+    out = []
+    if j.reversed:
+        out.append(f"{j.reversed:,} request ranges end before they start (a negative duration): damaged rows, "
+                   "in no journey figure (listed as reversed)")
+    if j.duplicate_requests or j.duplicate_marks:
+        out.append(f"{j.duplicate_requests:,} request ranges and {j.duplicate_marks:,} enqueue marks repeat another "
+                   "exactly (thread, time, id): duplicated rows of a merged or re-exported trace, counted once")
+    return out
+
+
+def unpaired_calls(calls, n_slots: int, unpaired_memcpy: int) -> list[str]:
+    """Launches and copies in stages whose GPU record is missing: lost CUPTI records
+    (counted from the streamed pairing)."""
+    out = []
+    if len(calls.slot) == 0:
+        return out
+    staged = calls.slot < n_slots - 1         # in a stage, or in a batch outside every stage
+    for kind, label in ((cu.LAUNCH, "kernel launches"), (cu.COPY, "memcpy calls")):
+        sel = staged & (calls.kind == kind)
+        total = int(sel.sum())
+        if total == 0:
+            continue
+        missing = int((sel & ~calls.paired).sum())
+        if missing:
+            out.append(f"{missing} of {total} {label} in the pooler have no GPU record: CUDA records were lost "
+                       "or the capture stopped early")
+    if unpaired_memcpy:
+        out.append(f"{unpaired_memcpy} memcpy records have no launching API call in the capture; "
+                   "they count in totals, outside every stage")
+    return out
+
+
+def damaged_rows(calls, damage: dict) -> list[str]:
+    """Rows no real capture holds: reversed or endless intervals, duplicated GPU records."""
+    out = []
+    if calls.reversed:
+        out.append(f"{calls.reversed} CUDA API calls end before they start (or have no end): a damaged export; "
+                   "they are placed in stages by their start")
+    if damage["reversed"]:
+        out.append(f"{damage['reversed']} GPU activity records end before they start (or have no end): a damaged "
+                   "export; they are left out of GPU busy time")
+    if damage["outside"]:
+        lo, hi = damage["bounds"]
+        out.append(f"{damage['outside']} GPU activity records lie outside the capture session (they start before "
+                   f"{lo / 1e9:g} s or end after {hi / 1e9:g} s, where CUPTI records none): a damaged export; they are "
+                   "left out of GPU busy time")
+    if damage["duplicates"]:
+        out.append(f"{damage['duplicates']} memcpy or kernel records repeat the (process, correlationId) of another: "
+                   "duplicated rows, counted in the copy and kernel figures")
     return out
