@@ -29,7 +29,7 @@ def _span(rng: random.Random, t0: int, seconds: float, rps: float, lat_ms: float
 def _cost(rng, before_s, window_s, rps, change, lat_ms, lat_change):
     before = _span(rng, 0, before_s, rps, lat_ms)
     inside = _span(rng, int(before_s * NS), window_s, rps * (1 + change), lat_ms + lat_change)
-    load = SimpleNamespace(done=before + inside)
+    load = SimpleNamespace(done=before + inside, lags=[])      # the fields Load.summary reads
     a = Load.summary(load, 0, int(before_s * NS))
     b = Load.summary(load, int(before_s * NS), int((before_s + window_s) * NS))
     return profiler_cost({**a, "start_ns": 0, "end_ns": int(before_s * NS)}, b, "nsys")
