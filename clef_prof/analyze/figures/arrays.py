@@ -17,6 +17,21 @@ def unique(values: np.ndarray) -> np.ndarray:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
+def first_of_repeats(*cols: np.ndarray) -> np.ndarray:
+    """Per row, False where an earlier row (in sort order) equals it in every column: an exact
+    repeat, such as the duplicated rows of a merged or re-exported trace. Columns are integer
+    arrays of one length (codes for strings)."""
+    keep = np.ones(len(cols[0]), dtype=bool)
+    if len(keep) < 2:
+        return keep
+    order = np.lexsort(cols[::-1])
+    same = np.ones(len(keep) - 1, dtype=bool)
+    for c in cols:
+        same &= c[order][1:] == c[order][:-1]
+    keep[order[1:][same]] = False
+    return keep
+
+
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`a` of each distinct (a, b) pair, ordered by (a, b): `np.unique(np.stack([a, b]), axis=1)[0]`."""
     order = np.lexsort((b, a))

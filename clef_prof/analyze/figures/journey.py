@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import percentile
+from .arrays import first_of_repeats, percentile
 from ..read.columns import Table, factorize
 from ..read.export import Export
 
@@ -119,16 +119,8 @@ def _once(t: Table, keys: tuple[str, ...]) -> tuple[Table, int]:
     duplicated rows) kept once, and how many were dropped."""
     if len(t) < 2:
         return t, 0
-    codes = [factorize(t[k])[1] if t[k].dtype == object else t[k] for k in keys]
-    order = np.lexsort(codes[::-1])
-    same = np.ones(len(t) - 1, dtype=bool)
-    for c in codes:
-        same &= c[order][1:] == c[order][:-1]
-    if not same.any():
-        return t, 0
-    keep = np.ones(len(t), dtype=bool)
-    keep[order[1:][same]] = False
-    return t[keep], int(same.sum())
+    keep = first_of_repeats(*(factorize(t[k])[1] if t[k].dtype == object else t[k] for k in keys))
+    return (t, 0) if keep.all() else (t[keep], int((~keep).sum()))
 
 
 def _ids_of(ids: np.ndarray, raw: np.ndarray, keys) -> np.ndarray:

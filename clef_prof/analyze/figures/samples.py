@@ -22,6 +22,7 @@ from ...annotate.sampler import DOMAIN, FRAME_PREFIX, MAX_DEPTH, SAMPLER_PREFIX,
 from ..read import nsyspy
 from ..read.columns import factorize
 from ..read.export import Export
+from .arrays import first_of_repeats
 from .intervals import innermost_containing
 from ..model import FunctionSamples, SampleFigures, Samples
 from ..read.nvtx import MARK_TYPES, domains, read_ranges
@@ -316,7 +317,7 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
     m = read_ranges(cap, DOMAIN, [], ["t"], chars=64, types=MARK_TYPES)
     t = m.start
     pid, tid = _thread_ids(m.name)
-    once = _first_of_repeats(m.gtid, t, factorize(m.name)[1], m.payload)     # a merged trace's repeated marks
+    once = first_of_repeats(m.gtid, t, factorize(m.name)[1], m.payload)     # a merged trace's repeated marks
     n_repeats = int((~once).sum())
     readable = (pid >= 0) & once
     dur = cap.duration_ns
@@ -362,19 +363,6 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
                        ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
                        outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions,
                        duplicates=n_repeats)
-
-
-def _first_of_repeats(*cols: np.ndarray) -> np.ndarray:
-    """Per row, False where an earlier row equals it in every column (an exact repeat)."""
-    keep = np.ones(len(cols[0]), dtype=bool)
-    if len(keep) < 2:
-        return keep
-    order = np.lexsort(cols[::-1])
-    same = np.ones(len(keep) - 1, dtype=bool)
-    for c in cols:
-        same &= c[order][1:] == c[order][:-1]
-    keep[order[1:][same]] = False
-    return keep
 
 
 def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | None, list[str]]:

@@ -25,6 +25,7 @@ from ..read.export import Export
 from ..read.columns import Table, factorize
 from ...base.errors import CaptureError
 from ...base.config import StageConfig
+from .arrays import first_of_repeats
 from .intervals import innermost_containing
 from ..read.nvtx import read_ranges
 from .ranks import rid_keys
@@ -231,16 +232,8 @@ def _dedupe(r, names: _Names):
     how many repeats there were."""
     if len(r) < 2:
         return r, 0
-    order = np.lexsort((names.codes, r.end, r.start, r.gtid))
-    keys = (r.gtid[order], r.start[order], r.end[order], names.codes[order])
-    same = np.ones(len(r) - 1, dtype=bool)
-    for k in keys:
-        same &= k[1:] == k[:-1]
-    if not same.any():
-        return r, 0
-    keep = np.ones(len(r), dtype=bool)
-    keep[order[1:][same]] = False
-    return r.take(keep), int(same.sum())
+    keep = first_of_repeats(r.gtid, r.start, r.end, names.codes)
+    return (r, 0) if keep.all() else (r.take(keep), int((~keep).sum()))
 
 
 def lost_tail(stages: Stages, cuda_last_end: int | None) -> tuple[Stages, tuple[int, int, int] | None]:
