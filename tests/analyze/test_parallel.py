@@ -302,9 +302,12 @@ def test_ctrl_c_with_the_process_pool_prints_no_traceback(capture):
     paths = [str(capture("gpu-q1c16-main")), str(capture("gpu-q1c16-pr"))]
     command = [sys.executable, "-m", "clef_prof", "analyze", "--jobs", "2", *paths]
     env = {**os.environ, "CLEF_PROF_POOL": "processes"}
-    start = time.monotonic()
-    subprocess.run(command, stdout=subprocess.DEVNULL, env=env, check=True)
-    whole = time.monotonic() - start       # this machine's run, so the signals land inside it
+    runs = []
+    for _ in range(2):          # the warm run: the first starts cold caches, the runs below are warm
+        start = time.monotonic()
+        subprocess.run(command, stdout=subprocess.DEVNULL, env=env, check=True)
+        runs.append(time.monotonic() - start)
+    whole = min(runs)           # this machine's run, so the signals land inside it
     rng = random.Random(35)
     codes = []
     for delay in sorted(rng.uniform(0.1, 1.0) * whole for _ in range(8)):
