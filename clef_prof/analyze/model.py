@@ -377,10 +377,12 @@ class SampleFigures:
     top_self: list[FunctionSamples]
     top_inclusive: list[FunctionSamples]
     idle_samples: int = 0           # whose leaf is a wait (select, poll, wait, sleep, acquire...): parked, not work
+    aliased: bool = False           # the sampler's period beats with the batches' (samples.beat): shares not a measurement
 
     def to_json(self) -> dict:
         return {"samples": self.samples, "share_of_samples": self.share_of_samples,
                 "ms_per_request": self.ms_per_request, "few": self.few, "idle_samples": self.idle_samples,
+                "aliased": self.aliased,
                 "top_self": [f.to_json() for f in self.top_self],
                 "top_inclusive": [f.to_json() for f in self.top_inclusive]}
 

@@ -36,6 +36,7 @@ UNKNOWN_FRAME = "(unknown frame)"   # a frame id a stack names with no definitio
 TOP = 10
 Z95 = 1.959963984540054
 FEW_SAMPLES = 30                    # below this many samples in a slot, its shares are not a measurement
+MIN_SWEEPS = 2.0                    # fewer sweeps of the batch phase than this: the samples alias (`beat`)
 PY_TABLE = "CLEF_PYTHON_FUNCTIONS"  # a converted Kineto trace's python_function events (analyze.read.kineto)
 KINETO_SOURCE = "kineto python_function"
 _KINETO_NAME = re.compile(r"^(.*)\((\d+)\): (.+)$")      # `path/file.py(LINE): function`
@@ -221,6 +222,7 @@ class StackCounts:
     own_samples: int = 0            # samples of clef-prof's own threads, left out (leave_out_own)
     sequence: np.ndarray | None = None  # (2, samples) int64: each sample's slot and stack column, in time order
     thread_ties: dict[int, int] = field(default_factory=dict)  # nsys: Python thread ordinal -> globalTid, where certain
+    sweeps: dict[str, float] = field(default_factory=dict)    # stage -> `beat`: sweeps of the batch phase
     duplicates: int = 0             # samples (or python_function events) repeating another exactly: counted once
 
     def function_counts(self) -> tuple[np.ndarray, np.ndarray]:
@@ -354,6 +356,7 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
     st = np.where(stack >= 0, stack, n_stack - 1)
     counts = np.bincount(slot * n_stack + st, minlength=len(slots) * n_stack).reshape(len(slots), n_stack)
     period_ms, observed = _period_ms(gtid, t, d.asked_hz)
+    sweeps = _sweeps(inst, gtid, slot, len(names), period_ms)
     cut = int(d.cut_stacks[stack[stack >= 0]].sum()) if len(d.cut_stacks) else 0
     order = np.argsort(t, kind="stable")
     return StackCounts(slots=slots, func_name=d.func_name + [UNKNOWN_STACK], func_file=d.func_file + [""],
@@ -362,7 +365,37 @@ def _sampler_counts(cap: Export, stages: Stages) -> StackCounts:
                        threads=int(len(np.unique(gtid))), asked_hz=d.asked_hz, observed_hz=observed,
                        ms_per_sample=period_ms, unknown_stack=n_unknown, unreadable=n_unreadable,
                        outside_session=n_outside, cut_stacks=cut, bad_definitions=d.bad_definitions,
-                       duplicates=n_repeats)
+                       duplicates=n_repeats, sweeps=sweeps)
+
+
+def beat(sample_ns: float, batch_ns: float, ticks: int) -> float:
+    """How many times the sampler's phase in the batch cycle sweeps the whole cycle over `ticks`
+    samples: a sampler ticking every `sample_ns` against a program that repeats every `batch_ns`
+    sees phase k*r (r = sample_ns / batch_ns, mod 1); near r = p/q (q = 1, 2, 3) every q-th
+    sample sees nearly the same phase, drifting by |q*r - p| a step, so the samples cover the
+    cycle ticks * |q*r - p| times. Below MIN_SWEEPS the samples hold part of the stage and no
+    interval over them can cover its split (`tests/analyze/test_samples.py`: 82-85% near one
+    and two periods)."""
+    r = sample_ns / batch_ns
+    return float(min(ticks * abs(q * r - round(q * r)) for q in (1, 2, 3)))
+
+
+def _sweeps(inst, gtid: np.ndarray, slot: np.ndarray, n_stages: int, period_ms: float | None) -> dict[str, float]:
+    """Per stage with samples: `beat` on its busiest sampled thread, from the observed sampling
+    period, the median gap between the stage's starts on that thread and that thread's samples."""
+    out: dict[str, float] = {}
+    if not period_ms or not len(inst) or not len(slot):
+        return out
+    for code in np.unique(slot[slot < n_stages]).tolist():       # once per stage
+        threads, k = np.unique(gtid[slot == code], return_counts=True)
+        g = threads[int(np.argmax(k))]
+        starts = np.sort(inst["start"][(inst["code"] == code) & (inst["gtid"] == g)])
+        if len(starts) < 3:
+            continue
+        gap = float(np.median(np.diff(starts)))
+        if gap > 0:
+            out[str(inst["stage"][inst["code"] == code][0])] = beat(period_ms * 1e6, gap, int((gtid == g).sum()))
+    return out
 
 
 def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | None, list[str]]:
@@ -391,10 +424,14 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
 
     leaf = np.array([st[0] for st in sc.stacks], dtype=np.int64)
 
+    aliased = {name for name, v in sc.sweeps.items() if v < MIN_SWEEPS} if not timed else set()
+
     def bounds(k: np.ndarray, total: int, j: int, funcs: np.ndarray, inclusive: bool) -> tuple[np.ndarray, np.ndarray]:
         if timed:           # measured durations, not a draw: no sampling interval (docs/sampling.md)
             share = k / total
             return share, share
+        if sc.slots[j] in aliased:          # no interval over aliased samples holds: the whole range
+            return np.zeros(len(k)), np.ones(len(k))
         if sc.sequence is None or not len(funcs):
             return wilson(k, np.full(len(k), total))
         cols = sc.sequence[1][sc.sequence[0] == j]          # the slot's samples' stacks, in time order
@@ -426,7 +463,7 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
         # stands for host time per request; a stage's or batch's thread waits inside its own span
         work = total - idle if name == OUTSIDE_SLOT else total
         out[name] = SampleFigures(samples=total, share_of_samples=total / n if n else 0.0, ms_per_request=ms(work),
-                                  few=not timed and total < FEW_SAMPLES, idle_samples=idle,
+                                  few=not timed and total < FEW_SAMPLES, idle_samples=idle, aliased=name in aliased,
                                   top_self=top(self_[j], incl[j], total, True, j) if total else [],
                                   top_inclusive=top(incl[j], self_[j], total, False, j) if total else [])
     res = Samples(source=KINETO_SOURCE if timed else sc.source, samples=n, threads=sc.threads, asked_hz=sc.asked_hz,
@@ -434,7 +471,12 @@ def figures(sc: StackCounts | None, requests: int | None) -> tuple[Samples | Non
                   unknown_stack=sc.unknown_stack, unreadable=sc.unreadable, outside_session=sc.outside_session,
                   cut_stacks=sc.cut_stacks, bad_definitions=sc.bad_definitions, stages=out, unit=sc.unit,
                   placed_by_time=sc.by_time, unplaced=sc.unplaced, own_samples=sc.own_samples, duplicates=sc.duplicates)
-    return res, sc.notes + _warnings(res)
+    said = [f"{k} ({sc.sweeps[k]:.1f} sweeps)" for k in sorted(aliased) if k in out]
+    more = [f"Python samples: the sampler's period is near a multiple (or a simple fraction) of the batch period "
+            f"in {', '.join(said)}: its samples see the same few phases of the stage batch after batch, fewer than "
+            f"{MIN_SWEEPS:g} sweeps of the cycle over the recording, so the stage's function shares are not a "
+            "measurement (shown 0-100%); record at another rate (record --python-sampling HZ)"] if said else []
+    return res, sc.notes + _warnings(res) + more
 
 
 def _period_ms(gtid: np.ndarray, t: np.ndarray, asked_hz: float | None) -> tuple[float | None, float | None]:
