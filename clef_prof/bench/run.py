@@ -294,7 +294,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                 if srv.died.is_set():
                     raise BenchError(f"{srv.label}: the server exited during window {w + 1} of case "
                                      f"{case.label()} ({srv.exit_text()})")
-                rec = {"case": ci, "window": w + 1, **win.summary(getattr(args, "slo_ms", None)),
+                rec = {"case": ci, "window": w + 1, **win.summary(good_ms(args)),
                        **mon.window(win.t0_ns, t_last)}
                 out.append(rec)
                 _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
@@ -352,9 +352,8 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
         raise BenchError("--preset raw needs --body FILE, and --body needs --preset raw")
     raw = bl.read_raw_bodies(args.body) if args.body else None
     check = bl.make_check(args.check_response)
-    from ..compare.gates import parse_gate
-    from .stats import METRICS
-    gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    slos = parse_slos(args)
+    gates = parse_gates(args.fail_if, slos)
     check_url(args.url, "--url")
     if args.health_url:
         check_url(args.health_url, "--health-url")
@@ -444,9 +443,41 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
     parity = _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None
     design = {"rounds": args.rounds, "order": args.order, "windows": args.windows, "window_s": args.window_s,
               "warmup_s": args.warmup, "seed": args.seed, "cpus": _cpu_text(server_cpus),
-              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none")}
+              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none"), "slos": slos}
     return _result(names, dict(arms), cases, servers, windows, parity, gates, args.gate_on, args.confidence, design,
                    notes, time.monotonic() - t_start)
+
+
+def parse_slos(args) -> list[dict]:
+    from .stats import SloError, parse_slo
+    try:
+        return [parse_slo(t) for t in getattr(args, "slo", None) or []]
+    except SloError as exc:
+        raise BenchError(str(exc)) from None
+
+
+def good_ms(args) -> float | None:
+    """The latency a request must answer within to count in goodput: the tightest --slo (every SLO
+    is a latency bound), or whatif's --slo-ms."""
+    slos = parse_slos(args)
+    return min(s["max_ms"] for s in slos) if slos else getattr(args, "slo_ms", None)
+
+
+def parse_gates(texts: list[str], slos: list[dict]) -> list:
+    """--fail-if on bench's figures; `goodput` (goodput_rps) only with --slo."""
+    from ..compare.gates import parse_gate
+    from .stats import FIGURES, METRICS
+
+    known = {m: m for m in (FIGURES if slos else METRICS)}
+    if slos:
+        known["goodput"] = "goodput_rps"
+    out = []
+    for g in texts:
+        if not slos and g.strip().startswith("goodput"):
+            raise BenchError(f"--fail-if {g!r}: goodput needs --slo (e.g. --slo \"p99_ms<=200\"): the requests "
+                             "that meet it are what it counts")
+        out.append(parse_gate(g, known))
+    return out
 
 
 def check_outputs(args) -> None:
@@ -541,6 +572,11 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
              "arms": {n: bs.arm_figures(ws) for n, ws in per_arm.items()},
              "changes": bs.changes(per_arm, base, confidence)}
         out_cases.append(c)
+    slos = design.get("slos") or []
+    for c in out_cases:
+        if slos:
+            c["slo"] = bs.slo_case(c["arms"], slos)
+    bs.saturation(out_cases)
     notes = list(notes) + [n for n in refused if n not in notes]
     if any(w.get("device_memory_peak_mib") is not None for w in windows) and \
             all(w.get("server_device_memory_peak_mib") is None for w in windows):
@@ -565,6 +601,8 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "arms": {n: {"command": commands[n], "servers": sum(1 for s in servers if s["arm"] == n)} for n in names},
         "cases": out_cases,
         "parity": parity,
+        "slo": {"slos": slos, "per_request_ms": min(x["max_ms"] for x in slos), "loads": bs.slo_loads(out_cases, slos)}
+        if slos else None,
         "gates": verdicts,
         "family": fam,
         "servers": servers,
@@ -583,9 +621,6 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
 def rejudge(args) -> dict:
     """The report of an earlier run recomputed from its saved windows (`--from DIR`), with this
     run's --confidence, --fail-if and --gate-on: no server is started."""
-    from ..compare.gates import parse_gate
-    from .stats import METRICS
-
     path = args.from_dir
     if os.path.isdir(path):
         path = os.path.join(path, "bench.json")
@@ -616,9 +651,16 @@ def rejudge(args) -> dict:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BenchError(f"--from {path}: the report lacks its windows, cases or method (written by another "
                          "version?)") from None
-    gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    saved_slos = (saved.get("slo") or {}).get("slos") or []
+    slos = parse_slos(args)
+    if slos and [x["text"] for x in slos] != [x["text"] for x in saved_slos]:
+        raise BenchError(f"--from {path}: --slo {', '.join(x['text'] for x in slos)} differs from the run's ("
+                         f"{', '.join(x['text'] for x in saved_slos) or 'none'}): goodput counts requests as they "
+                         "were measured, and the windows keep counts, not every request's latency")
+    gates = parse_gates(args.fail_if, saved_slos)
     check_stats_options(args)
     design["family"] = getattr(args, "family", "none")
+    design["slos"] = saved_slos
     return _result(names, commands, cases, servers, windows, saved.get("parity"), gates, args.gate_on,
                    args.confidence, design, saved.get("notes", []), float(saved.get("duration_s", 0.0)))
 

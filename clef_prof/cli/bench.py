@@ -87,6 +87,10 @@ def add_parser(sub) -> None:
     q.add_argument("--allow-errors", action="store_true", help="failed requests do not make the exit code 1")
     q.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
+    q.add_argument("--slo", action="append", default=[], metavar="METRIC<=MS",
+                   help="a latency SLO (repeat for several): \"p99_ms<=200\" or \"latency_ms_p99<=200\" (p50, p90, "
+                        "p99, mean); adds goodput (requests/s answered within the tightest SLO), its change and "
+                        "gate (\"goodput < -2%%\"), and per load group the highest load whose figures meet them all")
     q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
                    "the threshold (ci, default) or the point change is (point: fires on noise, warned)")
     add_family_option(q)
