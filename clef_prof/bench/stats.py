@@ -539,11 +539,14 @@ def slo_lines(result: dict) -> list[str]:
 
 
 def saturation_lines(result: dict) -> list[str]:
-    """Per case, each arm saturated or not with the evidence, and latency's growth with load."""
+    """Per case, each arm saturated or not with the evidence, and latency's growth with load; a
+    closed loop's lowest load point is left out (no growth to judge: JSON only)."""
     lines = []
     for case in result["cases"]:
         parts = []
         for n, s in (case.get("saturation") or {}).items():
+            if s["loop"] == "closed" and s["throughput_elasticity"] is None:
+                continue
             growth = ", ".join(f"{p} ×{v:.2f}" for p, v in s["latency_growth"].items() if v is not None)
             parts.append(f"{n} {'SATURATED' if s['saturated'] else 'not saturated'}: {s['evidence']}"
                          + (f"; latency {growth} of the lowest load ({s['lowest_load']:g})"

@@ -1,0 +1,198 @@
+"""`clef-prof bench` under load on real demo servers: goodput under SLOs and saturation per load point.
+
+Design: both arms serve one request at a time (--max-batch 1) with a sleep per request, 2 ms
+(main) vs 25 ms (slow): slow cannot answer more than 40 req/s whatever the machine does, so at
+60 req/s offered it is saturated (achieved <= 40/60 of the offered rate), and its queue grows by
+20 requests a second: the last of the window waits >= 0.5 s, beyond a 200 ms p99 SLO. Every other
+figure is checked against its definition, recomputed from the saved windows (timings on a loaded
+2-core machine are not asserted).
+"""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+
+import numpy as np
+import pytest
+
+from clef_prof.bench import load as bl
+from clef_prof.bench import stats as bs
+from httpcheck import free_port
+
+from test_bench import assert_nothing_left, bench, demo
+
+SLOS = ["--slo", "p99_ms<=200", "--slo", "latency_ms_mean<=150"]
+FAST = ["--warmup", "0.5", "--windows", "1", "--window-s", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("load")
+    port, mark = free_port(), uuid.uuid4().hex
+    cases = tmp / "cases.json"
+    cases.write_text(json.dumps([{"concurrency": 16, "rate": 10}, {"concurrency": 16, "rate": 60},
+                                 {"concurrency": 1}, {"concurrency": 4}]))
+    p = bench("--arm", f"main={demo(port, '--delay-ms', 2, '--max-batch', 1)}",
+              "--arm", f"slow={demo(port, '--delay-ms', 25, '--max-batch', 1)}",
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 3, "--cases", cases, *FAST, *SLOS,
+              "--fail-if", "goodput < -2%", "--format", "json", "-o", tmp / "bench.json", "--out", tmp / "run",
+              mark=mark)
+    assert_nothing_left(mark)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p, json.loads((tmp / "bench.json").read_text()), tmp
+
+
+def case_of(r, **want):
+    return next(c for c in r["cases"] if all(c["case"][k] == v for k, v in want.items()))
+
+
+def test_goodput_is_good_requests_over_elapsed(load):
+    _, r, _ = load
+    assert r["slo"]["slos"] == [{"text": "latency_ms_p99<=200", "metric": "latency_ms_p99", "max_ms": 200.0},
+                                {"text": "latency_ms_mean<=150", "metric": "latency_ms_mean", "max_ms": 150.0}]
+    assert r["slo"]["per_request_ms"] == 150.0          # every SLO bounds latency: the tightest counts
+    for c in r["cases"]:
+        for a in c["arms"].values():
+            ws = a["windows"]
+            assert all(w["slo_ms"] == 150.0 and 0 <= w["good"] <= w["completions"] for w in ws)
+            assert a["good"] == sum(w["good"] for w in ws)
+            assert a["goodput_rps"] == pytest.approx(a["good"] / sum(w["elapsed_s"] for w in ws), rel=1e-12)
+        (g,) = [ch for ch in c["changes"] if ch["metric"] == "goodput_rps"]
+        assert g["servers"] == [3, 3] and g["unit"] == "req/s"
+        assert g["baseline_value"] == c["arms"]["main"]["goodput_rps"] and g["value"] == c["arms"]["slow"]["goodput_rps"]
+
+
+def test_window_goodput_counts_requests_within_the_slo():
+    """Records of known latency (scheduled send, answer, error): 5, 100, 150, 150.5 ms and a failed
+    request of 1 ms; within 150 ms: 3 (the bound included, the error never)."""
+    ms = 1_000_000
+    recs = [(0, 5 * ms, None), (0, 100 * ms, None), (10 * ms, 160 * ms, None), (0, int(150.5 * ms), None),
+            (0, 1 * ms, "HTTP 500")]
+    s = bl.Window(0, 1000 * ms, recs).summary(150.0)
+    assert (s["good"], s["completions"], s["errors"], s["send_s"]) == (3, 4, 1, 1.0)
+    assert s["goodput_rps"] == 3 / s["elapsed_s"]
+
+
+def test_slo_verdicts_and_highest_load(load):
+    _, r, _ = load
+    slos = r["slo"]["slos"]
+    for c in r["cases"]:
+        for name, a in c["arms"].items():
+            s = c["slo"][name]
+            failing = [x["text"] for x in slos if a[x["metric"]] > x["max_ms"]]
+            assert s["failing"] == failing and s["meets"] == (not failing)
+            per = {}                            # each server's figure: the mean of its windows' percentiles
+            for w in a["windows"]:
+                per.setdefault(w["server"], []).append(w)
+            meeting = sum(all(np.mean([w[x["metric"]] for w in ws]) <= x["max_ms"] for x in slos)
+                          for ws in per.values())
+            assert (s["servers_meeting"], s["servers"]) == (meeting, 3)
+    # slow at 60 req/s: 40 req/s at most, a queue of >= 20 by the window's end, waits beyond 200 ms
+    assert not case_of(r, rate=60)["slo"]["slow"]["meets"]
+    groups = {g["group"]: g for g in r["slo"]["loads"]}
+    assert set(groups) == {"200 words / 1 q, open loop (at most 16 connections)", "200 words / 1 q, closed loop"}
+    for g in groups.values():
+        loop_cases = [c for c in r["cases"] if bool(c["case"]["rate"]) == (g["loop"] == "open")]
+        load_of = {c["label"]: c["case"]["rate"] or c["case"]["concurrency"] for c in loop_cases}
+        assert g["loads"] == sorted(load_of.values())
+        for name, a in g["arms"].items():
+            met = [c for c in loop_cases if c["slo"][name]["meets"]]
+            if met:
+                best = max(met, key=lambda c: load_of[c["label"]])
+                assert (a["highest"], a["load"], a["closest"]) == (best["label"], load_of[best["label"]], None)
+                assert a["goodput_rps"] == best["arms"][name]["goodput_rps"]
+            else:
+                worst = {c["label"]: max(c["arms"][name][x["metric"]] / x["max_ms"] for x in slos) for c in loop_cases}
+                close = min(worst, key=worst.get)
+                assert a["highest"] is None and a["closest"]["case"] == close
+                assert a["closest"]["worst_over_slo"] == pytest.approx(worst[close], rel=1e-12)
+    assert groups["200 words / 1 q, open loop (at most 16 connections)"]["arms"]["slow"]["load"] in (None, 10.0)
+
+
+def test_goodput_gate(load):
+    p, r, _ = load
+    fired = {g["case"]: g for g in r["gates"]}
+    assert set(fired) == {c["label"] for c in r["cases"]}
+    for c in r["cases"]:
+        (g,) = [ch for ch in c["changes"] if ch["metric"] == "goodput_rps"]
+        v = fired[c["label"]]
+        assert v["gate"] == "goodput < -2%" and v["metric"] == "goodput_rps"
+        assert v["fired"] == (g["ci"] is not None and g["ci"][1] < -2), (v, g)
+    # at 60 req/s slow's goodput is a fraction of main's (its queue passes 150 ms within 0.25 s)
+    assert fired[case_of(r, rate=60)["label"]]["fired"]
+    assert p.returncode == 1 and "gate fired: goodput < -2%" in p.stderr
+
+
+def test_saturation_open_loop(load):
+    _, r, _ = load
+    for rate in (10, 60):
+        c = case_of(r, rate=rate)
+        for name, a in c["arms"].items():
+            s = c["saturation"][name]
+            offered = sum(w["offered"] for w in a["windows"]) / sum(w["send_s"] for w in a["windows"])
+            assert s["offered_rps"] == pytest.approx(offered, rel=1e-12) and s["achieved_rps"] == a["throughput_rps"]
+            assert s["achieved_ratio"] == pytest.approx(a["throughput_rps"] / offered, rel=1e-12)
+            assert s["saturated"] == (s["achieved_ratio"] < bs.ACHIEVED_MIN)
+            assert s["evidence"].startswith(f"achieved {bs._num(a['throughput_rps'])} of {bs._num(offered)} req/s")
+            low = case_of(r, rate=10)["arms"][name]
+            assert s["latency_growth"]["p99"] == pytest.approx(a["latency_ms_p99"] / low["latency_ms_p99"])
+    assert case_of(r, rate=60)["saturation"]["slow"]["saturated"]           # <= 40 of 60 req/s
+    assert case_of(r, rate=60)["saturation"]["slow"]["achieved_ratio"] < 0.75
+    assert not case_of(r, rate=10)["saturation"]["main"]["saturated"]       # 10 of >= 140 req/s
+
+
+def test_saturation_closed_loop(load):
+    _, r, _ = load
+    one, four = case_of(r, concurrency=1, rate=None), case_of(r, concurrency=4, rate=None)
+    for name in ("main", "slow"):
+        for c in (one, four):
+            s, a = c["saturation"][name], c["arms"][name]
+            assert s["concurrency_held"] == pytest.approx(a["throughput_rps"] * a["latency_ms_mean"] / 1000)
+            # Little's law: a closed loop of C clients holds at most C requests (the client's own
+            # time between an answer and the next send is outside)
+            assert 0 < s["concurrency_held"] <= 1.05 * c["case"]["concurrency"]
+        assert one["saturation"][name]["throughput_elasticity"] is None and not one["saturation"][name]["saturated"]
+        s4 = four["saturation"][name]
+        e = math.log(four["arms"][name]["throughput_rps"] / one["arms"][name]["throughput_rps"]) / math.log(4)
+        assert s4["throughput_elasticity"] == pytest.approx(e)
+        assert s4["saturated"] == (e < bs.ELASTICITY_MIN)
+    # one request at a time: 4 clients cannot double slow's req/s (<= 40/s; 1 client has > 20/s)
+    assert four["saturation"]["slow"]["saturated"]
+
+
+def test_report_says_goodput_and_saturation(load, capsys):
+    from clef_prof.cli.app import main
+
+    _, r, tmp = load
+    assert main(["bench", "--from", str(tmp / "run"), "-f", "markdown"]) == 0
+    out = capsys.readouterr().out
+    c60 = case_of(r, rate=60)
+    assert f"{c60['label']}: SLO latency_ms_p99<=200 and latency_ms_mean<=150: main " in out
+    assert f"slow misses {', '.join(c60['slo']['slow']['failing'])} (" in out
+    assert "highest load meeting every SLO, 200 words / 1 q, open loop (at most 16 connections): main " in out
+    assert "slow SATURATED: achieved " in out and "saturated below 90%" in out
+    assert "req/s grew as C^" in out and "(saturated below C^0.5)" in out
+    again = main(["bench", "--from", str(tmp / "run"), "-f", "json", *SLOS, "--fail-if", "goodput < -2%"])
+    res = json.loads(capsys.readouterr().out)
+    assert again == 1 and res["slo"] == r["slo"] and res["gates"] == r["gates"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--slo", "p99<=200"], "--slo 'p99<=200': expected METRIC<=MS"),
+    (["--slo", "p99_ms>=200"], "--slo 'p99_ms>=200': expected METRIC<=MS"),
+    (["--slo", "throughput_rps<=5"], "--slo 'throughput_rps<=5': expected METRIC<=MS"),
+    (["--slo", "p99_ms<=0"], "and MS > 0"),
+    (["--fail-if", "goodput < -2%"], "--fail-if 'goodput < -2%': goodput needs --slo"),
+])
+def test_bad_slo_is_one_line(args, line):
+    p = bench("--arm", "a=true", "--arm", "b=true", *args, mark=uuid.uuid4().hex, timeout=60)
+    assert p.returncode == 1 and line in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_from_refuses_another_slo(load):
+    _, _, tmp = load
+    p = bench("--from", tmp / "run", "--slo", "p99_ms<=100", mark=uuid.uuid4().hex, timeout=60)
+    assert p.returncode == 1 and "differs from the run's (latency_ms_p99<=200, latency_ms_mean<=150)" in p.stderr
+    assert "Traceback" not in p.stderr
