@@ -263,7 +263,32 @@ def _model(args, url: str) -> str | None:
                          f"{f'HTTP {status}' if status else text[:80]})") from None
 
 
-async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
+def _scraper(args, url: str, asked: bool, warned: set[str], notes: list[str]):
+    """A started Scraper of the server's /metrics when one scrape now answers with queue depth or
+    running requests; else None, said once (a warning when --metrics-url asked for it; a note
+    when the default URL answers without them; nothing when it does not answer)."""
+    from .scrape import GAUGES, ScrapeError, Scraper, fetch
+
+    try:
+        got = fetch(url)
+    except ScrapeError as exc:
+        if asked and url not in warned:
+            warned.add(url)
+            text = f"--metrics-url {url}: {exc}; server-side metrics not scraped"
+            print(f"clef-prof: warning: {text}", file=sys.stderr, flush=True)
+            notes.append(text)
+        return None
+    if not got:
+        if url not in warned:
+            warned.add(url)
+            notes.append(f"GET {url} has none of {', '.join(n for names in GAUGES.values() for n in names)}: "
+                         "no queue depth or running requests")
+        return None
+    _say(args, f"scraping {url} ({', '.join(sorted(got))})")
+    return Scraper(url).start()
+
+
+async def _session(args, srv: Server, mon, scr, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
                    parity_bodies: list[bytes], check, meta: dict, hooks: Hooks) -> tuple[list[dict], list | None]:
     """Warm-up, parity, then the windows of every case in `order`, on one server."""
     first = cases[order[0]]
@@ -295,7 +320,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                     raise BenchError(f"{srv.label}: the server exited during window {w + 1} of case "
                                      f"{case.label()} ({srv.exit_text()})")
                 rec = {"case": ci, "window": w + 1, **win.summary(good_ms(args)),
-                       **mon.window(win.t0_ns, t_last)}
+                       **mon.window(win.t0_ns, t_last), **(scr.window(win.t0_ns, t_last) if scr else {})}
                 out.append(rec)
                 _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
                            f"{rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
@@ -357,12 +382,17 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
     check_url(args.url, "--url")
     if args.health_url:
         check_url(args.health_url, "--health-url")
+    metrics_url = getattr(args, "metrics_url", None)
+    if metrics_url and metrics_url != "none":
+        check_url(metrics_url, "--metrics-url")
     check_outputs(args)
     server_cpus, load_cpus = parse_cpus(args.cpus, "--cpus"), parse_cpus(args.load_cpus, "--load-cpus")
     path, health_path = bl.PRESETS[args.preset]
     base_url = args.url.rstrip("/")
     url = base_url + (args.path or path)
     health = args.health_url or base_url + health_path
+    scrape_url = None if metrics_url == "none" else metrics_url or base_url + "/metrics"
+    warned: set[str] = set()
 
     logs = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="clef-prof-bench-")
     os.makedirs(logs, exist_ok=True)
@@ -396,7 +426,7 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
                     "command": dict(arms)[arm], "log": srv.log_err}
             servers.append(meta)
             _say(args, f"server {k + 1}/{len(runs)}: round {rnd}, {arm}: {shlex.join(srv.argv)}")
-            mon = None
+            mon = scr = None
             try:
                 srv.start()
                 meta["healthy_s"] = round(srv.wait_healthy(), 3)
@@ -410,8 +440,10 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
                 from .monitor import Monitor
                 mon = Monitor(srv.pids).start()
                 notes += [n for n in mon.notes if n not in notes]
-                recs, ans = asyncio.run(_session(args, srv, mon, url, cases, order, bodies, parity_bodies, check,
-                                                 meta, hooks))
+                if scrape_url:
+                    scr = _scraper(args, scrape_url, bool(metrics_url), warned, notes)
+                recs, ans = asyncio.run(_session(args, srv, mon, scr, url, cases, order, bodies, parity_bodies,
+                                                 check, meta, hooks))
                 for r in recs:
                     windows.append({"seq": len(windows) + 1, "arm": arm, "round": rnd, "server": served[arm],
                                     "server_seq": k + 1, **r})
@@ -425,6 +457,10 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
             finally:
                 if mon is not None:
                     mon.stop()
+                if scr is not None:
+                    scr.stop()
+                    if scr.note():
+                        notes.append(f"{label}: {scr.note()}")
                 notes += srv.stop()
             hooks.after_server(meta)
         ok = True
@@ -443,7 +479,8 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
     parity = _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None
     design = {"rounds": args.rounds, "order": args.order, "windows": args.windows, "window_s": args.window_s,
               "warmup_s": args.warmup, "seed": args.seed, "cpus": _cpu_text(server_cpus),
-              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none"), "slos": slos}
+              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none"), "slos": slos,
+              "metrics_url": scrape_url}
     return _result(names, dict(arms), cases, servers, windows, parity, gates, args.gate_on, args.confidence, design,
                    notes, time.monotonic() - t_start)
 

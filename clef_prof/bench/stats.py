@@ -468,7 +468,7 @@ def footer_lines(result: dict) -> list[str]:
                              f"{_pct(d['ci'][1])}], " + ("beyond noise: the machine drifted during the run; the "
                                                         "intervals take a linear drift out, not a step" if
                                                         d["beyond_noise"] else "within noise"))
-    lines += slo_lines(result) + saturation_lines(result)
+    lines += slo_lines(result) + saturation_lines(result) + server_metric_lines(result)
     par = result.get("parity")
     if par:
         for n, p in par["arms"].items():
@@ -553,6 +553,19 @@ def saturation_lines(result: dict) -> list[str]:
                             if growth and s["load"] != s["lowest_load"] else ""))
         if parts:
             lines.append(f"{case['label']}: " + "; ".join(parts))
+    return lines
+
+
+def server_metric_lines(result: dict) -> list[str]:
+    """Per case, the servers' own queue depth and running requests (their /metrics), per arm."""
+    lines = []
+    names = {"queue_waiting": "waiting", "requests_running": "running"}
+    for case in result["cases"]:
+        parts = [f"{n} " + ", ".join(f"{names[k]} {v['mean']:.3g} mean, {v['max']:g} max" for k, v in sm.items())
+                 for n, a in case["arms"].items() if (sm := a.get("server_metrics"))]
+        if parts:
+            lines.append(f"{case['label']}: the servers' queue (GET {result['method'].get('metrics_url')}): "
+                         + "; ".join(parts))
     return lines
 
 

@@ -196,3 +196,77 @@ def test_from_refuses_another_slo(load):
     p = bench("--from", tmp / "run", "--slo", "p99_ms<=100", mark=uuid.uuid4().hex, timeout=60)
     assert p.returncode == 1 and "differs from the run's (latency_ms_p99<=200, latency_ms_mean<=150)" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the servers' own /metrics
+
+
+def test_demo_server_queue_scraped_from_its_metrics(load):
+    """The demo server answers GET /metrics, so bench scrapes it by default: its queue depth and the
+    batch it runs, per window. One request at a time (--max-batch 1): never more than 1 running, and
+    never more queued than the load has connections; slow at 60 req/s keeps a queue."""
+    _, r, _ = load
+    assert r["method"]["metrics_url"].endswith("/metrics")
+    assert not [n for n in r["notes"] if "/metrics" in n]
+    for c in r["cases"]:
+        cap = c["case"]["concurrency"]
+        for a in c["arms"].values():
+            ws = a["windows"]
+            assert sum(w["metrics_samples"] for w in ws) > 0
+            got = [w for w in ws if w["metrics_samples"]]
+            for w in got:
+                assert 0 <= w["requests_running_mean"] <= w["requests_running_max"] <= 1
+                assert 0 <= w["queue_waiting_mean"] <= w["queue_waiting_max"]
+                assert w["queue_waiting_max"] <= cap      # the load holds at most C requests open
+            sm = a["server_metrics"]
+            assert sm["queue_waiting"] == {"mean": pytest.approx(np.mean([w["queue_waiting_mean"] for w in got])),
+                                           "max": max(w["queue_waiting_max"] for w in got)}
+            assert sm["requests_running"]["max"] == max(w["requests_running_max"] for w in got)
+    assert case_of(r, rate=60)["arms"]["slow"]["server_metrics"]["queue_waiting"]["max"] >= 1
+
+
+def test_exposition_parsed_by_prometheus_client():
+    from clef_prof.bench.scrape import ScrapeError, parse
+
+    text = ("# HELP vllm:num_requests_waiting Requests waiting.\n# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="m",engine="0"} 3.0\n'
+            'vllm:num_requests_waiting{model_name="m",engine="1"} 2.0\n'
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 7\n"
+            "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.5\n")
+    assert parse(text) == {"queue_waiting": 5.0, "requests_running": 7.0}
+    assert parse("# TYPE other gauge\nother 1\n") == {}
+    for bad in ('{"status": "ok"}', "<html><body>no</body></html>", "x{a=\"b\"} notanumber\n"):
+        with pytest.raises(ScrapeError, match="not the Prometheus text format"):
+            parse(bad)
+
+
+def test_unreachable_metrics_is_said():
+    from clef_prof.bench.scrape import ScrapeError, fetch
+
+    with pytest.raises(ScrapeError, match="refused"):
+        fetch(f"http://127.0.0.1:{free_port()}/metrics")
+
+
+def test_garbage_metrics_url_warns_once_and_the_bench_goes_on(tmp_path):
+    """--metrics-url at the demo server's /health (JSON, not the exposition format): one warning
+    line for the run, a note, no server figures, and the bench measures on; with 1 server an arm
+    the goodput gate is not judged: exit 3."""
+    port, mark = free_port(), uuid.uuid4().hex
+    p = bench("--arm", f"main={demo(port)}", "--arm", f"pr={demo(port, '--variant', 'pr')}",
+              "--url", f"http://127.0.0.1:{port}", "--rounds", 1, "--concurrency", 2, *FAST,
+              "--metrics-url", f"http://127.0.0.1:{port}/health", "--slo", "p99_ms<=1000",
+              "--fail-if", "goodput < -2%", "-f", "json", "-o", tmp_path / "r.json", mark=mark, timeout=120)
+    assert_nothing_left(mark)
+    assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr
+    warn = [ln for ln in p.stderr.splitlines() if ln.startswith("clef-prof: warning:")]
+    assert warn == [f"clef-prof: warning: --metrics-url http://127.0.0.1:{port}/health: not the Prometheus text "
+                    "format (Invalid labels: \"status\": \"ok\"); server-side metrics not scraped"]
+    assert "gate not judged: goodput < -2%" in p.stderr and "not a pass: exit 3" in p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert warn[0].removeprefix("clef-prof: warning: ") in r["notes"]
+    (c,) = r["cases"]
+    for a in c["arms"].values():
+        assert a["server_metrics"] is None and a["completions"] > 0
+        assert all("metrics_samples" not in w for w in a["windows"])
+    assert c["slo"]["main"]["servers"] == 1 and r["gates"][0]["basis"] == "too few"
