@@ -247,9 +247,18 @@ def cases_from(args) -> list[bl.Case]:
         rates)]
 
 
-def _say(args, text: str) -> None:
-    if not args.quiet:
+def _say(args, text: str, live: bool = False) -> None:
+    """A progress line on stderr (none with --quiet); `live` lines (each window's) only on a terminal."""
+    if not args.quiet and (not live or sys.stderr.isatty()):
         print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def eta(t_start: float, done: int, total: int, per_server_s: float) -> str:
+    """The time the run has left as server `done + 1` of `total` starts: the mean time of the servers
+    done so far times those left, or before the first the plan (warm-up and windows; start-up unknown)."""
+    if not done:
+        return f"ETA ≈ {_duration(total * per_server_s)} plus start-up"
+    return f"ETA {_duration((time.monotonic() - t_start) / done * (total - done))}"
 
 
 def _model(args, url: str) -> str | None:
@@ -306,7 +315,7 @@ async def _session(args, srv: Server, mon, scr, url: str, cases: list[bl.Case], 
                f"{first.label()})")
     out = []
     hooks.before_windows(meta)
-    for ci in order:
+    for i, ci in enumerate(order):
         case = cases[ci]
         async with client_session(case.concurrency) as s:
             for w in range(args.windows):
@@ -322,9 +331,9 @@ async def _session(args, srv: Server, mon, scr, url: str, cases: list[bl.Case], 
                 rec = {"case": ci, "window": w + 1, **win.summary(good_ms(args)),
                        **mon.window(win.t0_ns, t_last), **(scr.window(win.t0_ns, t_last) if scr else {})}
                 out.append(rec)
-                _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
-                           f"{rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
-                           f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors")
+                _say(args, f"{srv.label}: load point {i + 1}/{len(order)}, {case.label()}, window {w + 1}/"
+                           f"{args.windows}: {rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
+                           f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors", live=True)
     hooks.after_windows(meta, out)
     return out, answers
 
@@ -401,6 +410,8 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
         notes.append("no NVIDIA GPU here: device memory, clocks, utilisation and temperature not measured")
     runs = schedule(names, args.rounds, args.order)
     _say(args, estimate(len(runs), len(names), len(cases), args))
+    per_server_s = args.warmup + len(cases) * args.windows * args.window_s
+    t_first = time.monotonic()
     if server_cpus and load_cpus and server_cpus & load_cpus:
         notes.append(f"--cpus and --load-cpus share CPUs {_cpu_text(server_cpus & load_cpus)}: the load generator "
                      "competes with the servers there")
@@ -425,7 +436,8 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
             meta = {"seq": k + 1, "arm": arm, "round": rnd, "server": served[arm], "case_order": order,
                     "command": dict(arms)[arm], "log": srv.log_err}
             servers.append(meta)
-            _say(args, f"server {k + 1}/{len(runs)}: round {rnd}, {arm}: {shlex.join(srv.argv)}")
+            _say(args, f"server {k + 1}/{len(runs)}: round {rnd}, {arm}, {eta(t_first, k, len(runs), per_server_s)}: "
+                       f"{shlex.join(srv.argv)}")
             mon = scr = None
             try:
                 srv.start()

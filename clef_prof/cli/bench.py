@@ -112,7 +112,8 @@ def add_parser(sub) -> None:
                    help="table (default), markdown, or json: the stable contract")
     o.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     o.add_argument("--out", metavar="DIR", help="keep the server logs and bench.json (every window) here")
-    o.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    o.add_argument("--quiet", "-q", action="store_true", help="no progress lines (on stderr: each server with the run's ETA; on a "
+                   "terminal also each window with its load point)")
     add_store_option(o)
     p.set_defaults(func=cmd_bench)
 

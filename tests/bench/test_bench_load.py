@@ -270,3 +270,53 @@ def test_garbage_metrics_url_warns_once_and_the_bench_goes_on(tmp_path):
         assert a["server_metrics"] is None and a["completions"] > 0
         assert all("metrics_samples" not in w for w in a["windows"])
     assert c["slo"]["main"]["servers"] == 1 and r["gates"][0]["basis"] == "too few"
+
+
+# ---------------------------------------------------------------------------------------------
+# progress
+
+
+def test_progress_on_a_terminal_and_piped(tmp_path):
+    """On a terminal (stderr a pty): every server's line with its ETA, and each window's line with
+    its load point; piped: the server lines only (a log stays short), the same figures either way."""
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+
+    from test_bench import MARK, ROOT
+
+    port = free_port()
+    args = ["--arm", f"main={demo(port)}", "--arm", f"pr={demo(port, '--variant', 'pr')}",
+            "--url", f"http://127.0.0.1:{port}", "--rounds", 1, "--concurrency", "1,2",
+            "--warmup", "0.5", "--windows", 1, "--window-s", 0.5]
+    mark = uuid.uuid4().hex
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **{MARK: mark})
+    p = subprocess.Popen([sys.executable, "-m", "clef_prof", "bench", *map(str, args), "-f", "json"], cwd=ROOT,
+                         env=env, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:         # the pty closed: the process ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(120)
+    os.close(master)
+    assert_nothing_left(mark)
+    tty = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert p.returncode == 0 and "Traceback" not in tty, tty
+    assert re.search(r"^bench: server 1/2: round 1, main, ETA ≈ 3 s plus start-up: ", tty, re.M), tty
+    assert re.search(r"^bench: server 2/2: round 1, pr, ETA [0-9]+ s: ", tty, re.M), tty
+    for who, order in (("01-main-r1", ("C=1", "C=2")), ("02-pr-r1", ("C=2", "C=1"))):
+        for i, c in enumerate(order, 1):
+            assert re.search(rf"^bench: {who}: load point {i}/2, {c} 200 words / 1 q, window 1/1: [0-9.]+ req/s",
+                             tty, re.M), tty
+    piped = bench(*args, mark=uuid.uuid4().hex, timeout=120)
+    assert piped.returncode == 0
+    assert "bench: server 2/2: round 1, pr, ETA " in piped.stderr and "load point" not in piped.stderr
