@@ -709,7 +709,7 @@ def rejudge(args) -> dict:
     gates = parse_gates(args.fail_if, saved_slos)
     check_stats_options(args)
     design["family"] = getattr(args, "family", "none")
-    design["slos"] = saved_slos
+    design.update(slos=saved_slos, metrics_url=saved["method"].get("metrics_url"))
     return _result(names, commands, cases, servers, windows, saved.get("parity"), gates, args.gate_on,
                    args.confidence, design, saved.get("notes", []), float(saved.get("duration_s", 0.0)))
 

@@ -58,7 +58,7 @@ def fetch(url: str, timeout: float = 2.0) -> dict[str, float]:
 class Scraper:
     """`Scraper(url).start()`, `window(t0_ns, t1_ns)` for the figures of a span, `stop()`."""
 
-    def __init__(self, url: str, interval_s: float = 0.25):
+    def __init__(self, url: str, interval_s: float = 0.5):
         self.url, self.interval_s = url, interval_s
         self.samples: list[tuple[int, dict[str, float]]] = []
         self.failures = 0

@@ -21,7 +21,7 @@ def add_load_options(p) -> None:
     g.add_argument("--path", help="request path (default: the preset's)")
     g.add_argument("--health-url", help="health URL (default URL/health)")
     g.add_argument("--metrics-url", metavar="URL|none",
-                   help="the servers' Prometheus endpoint, scraped every 0.25 s during the windows for "
+                   help="the servers' Prometheus endpoint, scraped every 0.5 s during the windows for "
                         "queue depth and running requests (vllm:num_requests_waiting/running, SGLang's, the demo "
                         "server's); default URL/metrics when it answers with them; none: no scrape")
     g.add_argument("--body", metavar="FILE", help="--preset raw: a JSON body, or JSON Lines (bodies cycled)")

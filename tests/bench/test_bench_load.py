@@ -173,6 +173,7 @@ def test_report_says_goodput_and_saturation(load, capsys):
     assert "highest load meeting every SLO, 200 words / 1 q, open loop (at most 16 connections): main " in out
     assert "slow SATURATED: achieved " in out and "saturated below 90%" in out
     assert "req/s grew as C^" in out and "(saturated below C^0.5)" in out
+    assert f"{c60['label']}: the servers' queue (GET {r['method']['metrics_url']}): main waiting " in out
     again = main(["bench", "--from", str(tmp / "run"), "-f", "json", *SLOS, "--fail-if", "goodput < -2%"])
     res = json.loads(capsys.readouterr().out)
     assert again == 1 and res["slo"] == r["slo"] and res["gates"] == r["gates"]
@@ -306,6 +307,7 @@ def test_progress_on_a_terminal_and_piped(tmp_path):
         if not data:
             break
         chunks.append(data)
+    out = p.stdout.read()
     p.wait(120)
     os.close(master)
     assert_nothing_left(mark)
@@ -317,6 +319,12 @@ def test_progress_on_a_terminal_and_piped(tmp_path):
         for i, c in enumerate(order, 1):
             assert re.search(rf"^bench: {who}: load point {i}/2, {c} 200 words / 1 q, window 1/1: [0-9.]+ req/s",
                              tty, re.M), tty
-    piped = bench(*args, mark=uuid.uuid4().hex, timeout=120)
+    piped = bench(*args, "--metrics-url", "none", "-f", "json", mark=uuid.uuid4().hex, timeout=120)
     assert piped.returncode == 0
     assert "bench: server 2/2: round 1, pr, ETA " in piped.stderr and "load point" not in piped.stderr
+    # the demo server's /metrics is scraped by default; `--metrics-url none` scrapes nothing
+    windows = {k: [w for c in json.loads(o)["cases"] for a in c["arms"].values() for w in a["windows"]]
+               for k, o in (("tty", out), ("piped", piped.stdout))}
+    assert all(w["metrics_samples"] >= 0 and "metrics_samples" in w for w in windows["tty"])
+    assert json.loads(piped.stdout)["method"]["metrics_url"] is None
+    assert not [w for w in windows["piped"] if "metrics_samples" in w]
