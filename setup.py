@@ -1,4 +1,4 @@
-"""The optional C reader, clef_prof/analyze/_scan.c (everything else is in pyproject.toml).
+"""The optional C reader, clef_prof/analyze/read/_scan.c (everything else is in pyproject.toml).
 
 Built where a C compiler and Python's headers are (`optional`: a failed build is a warning and
 clef-prof reads the same values through ADBC or sqlite3, slower). SQLite's development files are
@@ -28,6 +28,6 @@ class BuildExt(build_ext):
             super().build_extension(ext)
 
 
-setup(ext_modules=[Extension("clef_prof.analyze._scan", ["clef_prof/analyze/_scan.c"],
+setup(ext_modules=[Extension("clef_prof.analyze.read._scan", ["clef_prof/analyze/read/_scan.c"],
                              libraries=["sqlite3"], optional=True)],
       cmdclass={"build_ext": BuildExt})

@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", action="append", help="run analyze from this source tree (LABEL=PATH); give it twice "
                    "or more to time trees side by side in every round (default: this tree)")
     args = p.parse_args(argv)
-    from bench_small import parse_trees, tree_env
+    from trees import parse_trees, tree_env
 
     envs = {label: tree_env(root) for label, root in parse_trees(args.tree).items()}
 
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_nsys and nsys is None:
         print("bench: nsys not found, (c) skipped (install with scripts/install-nsys.sh)", file=sys.stderr)
     for env in envs.values():
-        run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result, clef_prof.explore.text"],
+        run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.pipeline, clef_prof.explore.text"],
                   env=env)
     env = next(iter(envs.values()))
     made: list[str] = []
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     recs = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            startup = best([run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.result"], env=env)
+            startup = best([run_child([sys.executable, "-c", "import clef_prof.cli.app, clef_prof.analyze.pipeline"], env=env)
                             for _ in range(args.repeat)])
             for f in files:
                 print(f"bench: measuring {f} ({os.path.getsize(f) / 1e6:,.0f} MB)", file=sys.stderr)

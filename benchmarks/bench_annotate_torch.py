@@ -83,7 +83,7 @@ def check_emission(out_dir: str, all_threads: bool) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     import clef_prof
-    from clef_prof.analyze.kineto import read_file
+    from clef_prof.analyze.read.kineto import read_file
 
     go, done = threading.Event(), threading.Event()
     k = 50

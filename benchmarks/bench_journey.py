@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-import clef_prof.analyze.result as res
+import clef_prof.analyze.pipeline as res
 if sys.argv[3] == "off":
     res._journeys = lambda cap, stages, table: (None, None)
 t = time.perf_counter()

@@ -42,8 +42,8 @@ OPEN = "import gzip; O = gzip.open if P.endswith('.gz') else open"
 HTA = "from hta.common.trace import parse_trace_file; from hta.configs.parser_config import ParserConfig, ParserBackend"
 READERS = {
     "json.load": "import json; d = json.load(O(P, 'rb')); n = len(d['traceEvents'])",
-    "clef-prof (stream)": "from clef_prof.analyze.kineto import read_file; f = read_file(P); n = f.events",
-    "clef-prof (full conversion)": ("import tempfile, os; from clef_prof.analyze.kineto import convert; "
+    "clef-prof (stream)": "from clef_prof.analyze.read.kineto import read_file; f = read_file(P); n = f.events",
+    "clef-prof (full conversion)": ("import tempfile, os; from clef_prof.analyze.read.kineto import convert; "
                                     "d = tempfile.mkdtemp(); convert([P], os.path.join(d, 'x.sqlite'), P); n = 0"),
     "ijson yajl2_c (floats)": ("import ijson; n = sum(1 for _ in ijson.items(O(P, 'rb'), 'traceEvents.item', "
                                "use_float=True))"),

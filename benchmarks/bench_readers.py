@@ -8,7 +8,7 @@ takes that thread's CPU time, so that a load change meets every reader alike:
 
 - floor: `WITH q AS (query) SELECT count(*), total(c1), ...` on Python's sqlite3: SQLite
   decodes every value the query yields and nothing leaves C;
-- native: the C reader (clef_prof.analyze._scan), columns into NumPy;
+- native: the C reader (clef_prof.analyze.read._scan), columns into NumPy;
 - adbc: ADBC into Arrow, columns into NumPy (the reader without the C one, from 256 MB);
 - sqlite: the group_concat reader (the one without the C reader, below 256 MB).
 
@@ -25,13 +25,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from clef_prof.analyze import export  # noqa: E402
-from clef_prof.safeio import readonly_uri  # noqa: E402
+from clef_prof.analyze.read import export  # noqa: E402
+from clef_prof.base.safeio import readonly_uri  # noqa: E402
 
 
 def stream_queries(path: str) -> list[tuple[str, list[str]]]:
     """(sql, column names) of every query one analysis of `path` reads on its reader threads."""
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.pipeline import analyze
 
     seen: list[tuple[str, list[str]]] = []
     orig = export.Export.read

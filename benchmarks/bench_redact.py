@@ -8,7 +8,7 @@ turns a 100 kB value into minutes.
 
 For each shape of hostile value (long runs of one character, of a secret word, of commands
 without their flag, of base64 characters, ...), at each size, the CPU time of one
-clef_prof.redact.redact_text call (best of 3), and the exponent p of time ~ size^p between the
+clef_prof.base.redact.redact_text call (best of 3), and the exponent p of time ~ size^p between the
 smallest and largest size (p near 1: linear; near 2: quadratic). Measured on the 2-core dev box
 (shared): every shape p <= 1.05 and at most 0.25 s at 200,000 characters. Before this round's
 bounds the secret-named assignment rule was quadratic: `key` x 20,000 took 0.72 s and x 60,000
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clef_prof.redact import redact_text  # noqa: E402
+from clef_prof.base.redact import redact_text  # noqa: E402
 
 SHAPES = {"letters": "a", "words": "ab1 ", "secret word": "key", "secret words": "token secret ",
           "name before word": "apikey_", "curl": "curl ", "mysql": "mysql ", "curl -u": "curl -u ",

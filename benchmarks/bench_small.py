@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench_analyze import NSYS_REPORTS, find_nsys, run_child, warm  # noqa: E402
+from trees import parse_trees, tree_env  # noqa: E402
 
 TARGETS = {"help": 0.06, "doctor": 0.1, "analyze": 0.25, "report": 1.0, "compare": 1.5}
 RATIO_TARGET = 3.0          # nsys stats / analyze
@@ -55,31 +56,6 @@ def unpack(name: str, tmp: str) -> str:
 
 
 TREE_COMMANDS = ("help", "doctor", "analyze", "report", "compare")     # the ones that run clef_prof
-
-
-def tree_env(root: str) -> dict[str, str]:
-    """The environment that runs clef_prof from `root`, byte-code cached as for an installed package
-    (compiling clef_prof's sources costs ~50 ms a run)."""
-    env = {**os.environ, "PYTHONPATH": str(root) + (os.pathsep + os.environ["PYTHONPATH"]
-                                                    if os.environ.get("PYTHONPATH") else "")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
-
-
-def parse_trees(given: list[str] | None) -> dict[str, str]:
-    """label -> tree root, from LABEL=PATH or PATH (labelled by its folder name); default: this tree."""
-    if not given:
-        return {ROOT.name: str(ROOT)}
-    trees = {}
-    for t in given:
-        label, _, path = t.rpartition("=")
-        path = os.path.abspath(path)
-        if not os.path.isdir(os.path.join(path, "clef_prof")):
-            raise SystemExit(f"bench: {path}: no clef_prof package there")
-        trees[label or os.path.basename(path)] = path
-    if len(trees) != len(given):
-        raise SystemExit("bench: two trees with one label; name them LABEL=PATH")
-    return trees
 
 
 def commands(capture: str, pr: str, tmp: str, nsys: str | None) -> dict[str, list[str]]:

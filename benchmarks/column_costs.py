@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clef_prof.analyze import cuda as cu  # noqa: E402
-from clef_prof.analyze.export import AdbcConnection, Export, _to_numpy  # noqa: E402
-from clef_prof.safeio import readonly_uri  # noqa: E402
+from clef_prof.analyze.figures import cuda as cu  # noqa: E402
+from clef_prof.analyze.read.export import AdbcConnection, Export, _to_numpy  # noqa: E402
+from clef_prof.base.safeio import readonly_uri  # noqa: E402
 
 
 def _split(select: str) -> list[str]:

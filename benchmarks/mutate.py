@@ -22,7 +22,7 @@ whole test file, a line run only at import for the module's test files). --rerun
 earlier result killed. A benchmark, not a test: run it by hand (docs/mutation.md).
 
     python3 benchmarks/mutate.py                       # the default modules, CPU-only selection
-    python3 benchmarks/mutate.py clef_prof/analyze/ranks.py --show-survivors
+    python3 benchmarks/mutate.py clef_prof/analyze/figures/ranks.py --show-survivors
     python3 benchmarks/mutate.py clef_prof/analyze --rerun last.jsonl --json now.json
     python3 benchmarks/mutate.py --report last.jsonl now.jsonl      # the table, with the current equivalent list
 """
@@ -47,80 +47,84 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/redact.py")
+DEFAULT_TARGETS = ("clef_prof/analyze", "clef_prof/capture", "clef_prof/explore/termtable.py", "clef_prof/explore/markup.py",
+                   "clef_prof/compare", "clef_prof/bench/stats.py", "clef_prof/base/redact.py")
 DEFAULT_MARK = "not nsys and not chromium and not jupyter and not vllm"
 # the tests of each module (fnmatch patterns of modules -> test files or folders): a mutant runs
 # those of them that ran its line in the traced baseline (all of them for a line run only at
 # import); --tests and --wide override. The core figures' tests go with every analysis module.
 _A = "tests/analyze/"
 _CORE = (_A + "test_analyze_truth.py", _A + "test_gpu_captures.py", _A + "test_result_model.py")
+_PIPELINE = (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
+             _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
+             _A + "test_validate.py", _A + "test_result_edges.py", "tests/journey/test_journey_engine_ids.py", *_CORE)
+_INPUTS = (_A + "test_inputs.py", _A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli",
+           "tests/compare/test_compare.py", _A + "test_kineto.py", _A + "test_nsys_samples.py")
 MODULE_TESTS = {
-    "clef_prof/analyze/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
-    "clef_prof/analyze/attribute.py": (_A + "test_attribute.py", _A + "test_oracles.py", _A + "test_metrics.py", *_CORE, _A + "test_window.py",
+    "clef_prof/analyze/figures/arrays.py": (_A + "test_arrays.py", _A + "test_oracles.py", *_CORE),
+    "clef_prof/analyze/figures/attribute.py": (_A + "test_attribute.py", _A + "test_oracles.py", _A + "test_metrics.py", *_CORE, _A + "test_window.py",
                                        _A + "test_outside_batch.py", _A + "test_stages_edges.py"),
-    "clef_prof/analyze/columns.py": (_A + "test_columns_markup.py", _A + "test_metrics.py", _A + "test_arrays.py", *_CORE, "tests/explore",
+    "clef_prof/analyze/read/columns.py": (_A + "test_columns_markup.py", _A + "test_metrics.py", _A + "test_arrays.py", *_CORE, "tests/explore",
                                      "tests/journey/test_journey_output.py"),
-    "clef_prof/analyze/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
+    "clef_prof/analyze/figures/cuda.py": (_A + "test_cuda.py", _A + "test_metrics.py", _A + "test_per_batch_stream.py",
                                   _A + "test_ranks_capture.py", *_CORE,
                                   _A + "test_kineto.py"),
-    "clef_prof/analyze/export.py": (_A + "test_reader.py", _A + "test_reader_stops.py", _A + "test_bad_input.py",
+    "clef_prof/analyze/read/export.py": (_A + "test_reader.py", _A + "test_reader_stops.py", _A + "test_bad_input.py",
                                     _A + "test_hostile_numbers.py", _A + "test_streaming.py", *_CORE,
                                     _A + "test_export_edges.py"),
-    "clef_prof/analyze/filecache.py": (_A + "test_filecache.py", _A + "test_reader.py", _A + "test_streaming.py", "tests/compare/test_compare.py",
+    "clef_prof/analyze/read/filecache.py": (_A + "test_filecache.py", _A + "test_reader.py", _A + "test_streaming.py", "tests/compare/test_compare.py",
                                        "tests/explore", "tests/cli/test_report_identity.py"),
-    "clef_prof/analyze/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
+    "clef_prof/analyze/judge/findings.py": (_A + "test_findings.py", _A + "test_finding_boundaries.py",
                                       _A + "test_finding_evidence.py", _A + "test_kineto_python.py"),
-    "clef_prof/analyze/inputs.py": (_A + "test_inputs.py", _A + "test_bad_input.py", _A + "test_streaming.py", "tests/cli",
-                                    "tests/compare/test_compare.py", _A + "test_kineto.py", _A + "test_nsys_samples.py"),
-    "clef_prof/analyze/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
+    "clef_prof/analyze/read/inputs.py": _INPUTS,
+    "clef_prof/analyze/read/identity.py": _INPUTS,
+    "clef_prof/analyze/figures/intervals.py": (_A + "test_oracles.py", _A + "test_overlap.py", *_CORE,
                                        _A + "test_intervals_edges.py"),
-    "clef_prof/analyze/journey.py": ("tests/journey",),
-    "clef_prof/analyze/manifest.py": (_A + "test_manifest_checks.py", _A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py",
+    "clef_prof/analyze/figures/journey.py": ("tests/journey",),
+    "clef_prof/analyze/*/manifest.py": (   _A + "test_manifest_checks.py", _A + "test_manifest.py", _A + "test_validate.py", _A + "test_validate_edges.py",
                                       _A + "test_gpu_captures.py", "tests/record", "tests/explore/test_html.py",
                                       "tests/compare/test_compare.py"),
-    "clef_prof/analyze/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
-    "clef_prof/analyze/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
+    "clef_prof/explore/markup.py": (_A + "test_columns_markup.py", _A + "test_findings.py",),
+    "clef_prof/analyze/figures/metrics.py": (_A + "test_metrics.py", _A + "test_per_batch_stream.py", *_CORE),
     "clef_prof/analyze/model.py": (_A + "test_model_figures.py", "tests/journey/test_journey_output.py", "tests/journey/test_journey_gpu.py", _A + "test_samples.py", _A + "test_kineto_python.py", _A + "test_result_model.py", _A + "test_findings.py", *_CORE, "tests/explore",
                                    "tests/compare/test_interval_coverage.py", _A + "test_streaming.py"),
-    "clef_prof/analyze/nsyspy.py": (_A + "test_nsyspy_decode.py", _A + "test_nsys_samples.py", _A + "test_samples_oracle.py"),
-    "clef_prof/analyze/nvtx.py": (_A + "test_nvtx_ids.py", _A + "test_kineto.py", _A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
+    "clef_prof/analyze/read/nsyspy.py": (_A + "test_nsyspy_decode.py", _A + "test_nsys_samples.py", _A + "test_samples_oracle.py"),
+    "clef_prof/analyze/read/nvtx.py": (_A + "test_nvtx_ids.py", _A + "test_kineto.py", _A + "test_ranks_capture.py", _A + "test_nvtx_reading.py", _A + "test_validate.py",
                                   _A + "test_validate_edges.py", _A + "test_reader.py", *_CORE,
                                   _A + "test_validate_damaged.py", _A + "test_nested_batches.py",
                                   _A + "test_concurrent_batches.py", "tests/cli/test_doctor.py", "tests/journey",
                                   _A + "test_fork_orphans.py"),
-    "clef_prof/analyze/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE,
+    "clef_prof/analyze/figures/overlap.py": (_A + "test_overlap.py", _A + "test_per_batch_stream.py", *_CORE,
                                      _A + "test_overlap_edges.py"),
     "clef_prof/analyze/parallel.py": (_A + "test_parallel.py", _A + "test_streaming.py", "tests/compare/test_compare.py", "tests/cli"),
-    "clef_prof/analyze/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
-    "clef_prof/analyze/result.py": (_A + "test_outside_batch.py", _A + "test_per_batch_stream.py", _A + "test_window.py",
-                                    _A + "test_overlap.py", _A + "test_ranks_capture.py", _A + "test_hostile_numbers.py",
-                                    _A + "test_validate.py", _A + "test_result_edges.py",
-                                    "tests/journey/test_journey_engine_ids.py", *_CORE),
-    "clef_prof/analyze/samples.py": (_A + "test_samples.py", _A + "test_samples_oracle.py", _A + "test_nsys_samples.py",
+    "clef_prof/analyze/figures/ranks.py": (_A + "test_ranks_capture.py", _A + "test_nvtx_reading.py"),
+    "clef_prof/analyze/pipeline.py": _PIPELINE,
+    "clef_prof/analyze/assemble.py": _PIPELINE,
+    "clef_prof/analyze/figures/samples.py": (_A + "test_samples.py", _A + "test_samples_oracle.py", _A + "test_nsys_samples.py",
                                      _A + "test_kineto_python.py",
                                      _A + "test_profiler_pair.py", _A + "test_profiler_pair_bert.py",
                                      _A + "test_finding_evidence.py", "tests/compare/test_function_changes.py",
                                      "tests/explore/test_flame.py"),
-    "clef_prof/analyze/kineto.py": (_A + "test_kineto.py", _A + "test_kineto_oracle.py", _A + "test_kineto_python.py",
+    "clef_prof/analyze/read/kineto.py": (_A + "test_kineto.py", _A + "test_kineto_oracle.py", _A + "test_kineto_python.py",
                                     _A + "test_profiler_pair.py", _A + "test_profiler_pair_bert.py", "tests/journey/test_journey_kineto.py",
                                     "tests/journey/test_request_torch_bookkeeping.py"),
-    "clef_prof/analyze/scrub.py": (_A + "test_scrub.py", _A + "test_scrub_edges.py", _A + "test_slicing_oracle.py"),
-    "clef_prof/analyze/slicing.py": (_A + "test_slicing_oracle.py", _A + "test_overlap.py", _A + "test_window.py", _A + "test_scrub.py",
+    "clef_prof/capture/scrub.py": (_A + "test_scrub.py", _A + "test_scrub_edges.py", _A + "test_slicing_oracle.py"),
+    "clef_prof/capture/slicing.py": (_A + "test_slicing_oracle.py", _A + "test_overlap.py", _A + "test_window.py", _A + "test_scrub.py",
                                      _A + "test_hostile_numbers.py", "tests/cli/test_hostile_files.py"),
-    "clef_prof/analyze/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
+    "clef_prof/analyze/figures/stages.py": (_A + "test_outside_batch.py", _A + "test_hostile_numbers.py",
                                     _A + "test_ranks_capture.py", _A + "test_validate.py", *_CORE,
                                     _A + "test_capture_edges.py", _A + "test_nested_batches.py",
                                     _A + "test_concurrent_batches.py", _A + "test_validate_edges.py",
                                     _A + "test_stages_edges.py"),
-    "clef_prof/analyze/validate.py": (_A + "test_validate.py", _A + "test_validate_edges.py", _A + "test_ranks_capture.py",
+    "clef_prof/analyze/judge/validate.py": (_A + "test_validate.py", _A + "test_validate_edges.py", _A + "test_ranks_capture.py",
                                       _A + "test_nvtx_reading.py", *_CORE,
                                       _A + "test_capture_edges.py", _A + "test_validate_damaged.py",
                                       _A + "test_stages_edges.py", _A + "test_fork_orphans.py"),
-    "clef_prof/analyze/window.py": (_A + "test_model_figures.py", _A + "test_window.py", *_CORE, _A + "test_outside_batch.py", "tests/explore"),
-    "clef_prof/analyze/termtable.py": (_A + "test_termtable.py", "tests/explore", "tests/cli/test_demo.py", _A + "test_hostile_numbers.py",
+    "clef_prof/analyze/figures/window.py": (_A + "test_model_figures.py", _A + "test_window.py", *_CORE, _A + "test_outside_batch.py", "tests/explore"),
+    "clef_prof/explore/termtable.py": (_A + "test_termtable.py", "tests/explore", "tests/cli/test_demo.py", _A + "test_hostile_numbers.py",
                                        "tests/journey/test_journey_output.py", "tests/compare/test_gates.py",
                                        _A + "test_findings.py", "tests/cli/test_glyphs.py"),
-    "clef_prof/glyphs.py": ("tests/cli/test_glyphs.py", _A + "test_termtable.py"),
+    "clef_prof/base/glyphs.py": ("tests/cli/test_glyphs.py", _A + "test_termtable.py"),
     "clef_prof/analyze/*": (_A,),
     "clef_prof/compare/welch.py": ("tests/compare", "tests/bench/test_bench_calibration.py"),
     "clef_prof/compare/resample.py": ("tests/compare/test_resample_chunks.py", "tests/compare"),
@@ -130,7 +134,7 @@ MODULE_TESTS = {
                                  "tests/record/test_ab.py"),
     "clef_prof/compare/*": ("tests/compare", "tests/cli/test_cli_inputs.py", "tests/cli/test_hostile_files.py"),
     "clef_prof/bench/*": ("tests/bench",),
-    "clef_prof/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
+    "clef_prof/base/redact.py": ("tests/test_redact.py", _A + "test_scrub.py"),
 }
 EQUIVALENT = ROOT / "benchmarks" / "mutation_equivalent.json"
 

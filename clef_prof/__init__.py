@@ -4,7 +4,7 @@ The annotation API, `clef_prof.stage`, `clef_prof.batch`, `clef_prof.request` an
 `clef_prof.enqueued` (see clef_prof.annotate.api), is
 imported on first use, so that `import clef_prof` stays light for a server.
 """
-from .defaults import VERSION as __version__
+from .base.defaults import VERSION as __version__
 
 
 def open(path, **kw):  # noqa: A001 - clef_prof.open(path) reads like the builtin, on purpose

@@ -31,8 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from clef_prof.analyze.scrub import scrub_file  # noqa: E402
-from clef_prof.nsys import import_command, importer_path  # noqa: E402
+from clef_prof.capture.scrub import scrub_file  # noqa: E402
+from clef_prof.base.nsys import import_command, importer_path  # noqa: E402
 
 NSYS = Path(os.environ.get("NSYS", ROOT / ".nsys" / "2023.4" / "nsys"))
 DATA = Path(os.environ.get("DATA", ROOT / "tests" / "data"))

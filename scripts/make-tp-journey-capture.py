@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from clef_prof.analyze.scrub import scrub_file  # noqa: E402
+from clef_prof.capture.scrub import scrub_file  # noqa: E402
 
 NSYS = ROOT / ".nsys" / "2023.4" / "nsys"
 NAME = "cpu23-tp-journey"

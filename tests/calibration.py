@@ -11,7 +11,7 @@ import numpy as np
 from clef_prof.analyze.model import (BatchFigures, CaptureFacts, CudaCounts, CudaPerRequest, Excluded, OutsideStages,
                                      Overlap, PerRequest, Result, StageFigures)
 from clef_prof.compare.engine import CaptureData
-from clef_prof.config import StageConfig
+from clef_prof.base.config import StageConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ session into a temporary folder as read-only files.
 
 Markers name what a test needs from outside Python (registered in pyproject.toml): `nsys(*versions)`
 Nsight Systems under .nsys/ (2023.4 when no version is given), `chromium` a headless browser,
-`jupyter` a python3 Jupyter kernel, `native` the C reader (clef_prof.analyze._scan). A test whose requirement is missing is skipped with the
+`jupyter` a python3 Jupyter kernel, `native` the C reader (clef_prof.analyze.read._scan). A test whose requirement is missing is skipped with the
 install command, except under CI=true, where it fails; under CI=true no test may be skipped at all.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _missing(mark: pytest.Mark) -> str | None:
         if chromium() is None:
             return "Chromium is not installed (run: apt-get update && apt-get install -y chromium)"
     elif mark.name == "native":
-        from clef_prof.analyze.export import _native_module
+        from clef_prof.analyze.read.export import _native_module
         if _native_module() is None:
             return ("the C reader is not built (run: apt-get install -y gcc, and python3-dev for Debian's Python, then "
                     "python3 -m pip install -e '.[test]')")
@@ -172,7 +172,7 @@ def truth():
 def slice_result():
     """analyze's result on traces/gpu-main-slice.sqlite (256 requests, 48 batches), for tests that hold
     a variant of it (`dataclasses.replace`) against something else, e.g. a record manifest."""
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.pipeline import analyze
 
     return analyze(str(ROOT / "traces" / "gpu-main-slice.sqlite")).result
 
@@ -186,7 +186,7 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
     """gpu-q1c16-main with its kernel table stored in reverse start order, and the list that
     collects the `ordered` mode of each GPU pass analyze runs (GPU windows of 4096 rows): a
     table out of time order cannot be merged early, so the pass starts over holding all."""
-    from clef_prof.analyze import result as analysis
+    from clef_prof.analyze.figures import cuda_pass as analysis
 
     f = tmp_path / "reversed.sqlite"
     shutil.copyfile(capture("gpu-q1c16-main"), f)
@@ -196,12 +196,12 @@ def reversed_kernels(capture, tmp_path, monkeypatch):
         con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k")
     modes = []
-    stream = analysis._gpu_stream
+    stream = analysis.gpu_stream
 
     def spy(*args, ordered, **kw):
         modes.append(ordered)
         return stream(*args, ordered=ordered, **kw)
 
-    monkeypatch.setattr(analysis, "_gpu_stream", spy)
+    monkeypatch.setattr(analysis, "gpu_stream", spy)
     monkeypatch.setattr(analysis, "GPU_WINDOW", 4096)
     return f, modes

@@ -1,5 +1,5 @@
 """nsys' Python samples read by hand from a JSON export (`nsys export --type json`), sharing no
-code with clef_prof.analyze.nsyspy: the tests' oracle for the two layouts nsys writes."""
+code with clef_prof.analyze.read.nsyspy: the tests' oracle for the two layouts nsys writes."""
 from __future__ import annotations
 
 import base64

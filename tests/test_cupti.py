@@ -1,4 +1,4 @@
-"""clef_prof.cupti: the CUPTI each nsys release ships against the driver's CUDA version (an nsys older
+"""clef_prof.base.cupti: the CUPTI each nsys release ships against the driver's CUDA version (an nsys older
 than the driver loses records), read from real exports, and nsys's lines about lost records."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import cupti
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.manifest import check_manifest
+from clef_prof.base import cupti
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.judge.manifest import check_manifest
 from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"

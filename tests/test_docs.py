@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from clef_prof.glyphs import ascii_text
+from clef_prof.base.glyphs import ascii_text
 
 from conftest import ROOT
 
@@ -78,3 +78,23 @@ def test_paths_the_docs_name_exist():
             if not (p.exists() or any(p.parent.glob(p.name + ".*"))):
                 missing.append(f"{page.relative_to(ROOT)}: {rel}")
     assert missing == []
+
+
+def test_layout_table_is_the_tree():
+    """docs/layout.md's table names every folder of clef_prof/ (a private one, `_startup/`, in its
+    parent's row) and, outside its parentheses, exactly the modules in it (the package's __init__
+    only for clef_prof/ itself)."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w/]+)` \| [^|]+ \| (.+) \|$", text, re.M)
+    pkg = ROOT / "clef_prof"
+    folders = {d for d in pkg.rglob("*") if d.is_dir() and (d / "__init__.py").is_file() and d.name[0] != "_"}
+    named = {pkg if f == "clef_prof/" else pkg / f.rstrip("/") for f, _ in rows}
+    assert named == folders | {pkg}, sorted(str(p.relative_to(ROOT)) for p in named ^ (folders | {pkg}))
+    for folder, modules in rows:
+        where = pkg if folder == "clef_prof/" else pkg / folder.rstrip("/")
+        listed = set(re.findall(r"`([\w/]+)`", re.sub(r"\([^()]*\)", "", modules)))
+        present = {f.stem for f in where.glob("*.py")} | {f"{d.name}/" for d in where.iterdir()
+                                                          if d.is_dir() and d not in folders and d.name != "__pycache__"}
+        if where != pkg:
+            present.discard("__init__")
+        assert listed == present, (folder, sorted(listed ^ present))

@@ -81,7 +81,7 @@ def test_entry_points_run_without_pandas_numpy_rich(tmp_path):
         (block / m / "__init__.py").write_text(f"raise ImportError('{m} is blocked in this test')\n")
     env = dict(ENV, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
     code = ("import sys; import clef_prof, clef_prof.record.session, clef_prof.record.demo_server, clef_prof.record.ab, clef_prof.record.load, "
-            "clef_prof.record.manifest, clef_prof.nsys, clef_prof.record.procs, clef_prof.cli.app, clef_prof.cli.record, clef_prof.cli.ab, "
+            "clef_prof.record.manifest, clef_prof.base.nsys, clef_prof.record.procs, clef_prof.cli.app, clef_prof.cli.record, clef_prof.cli.ab, "
             "clef_prof.cli.demo_server, clef_prof.cli.load; clef_prof.cli.app.build_parser(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas','numpy','rich','pyarrow')))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)

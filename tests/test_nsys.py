@@ -1,4 +1,4 @@
-"""clef_prof.nsys: where nsys is found (the forms --nsys and $CLEF_PROF_NSYS take), the switches of
+"""clef_prof.base.nsys: where nsys is found (the forms --nsys and $CLEF_PROF_NSYS take), the switches of
 the installed releases, and the importer's command and environment."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import nsys as nsys_mod
-from clef_prof.nsys import import_command
+from clef_prof.base import nsys as nsys_mod
+from clef_prof.base.nsys import import_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

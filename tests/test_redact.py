@@ -1,4 +1,4 @@
-"""clef_prof.redact, rule by rule: every alternative of every pattern has a case that only it
+"""clef_prof.base.redact, rule by rule: every alternative of every pattern has a case that only it
 catches (the case fails when the alternative is dropped: `hf_` tokens, the secret word `cookie`,
 Slack tokens, ...), the rule that fires is named, a second pass changes nothing, and names that
 analysis reads (stage, NVTX domain, kernel and API names, Python paths) pass untouched.
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from clef_prof.redact import PSEUDONYM, REMOVED, Pseudonyms, exe_name, redact_args, redact_text
+from clef_prof.base.redact import PSEUDONYM, REMOVED, Pseudonyms, exe_name, redact_args, redact_text
 
 # (rule that fires first, text, the secret that must leave it)
 CASES = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ..config import StageConfig
+from ..base.config import StageConfig
 
 SCHEMA = "clef-prof/analyze/1"
 
@@ -232,7 +232,7 @@ class CaptureFacts:
     cuda_traced: bool
     graph_trace_mode: str | None
     threads: list[ThreadFacts]
-    # a capture read from another profiler's trace (analyze.kineto): its format, files, time
+    # a capture read from another profiler's trace (analyze.read.kineto): its format, files, time
     # precision, and the figures it cannot give with the reason; None for an nsys export
     source: dict | None = None
 
@@ -299,11 +299,12 @@ class ClientCheck(_Flat):
     gap_ms: float
     allowance_ms: float
     agrees: bool
+    client_loop_lag_ms: float | None = None     # the client loop's measured mean lag per wake-up (manifest)
 
 
 @dataclass
 class Journey:
-    """Per-request journeys (clef_prof.analyze.journey; docs/journey.md): request ranges joined by
+    """Per-request journeys (clef_prof.analyze.figures.journey; docs/journey.md): request ranges joined by
     id to their enqueue mark and batch, and to their own encode, cut into segments that sum to the
     end-to-end span. Figures are over the `complete` journeys (not cut by the capture window, with
     a batch); the others are counted and their ids listed (up to 20 per kind)."""
@@ -386,7 +387,7 @@ class SampleFigures:
 
 @dataclass
 class Samples:
-    """Python samples per stage (clef_prof.analyze.samples; docs/sampling.md): the sampler, the
+    """Python samples per stage (clef_prof.analyze.figures.samples; docs/sampling.md): the sampler, the
     rate asked and observed, the ms one sample stands for, what was left out, and per slot its
     `SampleFigures` (the stages in order, then "(batch)" and "(outside)" when they hold samples)."""
 

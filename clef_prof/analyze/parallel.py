@@ -23,8 +23,8 @@ import os
 import threading
 from typing import Callable, Iterable, Literal
 
-from ..config import StageConfig
-from ..errors import ClefError
+from ..base.config import StageConfig
+from ..base.errors import ClefError
 
 Outcome = tuple  # ("ok", result) or ("error", exception class name, message, exit code)
 SMALL_BYTES = 64 << 20      # jobs=None below this much input: analyze in this process
@@ -39,7 +39,7 @@ def _size(path: str) -> int:
 
 
 def _readers_per_job(jobs: int) -> int:
-    from .export import usable_cpus
+    from .read.export import usable_cpus
     return max(1, usable_cpus() // max(1, jobs))
 
 
@@ -49,14 +49,14 @@ def _init_worker(readers: int) -> None:
     (it comes from a forkserver that ignores SIGINT, and would ignore it too)."""
     import signal
 
-    from . import export as capture
+    from .read import export as capture
     capture.READERS = readers
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _result(path: str, config: StageConfig, requests: int | None):
     """analyze's result (`model.Result`) of one capture; module level, so that it pickles by name."""
-    from .result import analyze
+    from .pipeline import analyze
     return analyze(path, config, requests=requests).result
 
 
@@ -72,7 +72,7 @@ def _run_one(fn: Callable, path: str, *args) -> Outcome:
 
 def _as_error(path: str, outcome: Outcome) -> ClefError:
     _, cls_name, message, exit_code = outcome
-    from .. import errors
+    from ..base import errors
     cls = getattr(errors, cls_name, ClefError)
     if not (isinstance(cls, type) and issubclass(cls, ClefError)):
         cls = ClefError
@@ -110,7 +110,7 @@ def _context():
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["clef_prof._sigint_default", "clef_prof.analyze.result"])
+        ctx.set_forkserver_preload(["clef_prof.base._sigint_default", "clef_prof.analyze.pipeline"])
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -129,7 +129,7 @@ def worker_count(paths: list[str], jobs: int | None) -> int:
     if jobs is None:
         if sum(_size(p) for p in paths) < SMALL_BYTES:
             return 1            # a small analysis is mostly Python: the GIL or a process's start-up eats the gain
-        from .export import READERS, usable_cpus
+        from .read.export import READERS, usable_cpus
         jobs = usable_cpus() // max(1, READERS)
     return max(1, min(jobs, len(paths)))
 
@@ -166,7 +166,7 @@ def map_captures(fn: Callable, paths: Iterable[str | os.PathLike], args: tuple =
 
         # the forkserver starts with SIGINT ignored (an ignored signal stays ignored across exec,
         # and Python then keeps it so), then takes SIGINT's default action (its first preload,
-        # clef_prof._sigint_default) and hands that to its workers: a Ctrl-C while it started
+        # clef_prof.base._sigint_default) and hands that to its workers: a Ctrl-C while it started
         # or imported its preload, or while a worker started, printed a KeyboardInterrupt (or,
         # the parent gone, a FileNotFoundError) traceback. This process ignores SIGINT only
         # while it forks the server (a few ms; a blocked mask would not do: the spawn resets it)
@@ -243,7 +243,7 @@ def _on_threads(fn: Callable, paths: list[str], args: tuple, jobs: int, errors: 
     the CPUs (`export.Task`). Leaving early (a failure with errors="raise", Ctrl-C) cancels the
     task and returns at once: the reads running are interrupted, and an analysis between reads
     stops at its next one on its own (daemon) thread, which nothing waits for."""
-    from . import export
+    from .read import export
     task = export.Task(_readers_per_job(jobs))
     outcomes: list = [None] * len(paths)
     done = [threading.Event() for _ in paths]
@@ -303,7 +303,7 @@ def _dask_outcomes(paths: list[str], config: StageConfig, requests: int | None, 
     cluster = None
     try:
         if address == "local":
-            from .export import usable_cpus
+            from .read.export import usable_cpus
             n = max(1, min(jobs or usable_cpus(), len(paths)))
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
             client = Client(cluster)

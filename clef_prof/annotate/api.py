@@ -61,7 +61,7 @@ import functools
 import sys
 import threading
 
-from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
+from ..base.defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
 from . import delay as _delay
 from . import nvtx_client as _nc
 

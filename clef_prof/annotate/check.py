@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from .envform import PKG_DIR, STARTUP_DIR
 from .registry import ENV_LENIENT
 from .mainhook import ENV_MAIN, guard_definitions, matches_main, python_launch

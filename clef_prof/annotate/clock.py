@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from ..config import CLOCK_MARK_MESSAGE as MESSAGE, ENV_CLOCK_MARKS as ENV
+from ..base.config import CLOCK_MARK_MESSAGE as MESSAGE, ENV_CLOCK_MARKS as ENV
 from . import nvtx_client as _nc
 
 DOMAIN = "clef-prof clock"

@@ -186,11 +186,17 @@ def _initialize() -> None:
             finally:
                 _state = "done"     # after _ON: a reader that sees "done" sees the final _ON
     if attached and os.environ.get("CLEF_PROF_PY_SAMPLING_HZ"):    # config.ENV_PY_SAMPLING_HZ
-        from . import sampler       # clef-prof's Python sampler, when asked for (annotate.sampler)
-        sampler.start_from_env()
+        _helper("sampler").start_from_env()     # clef-prof's Python sampler, when asked for
     if attached and os.environ.get("CLEF_PROF_CLOCK_MARKS") == "1":  # annotate.clock.ENV
-        from . import clock         # the wall clock in the capture, for record (annotate.clock)
-        clock.start_from_env()
+        _helper("clock").start_from_env()       # the wall clock in the capture, for record
+
+
+def _helper(name: str):
+    """annotate.sampler or annotate.clock, which mark through this module: imported by name when
+    the profiler attaches, so that this module (below them) imports neither (no import circle)."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{name}")
 
 
 def _attach() -> None:

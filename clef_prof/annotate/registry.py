@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from .wrap import Prepared, TargetError, prepare, say
 
 ENV_LENIENT = "CLEF_PROF_LENIENT"      # 1: warn and skip unresolvable targets

@@ -3,7 +3,7 @@
 Why: nsys 2022.4 has no Python sampling, and the samples of 2023.4 and 2025.3 do not reach an
 SQLite export with their frames (docs/sampling.md). This sampler works under every nsys, in CI
 too: a daemon thread reads `sys._current_frames()` at the rate asked and writes one NVTX mark
-per sampled thread and tick, which `clef_prof.analyze.samples` reads from the export.
+per sampled thread and tick, which `clef_prof.analyze.figures.samples` reads from the export.
 
 It starts when the NVTX client attaches to a profiler (`nvtx_client`) and
 $CLEF_PROF_PY_SAMPLING_HZ (set by `clef-prof record --python-sampling HZ`, default 100; by hand
@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from ..config import ENV_PY_SAMPLING_HZ as ENV_HZ, MAX_PY_SAMPLING_HZ as MAX_HZ
+from ..base.config import ENV_PY_SAMPLING_HZ as ENV_HZ, MAX_PY_SAMPLING_HZ as MAX_HZ
 from . import nvtx_client as _nc
 
 DOMAIN = "clef-prof samples"

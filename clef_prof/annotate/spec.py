@@ -58,9 +58,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..config import StageConfig, with_overrides
-from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
-from ..errors import SpecError
+from ..base.config import StageConfig, with_overrides
+from ..base.defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
+from ..base.errors import SpecError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _ARG_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -239,7 +239,7 @@ def _toml():
 def load(path: str) -> Spec:
     toml = _toml()
     if os.path.exists(path) and not os.path.isdir(path):
-        from ..safeio import check_regular
+        from ..base.safeio import check_regular
         check_regular(path, "stage spec")
     try:
         with open(path, "rb") as fh:
@@ -408,7 +408,7 @@ def _engine_id_pattern(value, path: str) -> str | None:
 
 def _findings(raw, path: str) -> tuple[tuple[str, float], ...]:
     """The [findings] table: threshold overrides, checked against the rules' thresholds."""
-    from ..config import ThresholdError, thresholds
+    from ..base.config import ThresholdError, thresholds
 
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: [findings] must be a table of thresholds (e.g. overlap_max_pct = 30)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 from . import importhook, mainhook, registry
 from .registry import ENV_LENIENT
 from .wrap import flag, say

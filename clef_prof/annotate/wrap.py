@@ -9,7 +9,7 @@ import os
 import sys
 import types
 
-from ..errors import SpecError
+from ..base.errors import SpecError
 
 MARK = "__clef_prof__"                 # attribute set on every wrapper: (role, range name)
 

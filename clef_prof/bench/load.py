@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 from ..record.load import KEEP_TEXT, VOCAB, make_bodies, percentile, post
 
 PRESETS = {  # name: (request path, health path)

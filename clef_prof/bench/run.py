@@ -31,7 +31,7 @@ import time
 from . import load as bl
 from ..record import procs
 from ..record.ab import parse_arms, schedule
-from ..errors import ClefError
+from ..base.errors import ClefError
 from ..record.control import http, port_in_use
 from ..record.load import check_url, client_session
 from ..record.plan import gpu_present
@@ -532,7 +532,7 @@ def parse_gates(texts: list[str], slos: list[dict]) -> list:
 def check_outputs(args) -> None:
     """Refuse, before any server starts, a report (-o) or an --out folder's bench.json that would
     be written over an input (--body, --cases) or that cannot be written."""
-    from ..safeio import check_output
+    from ..base.safeio import check_output
 
     inputs = [p for p in (args.body, args.cases) if p]
     try:
@@ -721,7 +721,7 @@ def check_stats_options(args) -> None:
 
 def write_json(path: str, obj) -> None:
     """`obj` as indented JSON at `path`, through safeio's temporary file and rename."""
-    from ..safeio import write_text
+    from ..base.safeio import write_text
 
     write_text(path, json.dumps(obj, indent=2) + "\n")
 

@@ -596,12 +596,12 @@ def render_markdown(result: dict) -> str:
 
 
 def render_terminal(result: dict, console=None) -> None:
-    """The table at the console's width through analyze.termtable (a cell is never cut: columns
+    """The table at the console's width through explore.termtable (a cell is never cut: columns
     that do not fit go to a second block under the first, the case labels repeated; rich's table
     cut them, `+24.3…`), then the footer wrapped at spaces."""
     from rich.console import Console
 
-    from ..analyze.termtable import Column, table, wrap
+    from ..explore.termtable import Column, table, wrap
 
     console = console or Console()
     cols = console.width

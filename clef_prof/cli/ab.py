@@ -6,11 +6,11 @@ import os
 import sys
 import time
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 from ..record import manifest as mf
 from ..record.ab import parse_arms, schedule
 from ..record.session import record
-from ..redact import redact_args
+from ..base.redact import redact_args
 from .record import add_record_options, config_from
 
 

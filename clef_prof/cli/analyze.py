@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import EXIT_STRICT
+from ..base.errors import EXIT_STRICT
 from .history import check_store, store_results
 from .options import check_jobs, emit, import_numpy, render_text, say, stage_config
 
 
 def cmd_analyze(args) -> int:
-    from ..analyze.inputs import resolve
+    from ..analyze.read.inputs import resolve
 
     check_jobs(args.jobs)
     check_store(args)
@@ -20,7 +20,7 @@ def cmd_analyze(args) -> int:
     paths = [e for e, _ in resolved]
     inputs = [*args.captures, *([args.spec] if args.spec else [])]
     if args.output:
-        from ..safeio import check_output
+        from ..base.safeio import check_output
         check_output(args.output, [*inputs, *paths])
     if len(paths) == 1 and not args.dask:
         results = [_analyze_one(paths[0], cfg, args).result]
@@ -64,7 +64,7 @@ def cmd_analyze(args) -> int:
 
 
 def _analyze_one(path, cfg, args):
-    from ..analyze.result import analyze
+    from ..analyze.pipeline import analyze
 
     if not sys.stderr.isatty() or args.format != "table" and not args.output:
         return analyze(path, cfg, requests=args.requests)

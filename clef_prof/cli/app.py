@@ -5,7 +5,7 @@ import argparse
 import sys
 import threading
 
-from ..errors import EXIT_INPUT, EXIT_STRICT, ClefError, one_line
+from ..base.errors import EXIT_INPUT, EXIT_STRICT, ClefError, one_line
 from .analyze import cmd_analyze
 from .options import HelpFormatter, Parser, add_stage_options
 
@@ -19,7 +19,7 @@ COMMANDS = {"slice": "slice", "scrub": "scrub", "compare": "compare", "inject": 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with `argv` naming a command, only that command's module is imported."""
-    from ..defaults import VERSION
+    from ..base.defaults import VERSION
 
     p = Parser(prog="clef-prof", description="Per-request host-path profiling of GPU model servers "
                                 "from Nsight Systems captures.")
@@ -91,7 +91,7 @@ def run_command(func, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..glyphs import fit_streams, report_to
+    from ..base.glyphs import fit_streams, report_to
     fit_streams()
     argv = sys.argv[1:] if argv is None else argv
     parsed: list = []

@@ -127,7 +127,7 @@ def cmd_bench(args) -> int:
         if args.arm or args.out:
             raise BenchError("--from re-judges saved windows: give no --arm or --out with it")
         if args.output:
-            from ..safeio import check_output
+            from ..base.safeio import check_output
             src = os.path.join(args.from_dir, "bench.json") if os.path.isdir(args.from_dir) else args.from_dir
             check_output(args.output, [src])
         result = rejudge(args)

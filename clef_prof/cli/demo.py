@@ -13,8 +13,8 @@ import socket
 import subprocess
 import sys
 
-from ..errors import ClefError
-from ..analyze.termtable import width as term_width, wrap
+from ..base.errors import ClefError
+from ..explore.termtable import width as term_width, wrap
 from .options import HelpFormatter
 
 INTRO = ("The demo server (clef-prof demo-server) is a pooling server with the five stages parse, index, "
@@ -71,7 +71,7 @@ def _free_port() -> int:
 
 
 def cmd_demo(args) -> int:
-    from ..nsys import locate
+    from ..base.nsys import locate
     from .app import main
 
     if args.duration <= 0 or args.warmup < 0:

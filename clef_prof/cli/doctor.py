@@ -7,12 +7,12 @@ them, and newer nsys accepts both. clef_prof's own ranges (clef_prof.annotate.ap
 `clef-prof inject`) speak the NVTX core API directly and are recorded by every nsys from
 2022.4 on, whatever `nvtx` is installed.
 
-nsys is looked for as clef_prof.nsys does (`clef-prof record`): `--nsys PATH` (repeatable),
+nsys is looked for as clef_prof.base.nsys does (`clef-prof record`): `--nsys PATH` (repeatable),
 $CLEF_PROF_NSYS, `nsys` on PATH, the project's `.nsys/*/nsys` (scripts/install-nsys.sh), the
 usual install places (Nsight Compute's bundled nsys included). With --nsys or $CLEF_PROF_NSYS
 only those are judged, otherwise every one found. It also reads the CUDA driver's version
 (libcuda's cuDriverGetVersion, else `nvidia-smi`) and says when an nsys's CUPTI is older than
-it (clef_prof.cupti): such an nsys loses records. Exit 0 when everything found is usable, 1
+it (clef_prof.base.cupti): such an nsys loses records. Exit 0 when everything found is usable, 1
 otherwise.
 """
 from __future__ import annotations
@@ -26,9 +26,9 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, field
 
-from ..errors import ClefError
-from .. import cupti
-from ..nsys import ENV_NSYS, _candidates_in, _project_nsys, _usable, installed_nsys
+from ..base.errors import ClefError
+from ..base import cupti
+from ..base.nsys import ENV_NSYS, _candidates_in, _project_nsys, _usable, installed_nsys
 
 LAST_OLD_NSYS = (2023, 4)          # the last nsys that rejects nvtx >= 0.2.12
 FIRST_NEW_NVTX = (0, 2, 12)        # the first nvtx whose ranges those nsys drop
@@ -96,7 +96,7 @@ class Report:
 
 
 def find_nsys(explicit: list[str] | None = None, env: dict | None = None) -> list[NsysInfo]:
-    """The nsys binaries to judge, in clef_prof.nsys's order of precedence, without duplicates.
+    """The nsys binaries to judge, in clef_prof.base.nsys's order of precedence, without duplicates.
 
     `--nsys` values (or else $CLEF_PROF_NSYS) are judged alone; otherwise nsys on PATH and
     every project copy (.nsys/<version>/nsys) are."""
@@ -213,7 +213,7 @@ def _client_status() -> str:
 
 def _reader_status() -> str:
     try:
-        from ..analyze import _scan
+        from ..analyze.read import _scan
     except ImportError:
         return ("no C reader: exports are read through ADBC or sqlite3, slower (reinstall with a C compiler and "
                 "Python's headers: apt-get install gcc python3-dev; pip install -e .)")
@@ -290,7 +290,7 @@ def render(r: Report) -> str:
     for a in r.advice:
         lines.append(f"do:       {a}")
     lines.append("verdict:  " + ("ok" if r.ok else f"{len(r.problems)} problem(s)"))
-    from ..analyze.termtable import width, wrap
+    from ..explore.termtable import width, wrap
 
     cols = width()
     return "\n".join(w for line in lines for w in wrap(line[10:], cols, " " * 10, line[:10])) + "\n"

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 from .options import say
 
 
 def add_parser(sub) -> None:
-    from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
+    from ..base.defaults import DEFAULT_BATCH, DEFAULT_DOMAIN
 
     p = sub.add_parser(
         "export", help="request journeys as Chrome trace JSON (Perfetto) with flow arrows to their batches, or CSV",
@@ -33,15 +33,15 @@ def add_parser(sub) -> None:
 
 def _run(args) -> int:
     from .options import import_numpy, stage_config
-    from ..analyze.inputs import resolve
-    from ..safeio import check_output, write_text
+    from ..analyze.read.inputs import resolve
+    from ..base.safeio import check_output, write_text
 
     import contextlib
     import os
 
     from .options import import_numpy, stage_config
-    from ..analyze.inputs import resolve
-    from ..safeio import atomic_output, check_output
+    from ..analyze.read.inputs import resolve
+    from ..base.safeio import atomic_output, check_output
 
     if not (args.chrome_trace or args.csv):
         raise ClefError("export: give --chrome-trace OUT.json and/or --csv OUT.csv")
@@ -53,8 +53,8 @@ def _run(args) -> int:
     for out in (args.chrome_trace, args.csv):
         if out:
             check_output(out, inputs)
-    from ..analyze import journey as jn
-    from ..analyze.result import analyze
+    from ..analyze.figures import journey as jn
+    from ..analyze.pipeline import analyze
 
     analysis = analyze(path, stage_config(args, [(args.capture, recorded, path)]))
     rows = analysis.journeys

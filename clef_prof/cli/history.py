@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ..errors import EXIT_NOT_JUDGED, ClefError, shown
+from ..base.errors import EXIT_NOT_JUDGED, ClefError, shown
 from .options import HelpFormatter, emit, say
 
 
@@ -77,7 +77,7 @@ def _read_results(name: str) -> list[tuple[dict, str]]:
     if name == "-":
         text, where = sys.stdin.read(), "stdin"
     else:
-        from ..safeio import check_regular
+        from ..base.safeio import check_regular
         check_regular(name, "result file")
         try:
             with open(name, encoding="utf-8") as fh:
@@ -135,7 +135,7 @@ def _report(args, db: str) -> int:
         raise ClefError("--fail-if-new-change: name at least one metric (comma-separated; globs allowed)")
     for out in (args.output, args.html):
         if out:
-            from ..safeio import check_output
+            from ..base.safeio import check_output
             check_output(out, [db])
     if args.output and args.html and os.path.realpath(args.output) == os.path.realpath(args.html):
         raise ClefError(f"{shown(args.html)}: named by both -o and --html")

@@ -11,7 +11,7 @@ from ..annotate.mainhook import matches_main
 from ..annotate.nsys_json import nsys_analyze_hint, nsys_annotations
 from ..annotate.registry import ENV_LENIENT, ENV_VERBOSE
 from ..annotate.wrap import say
-from ..errors import ClefError, SpecError
+from ..base.errors import ClefError, SpecError
 from .options import HelpFormatter
 
 

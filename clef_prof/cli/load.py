@@ -6,7 +6,7 @@ import json
 import math
 import time
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 from ..record.load import Load, LoadSettings
 from .options import HelpFormatter
 

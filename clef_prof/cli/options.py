@@ -6,10 +6,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..defaults import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES
+from ..base.defaults import DEFAULT_BATCH, DEFAULT_DOMAIN, DEFAULT_STAGES
 
 if TYPE_CHECKING:
-    from ..config import StageConfig
+    from ..base.config import StageConfig
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -62,12 +62,12 @@ def stage_config(args, captures=()) -> StageConfig:
     """--spec, --domain, --batch, --stages and --threshold, resolved as annotate.spec.stage_config
     resolves them (whose module, 3 ms of dataclasses, is imported only with --spec). With none of
     the first four, the configuration the `captures` were recorded with (their manifests'
-    `record --spec`: analyze.manifest.recorded_config), said on stderr; captures recorded with
+    `record --spec`: analyze.read.manifest.recorded_config), said on stderr; captures recorded with
     different ones (or some with one and some without) are refused: one set of stages must fit all.
     `captures`: what the user named, or (name, manifest dict or None, export) triples."""
     from dataclasses import replace
 
-    from ..config import StageConfig, parse_threshold, with_overrides
+    from ..base.config import StageConfig, parse_threshold, with_overrides
 
     cfg = StageConfig()
     if getattr(args, "spec", None):
@@ -81,9 +81,9 @@ def stage_config(args, captures=()) -> StageConfig:
 
 def _recorded(captures) -> StageConfig | None:
     """The one stage configuration the captures' manifests record, None when none records one."""
-    from ..analyze import manifest as mf
-    from ..analyze.inputs import resolve
-    from ..errors import ClefError
+    from ..analyze.read import manifest as mf
+    from ..analyze.read.inputs import resolve
+    from ..base.errors import ClefError
 
     seen: dict = {}
     for c in captures:
@@ -112,7 +112,7 @@ def check_jobs(jobs: int | None) -> None:
     """--jobs is a number of captures at a time: 0 or below would quietly mean one. $CLEF_PROF_POOL
     is checked here too, before any input is read or converted, whatever the number of captures."""
     if jobs is not None and jobs < 1:
-        from ..errors import ClefError
+        from ..base.errors import ClefError
         raise ClefError(f"--jobs {jobs}: expected at least 1 capture at a time (1: one after another)")
     from ..analyze.parallel import pool_kind
     pool_kind()
@@ -137,7 +137,7 @@ def add_stage_options(p: argparse.ArgumentParser) -> None:
 def emit(text: str, output: str | None, inputs=()) -> None:
     """Write to `output` (never over one of `inputs`, complete or not at all), or to stdout."""
     if output:
-        from ..safeio import write_text
+        from ..base.safeio import write_text
         write_text(output, text, inputs)
     else:
         sys.stdout.write(text)
@@ -158,7 +158,7 @@ def render_text(render, **console) -> str:
 def say(text: str) -> None:
     """One line on stderr (a warning, a gate, an error), in ASCII where reports are
     (glyphs.plain): whatever the width, so that each stays one line to grep."""
-    from ..glyphs import plain
+    from ..base.glyphs import plain
     print(plain(text), file=sys.stderr)
 
 

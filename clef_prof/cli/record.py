@@ -7,9 +7,9 @@ import math
 import os
 import sys
 
-from ..config import DEFAULT_PY_SAMPLING_HZ, MAX_PY_SAMPLING_HZ as MAX_HZ
-from ..errors import ClefError
-from ..nsys import ENV_IMPORTER_LIBS, TraceOptions
+from ..base.config import DEFAULT_PY_SAMPLING_HZ, MAX_PY_SAMPLING_HZ as MAX_HZ
+from ..base.errors import ClefError
+from ..base.nsys import ENV_IMPORTER_LIBS, TraceOptions
 from ..record.load import check_url
 from ..record.plan import RecordConfig
 from ..record.presets import DEFAULT_NVTX_CAPTURE, PRESETS, PROFILERS, WINDOWS

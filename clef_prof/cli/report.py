@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 
 
 def add_parser(sub) -> None:
@@ -36,13 +36,13 @@ def _which(text: str):
 
 def run(args) -> int:
     from .options import stage_config
-    from ..analyze.inputs import resolve
-    from ..analyze.result import analyze
+    from ..analyze.read.inputs import resolve
+    from ..analyze.pipeline import analyze
     from ..explore.html import write_html
 
     if args.batches < 1:
         raise ClefError(f"--batches {args.batches}: at least 1")
-    from ..safeio import check_output
+    from ..base.safeio import check_output
 
     path, recorded = resolve(args.capture)
     inputs = [args.capture, path, *([args.spec] if args.spec else [])]

@@ -1,11 +1,11 @@
-"""`clef-prof scrub`: remove secrets and host facts from an export (clef_prof.analyze.scrub)."""
+"""`clef-prof scrub`: remove secrets and host facts from an export (clef_prof.capture.scrub)."""
 from __future__ import annotations
 
 import sys
 
-from ..analyze.scrub import check_file_for_secrets, grouped, print_report, scrub_file
-from ..analyze.termtable import width, wrap
-from ..errors import ClefError
+from ..capture.scrub import check_file_for_secrets, grouped, print_report, scrub_file
+from ..explore.termtable import width, wrap
+from ..base.errors import ClefError
 
 
 def add_parser(sub) -> None:

@@ -1,9 +1,9 @@
-"""`clef-prof slice`: cut an export to a time window (clef_prof.analyze.slicing)."""
+"""`clef-prof slice`: cut an export to a time window (clef_prof.capture.slicing)."""
 from __future__ import annotations
 
-from ..analyze.slicing import slice_capture
-from ..analyze.termtable import width, wrap
-from ..errors import CaptureError
+from ..capture.slicing import slice_capture
+from ..explore.termtable import width, wrap
+from ..base.errors import CaptureError
 
 
 def add_parser(sub) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 def _run(args) -> int:
     import math
 
-    from ..analyze.scrub import print_report
+    from ..capture.scrub import print_report
 
     for flag, v in (("--from", args.t0), ("--to", args.t1)):
         if not math.isfinite(v):

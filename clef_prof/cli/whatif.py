@@ -65,8 +65,8 @@ def add_parser(sub) -> None:
 
 
 def _check_outputs(args, inputs: list[str]) -> None:
-    from ..errors import ClefError
-    from ..safeio import check_output
+    from ..base.errors import ClefError
+    from ..base.safeio import check_output
 
     for opt, path in (("-o", args.output), ("--save", args.save)):
         if path:
@@ -79,7 +79,7 @@ def _check_outputs(args, inputs: list[str]) -> None:
 
 
 def cmd_whatif(args) -> int:
-    from ..errors import ClefError
+    from ..base.errors import ClefError
     from ..whatif import store
     from ..whatif.render import render
     from ..whatif.run import analysis, failed_lines, run

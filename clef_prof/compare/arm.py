@@ -13,8 +13,8 @@ import glob
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ClefError
-from ..analyze.inputs import MANIFEST, from_manifest, read_manifest, resolve
+from ..base.errors import ClefError
+from ..analyze.read.inputs import MANIFEST, from_manifest, read_manifest, resolve
 
 BASELINE_NAMES = ("main", "baseline", "base", "control", "master")
 _GLOB_CHARS = set("*?[")
@@ -163,7 +163,7 @@ def _distinct(arm: str, refs: list[CaptureRef], notes: list[str]) -> list[Captur
     the same run, not another one: counted twice it would shrink the interval between runs). A
     Kineto capture is its trace files together (a folder of ranks is a copy only if every file is);
     only files of equal size are hashed."""
-    from ..analyze import kineto
+    from ..analyze.read import kineto
 
     def keys(r: CaptureRef) -> list[tuple[str, ...]]:
         traces = kineto.trace_files(r.source) if os.path.exists(r.source) else []

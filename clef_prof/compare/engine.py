@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arm import Arms, CaptureRef, CompareError
-from ..analyze.columns import Table
-from ..analyze.filecache import FileCache
-from ..analyze.metrics import BATCH_KEYS, NS_PER_MS, check_name_lengths, check_stage_names
+from ..analyze.read.columns import Table
+from ..analyze.read.filecache import FileCache
+from ..analyze.figures.metrics import BATCH_KEYS, NS_PER_MS, check_name_lengths, check_stage_names
 from ..analyze.model import Result
-from ..analyze.findings import compare_findings
-from ..analyze.samples import StackCounts
-from ..analyze.stages import StageConfig
+from ..analyze.judge.findings import compare_findings
+from ..analyze.figures.samples import StackCounts
+from ..analyze.figures.stages import StageConfig
 
 SCHEMA = "clef-prof/compare/1"
 CUDA_KEYS = ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")
@@ -145,7 +145,7 @@ def batch_table(a) -> Table:
 
 def load_capture(export: str, config: StageConfig) -> CaptureData:
     """Analyze one export (module level, so that worker processes can run it)."""
-    from ..analyze.result import analyze
+    from ..analyze.pipeline import analyze
 
     a = analyze(export, config)
     return CaptureData(export, a.result, batch_table(a), a.sample_counts)
@@ -217,7 +217,7 @@ def check_comparable(arms: Arms, data: dict[str, list[CaptureData]], stages: tup
     if len({t for _, _, t in traced}) > 1:
         on = next((n, r) for n, r, t in traced if t)
         off, why = next(((n, r), d.result.warnings) for n, r, d in flat if not d.result.capture.cuda_traced)
-        from ..analyze.validate import FIGURES_HIDDEN
+        from ..analyze.judge.validate import FIGURES_HIDDEN
         why = next((w[:-len(FIGURES_HIDDEN)].rstrip(": ") for w in why if w.endswith(FIGURES_HIDDEN)), "no CUDA rows")
         raise CompareError(f"cannot compare: {who(*on)} has CUDA records, {who(*off)} none ({why}): no CUDA metrics "
                            "in common, and CUDA tracing adds host time to every API call, so host times differ too; "
@@ -244,7 +244,8 @@ def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
     """analyze's warnings, and the record manifest's check where the capture has a manifest."""
     out = list(d.result.warnings)
     try:
-        from ..analyze import manifest as mf
+        from ..analyze.judge import manifest as held
+        from ..analyze.read import manifest as mf
     except ImportError:         # record's manifest module absent: analyze's warnings only
         return out
     data = ref.manifest
@@ -255,7 +256,7 @@ def _capture_warnings(ref: CaptureRef, d: CaptureData) -> list[str]:
         except (OSError, ValueError):
             data = None
     if data:
-        out += [w for w in mf.check_manifest(d.result, data) if w not in out]
+        out += [w for w in held.check_manifest(d.result, data) if w not in out]
     return out
 
 

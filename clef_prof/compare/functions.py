@@ -1,5 +1,5 @@
 """compare's function-level change per stage: which Python functions inside a stage got faster or
-slower between arms, from the samples of clef-prof's sampler (analyze.samples; docs/sampling.md).
+slower between arms, from the samples of clef-prof's sampler (analyze.figures.samples; docs/sampling.md).
 
 The figure of a function in a stage is its **self ms per request**: its self samples (its frame
 the innermost) x the ms one sample stands for / the capture's requests. It is compared rather than

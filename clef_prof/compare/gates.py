@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 
 from .arm import CompareError
-from ..errors import EXIT_NOT_JUDGED
-from ..analyze.markup import md
+from ..base.errors import EXIT_NOT_JUDGED
+from ..explore.markup import md
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _GATE = re.compile(r"^\s*(?P<metric>[^\s<>=]+)\s*(?P<op>>=|<=|>|<)\s*"
@@ -167,7 +167,7 @@ def gate_exit(verdicts: list[dict]) -> int:
 
 def _no_cuda_reason(comp: dict) -> str:
     """Why the captures have no CUDA figures, in analyze's own words (its warning, less its tail)."""
-    from ..analyze.validate import FIGURES_HIDDEN
+    from ..analyze.judge.validate import FIGURES_HIDDEN
 
     for w in comp.get("warnings", []):
         text = w.split("): ", 1)[-1]
@@ -434,7 +434,7 @@ def render_markdown(comp: dict, show_all: bool = False) -> str:
         for v in comp["gates"]:
             out.append(f"- **{gate_status(v)}**: {md(v['gate'], code=True)} — "
                        + md(gate_line(v, kinds[v["metric"]]).split(" — ", 1)[1]))
-    from ..analyze.findings import compare_lines
+    from ..analyze.judge.findings import compare_lines
     if comp.get("findings"):
         out += ["", "Findings (per finding: resolved, new or still there):", ""]
         out += [f"- {md(line)}" for line in compare_lines(comp)]
@@ -470,7 +470,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
     from rich.console import Console
     from rich.text import Text
 
-    from ..analyze.termtable import Column, table, width as term_width, wrap
+    from ..explore.termtable import Column, table, width as term_width, wrap
 
     batch = (comp.get("config") or {}).get("batch") or "pooler"      # the batch range's name, for row labels
 
@@ -537,7 +537,7 @@ def render_terminal(comp: dict, console=None, show_all: bool = False, wide: bool
              width, "  "))
     if hidden:
         say(wrap(f"{hidden} metrics that are exactly 0 in every arm are not shown (--all shows them).", width, "  "))
-    from ..analyze.findings import compare_lines
+    from ..analyze.judge.findings import compare_lines
     if comp.get("findings"):
         say([""])
         say(["Findings (resolved, new or still there)"], "bold")

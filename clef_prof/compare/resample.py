@@ -75,7 +75,7 @@ def resampled_sums_of_arms(rngs: list[list[np.random.Generator]], arms: list[lis
     its own stream (`arm_rngs`), the parts of all arms on threads: NumPy draws, counts and multiplies
     without the GIL, and each part has its own stream, so the sums are the same on any number of
     threads. The threads share `_CHUNK_CELLS` between them."""
-    from ..analyze.export import usable_cpus
+    from ..analyze.read.export import usable_cpus
     sizes = [k for k in parts(n_boot) if k]       # the first streams' parts: parts never grow
     jobs = [(rng, blocks, k) for streams, blocks in zip(rngs, arms) for rng, k in zip(streams, sizes)]
     workers = max(1, min(len(jobs), usable_cpus()))

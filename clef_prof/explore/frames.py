@@ -24,12 +24,12 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from ..analyze import cuda as cu
-from ..analyze.filecache import FileCache
+from ..analyze.figures import cuda as cu
+from ..analyze.read.filecache import FileCache
 from ..analyze.model import Overlap, PerRequest, Result
-from ..analyze.result import Analysis, analyze
-from ..analyze.stages import StageConfig
-from ..redact import RID
+from ..analyze.pipeline import Analysis, analyze
+from ..analyze.figures.stages import StageConfig
+from ..base.redact import RID
 
 __all__ = ["Capture", "open", "clear_cache", "arm_means", "parse_rids", "COPY_DIRECTIONS", "MEMORY_KINDS", "API_KINDS"]
 
@@ -39,8 +39,8 @@ COPY_DIRECTIONS = {0: "unknown", 1: "H2D", 2: "D2H", 3: "H2A", 4: "A2H", 5: "A2A
 # ENUM_CUDA_MEM_KIND
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
                 6: "managed static", 7: "unknown"}
-# clef_prof.analyze.cuda call kinds; 0: a GPU row whose API call was not found
-# analyze.cuda's API call kinds (the numbers are its own, not an nsys enum)
+# clef_prof.analyze.figures.cuda call kinds; 0: a GPU row whose API call was not found
+# analyze.figures.cuda's API call kinds (the numbers are its own, not an nsys enum)
 API_KINDS = {0: "unpaired", cu.LAUNCH: "kernel launch", cu.GRAPH: "graph launch", cu.COPY: "memcpy", cu.SET: "memset",
              cu.SYNC: "sync"}
 _HOST_SIDE_SRC = {1, 3, 9, 11}     # directions whose source is host memory (H2D, H2A, H2H, UVM H2D)
@@ -73,7 +73,7 @@ class Capture:
     """One analyzed capture as DataFrames. Build it with `clef_prof.open(path)`.
 
     Attributes:
-        path: the export. analysis: the `clef_prof.analyze.result.Analysis` behind it.
+        path: the export. analysis: the `clef_prof.analyze.pipeline.Analysis` behind it.
         result: analyze's typed `clef_prof.analyze.model.Result` (`result.to_json()` is the JSON
         contract, docs/json.md). config: the `StageConfig` used.
 
@@ -140,8 +140,8 @@ class Capture:
     @cached_property
     def _names(self) -> tuple[dict[int, str], dict[int, str]]:
         """(thread names by serialized tid, process names by pid)."""
-        from ..analyze.export import NAME_CHARS, Export
-        from ..redact import process_name
+        from ..analyze.read.export import NAME_CHARS, Export
+        from ..base.redact import process_name
 
         tnames: dict[int, str] = {}
         pnames: dict[int, str] = {}
@@ -226,8 +226,8 @@ class Capture:
     @cached_property
     def _messages(self) -> np.ndarray:
         """The message of each batch range (for `n=K` and `rid=`), aligned with `batches`."""
-        from ..analyze.export import Export
-        from ..analyze.nvtx import read_ranges
+        from ..analyze.read.export import Export
+        from ..analyze.read.nvtx import read_ranges
 
         b = self.analysis.stages.batches
         if len(b) == 0:
@@ -339,7 +339,7 @@ class Capture:
         return df
 
     def _journey_requests(self) -> pd.DataFrame:
-        from ..analyze.journey import SEGMENTS
+        from ..analyze.figures.journey import SEGMENTS
 
         t = self.analysis.journeys
         bi = t["batch"]
@@ -531,7 +531,7 @@ class Capture:
 
         | column | unit / type | meaning |
         |---|---|---|
-        | stage | categorical | the stage names, then "(batch)" and "(outside)" (analyze.samples' slots) |
+        | stage | categorical | the stage names, then "(batch)" and "(outside)" (analyze.figures.samples' slots) |
         | samples | count | samples of this stack in this slot |
         | ms_per_request | ms | samples x ms per sample / requests (NaN without requests) |
         | function, file | | the innermost frame (self time) |
@@ -632,10 +632,10 @@ def open(path, config: StageConfig | None = None, *, domain: str | None = None, 
     few captures are kept in memory keyed on (real path, size, mtime, configuration): opening
     the same export again returns the same object. `cache=False` reads it anew.
 
-    Raises `clef_prof.errors.ClefError` (CaptureError, SpecError) for bad input.
+    Raises `clef_prof.base.errors.ClefError` (CaptureError, SpecError) for bad input.
     """
     path = os.fspath(path)
-    from ..analyze.kineto import is_trace, to_export
+    from ..analyze.read.kineto import is_trace, to_export
     from ..annotate.spec import stage_config
 
     if is_trace(path):

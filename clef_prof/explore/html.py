@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from ..analyze.metrics import BATCH_KEYS
-from ..errors import ClefError
+from ..analyze.figures.metrics import BATCH_KEYS
+from ..base.errors import ClefError
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1400px;
@@ -90,12 +90,12 @@ def _batch_columns(analysis) -> dict[str, np.ndarray]:
 def render_html(cap, *, first_batch: int = 0, n_batches: int = 4, title: str | None = None) -> str:
     """The report of one capture as one HTML string: `cap` is an `Analysis`, a `Capture` of the
     data model (its analysis is used) or a path (analyzed here, without row-level tables)."""
-    from ..defaults import VERSION as __version__
+    from ..base.defaults import VERSION as __version__
     from . import svg
     from .text import COUNT_COLUMNS, CUDA_COLUMNS, HOST_COLUMNS, fmt, headline, stage_rows
 
     if isinstance(cap, (str, os.PathLike)):
-        from ..analyze.result import analyze
+        from ..analyze.pipeline import analyze
 
         cap = analyze(os.fspath(cap))
     cap = getattr(cap, "analysis", cap)
@@ -240,7 +240,7 @@ def _journey_section(cap, svg) -> str:
 
 def _samples_section(cap, svg) -> str:
     """Python samples: an icicle per stage with samples (and "(batch)"), under analyze's header line."""
-    from ..analyze.samples import OUTSIDE_SLOT
+    from ..analyze.figures.samples import OUTSIDE_SLOT
     from .text import samples_head
 
     sc, s = cap.sample_counts, cap.result.samples
@@ -265,7 +265,7 @@ def _samples_section(cap, svg) -> str:
 
 def write_html(cap, path: str, inputs=(), **kw) -> str:
     """Render and write the report (never over one of `inputs`); returns the path."""
-    from ..safeio import write_text
+    from ..base.safeio import write_text
 
     write_text(path, render_html(cap, **kw), inputs)
     return path

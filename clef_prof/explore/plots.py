@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR, LANE_BATCH, LANE_BUSY,  # noqa: F401
                     LANE_D2H, LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
                     STAGE_COLORS, TimelineMarks, timeline_title)
@@ -265,7 +265,7 @@ def timeline(cap, first: int = 0, n: int = 4, *, thread=None, zoom: bool = True,
                 notes.append("graphs: launch calls (the capture has no GPU record of graph executions)")
 
         if len(busy):
-            from ..analyze.intervals import union
+            from ..analyze.figures.intervals import union
 
             us, ue = union(np.maximum(busy["start_ns"].to_numpy(), w0), np.minimum(busy["end_ns"].to_numpy(), w1))
             xs = x(us)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analyze import cuda as cu
-from ..analyze.intervals import union
-from ..errors import ClefError
+from ..analyze.figures import cuda as cu
+from ..analyze.figures.intervals import union
+from ..base.errors import ClefError
 from .style import (BUSY_COLOR, D2H_COLOR, GPU_LANES, GRAPH_COLOR, KERNEL_COLOR, LANE_BATCH, LANE_BUSY, LANE_D2H,
                     LANE_GRAPHS, LANE_H2D, LANE_KERNELS, MEMORY_COLORS, OTHER_COLOR, OTHER_MEMORY_COLOR,
                     STAGE_COLORS, TimelineMarks, timeline_title)
@@ -559,11 +559,11 @@ SEGMENT_COLORS = {"receive": "#8e8e93", "queue": "#ff9f0a", "batch": "#0a84ff", 
 
 
 def waterfall(analysis, which: str = "p50,p99", max_rows: int = 40) -> tuple[str, dict]:
-    """The journeys of the requests `which` names (analyze.journey.select: the p50 one and the p99+
+    """The journeys of the requests `which` names (analyze.figures.journey.select: the p50 one and the p99+
     tail by default), one row each from its handler entry (x = 0, ms) to its exit: its segments in
     order on the handler's thread, its batch's stages in a thin row under it on the batch's thread.
     Returns (SVG, {"requests": [rid, ...], "rows": n, "segments": {name: marks}})."""
-    from ..analyze import journey as jn
+    from ..analyze.figures import journey as jn
 
     t = analysis.journeys
     pick = jn.select(t, which)[:max_rows]
@@ -643,10 +643,10 @@ FLAME_COLORS = ("#f8c471", "#f5b041", "#eb984e", "#e59866", "#f0b27a", "#f7dc6f"
 
 
 def flame(sc, slot: str, title: str | None = None, unit: str = "samples") -> str:
-    """One slot's stacks (`analyze.samples.StackCounts`) as an icicle: the outermost frame at the
+    """One slot's stacks (`analyze.figures.samples.StackCounts`) as an icicle: the outermost frame at the
     top, callees under their caller, each box as wide as the samples whose stack passes through it
     (inclusive). Boxes under `FLAME_MIN_W` units are left out; the group's `data-hidden` counts them."""
-    from ..analyze.samples import stack_tree
+    from ..analyze.figures.samples import stack_tree
 
     nodes = stack_tree(sc, slot)
     total = sum(n.inclusive for n in nodes if len(n.path) == 1)

@@ -5,7 +5,7 @@ import csv
 import io
 import json
 
-from ..analyze.markup import md
+from .markup import md
 from ..analyze.model import RangeFigures, Result, StageFigures
 from rich.console import Console
 from rich.text import Text
@@ -99,7 +99,7 @@ def headline(result: Result) -> list[str]:
     lines.append(f"capture: nsys {cap.nsys_version or '?'}, schema {cap.schema_version or '?'}, "
                  f"{dur:.3f} s session" if dur is not None else
                  f"capture: nsys {cap.nsys_version or '?'}, schema {cap.schema_version or '?'}")
-    if cap.source is not None:      # a PyTorch profiler trace read as a capture (analyze.kineto)
+    if cap.source is not None:      # a PyTorch profiler trace read as a capture (analyze.read.kineto)
         lines[-1] = (f"capture: PyTorch profiler (Kineto) trace, {cap.source.get('files')} file(s), time precision "
                      f"{cap.source.get('time_precision')}" + (f", {dur:.3f} s of events" if dur is not None else ""))
     if cap.cuda_traced:
@@ -190,7 +190,7 @@ def journey_head(result: Result) -> list[str]:
 
 def journey_text(result: Result, width: int = 80) -> list[str]:
     """The request journey section as lines of at most `width` columns (wrapped, never cut)."""
-    from ..analyze.termtable import Column, table, wrap
+    from .termtable import Column, table, wrap
 
     out = []
     for line in journey_head(result):
@@ -237,7 +237,7 @@ def samples_head(result: Result) -> list[str]:
 
 def _sample_stages(result: Result):
     """(stage title, [(function label, self share, inclusive share, self ms/req)]) of each slot with samples."""
-    from ..analyze.samples import label, share_text
+    from ..analyze.figures.samples import label, share_text
 
     out = []
     for stage, st in result.samples.stages.items():
@@ -256,7 +256,7 @@ def _sample_stages(result: Result):
 
 def samples_text(result: Result, width: int = 80) -> list[str]:
     """The Python samples section as lines of at most `width` columns."""
-    from ..analyze.termtable import Column, table, wrap
+    from .termtable import Column, table, wrap
 
     out = [w for line in samples_head(result) for w in wrap(line, width, "  ")]
     ci = "" if result.samples.unit == "ns" else " [95%]"
@@ -289,7 +289,7 @@ KEY_CUDA_COLUMNS = [
 
 def stage_table(result: Result, cols, width: int, title: str | None = None) -> list[str]:
     """The stage rows under `cols` ((get, header, kind) triples) as lines at most `width` wide."""
-    from ..analyze.termtable import Column, table
+    from .termtable import Column, table
 
     columns = [Column("stage", "left")] + [Column(h) for _, h, _ in cols]
     rows = [[name] + [fmt(get(f), kind) for get, _, kind in cols] for name, f in stage_rows(result)]
@@ -313,8 +313,8 @@ def render_terminal(result: Result, console: Console | None = None, wide: bool =
     """Key figures first (requests; per stage host ms, share, H2D copies and kernels per request;
     transfers; overlap), then the findings, then the capture's details; every line fits `width`
     (the terminal's) without cutting a figure. `wide`: also the full host and CUDA tables."""
-    from ..analyze.findings import lines as finding_lines
-    from ..analyze.termtable import width as term_width, wrap
+    from ..analyze.judge.findings import lines as finding_lines
+    from .termtable import width as term_width, wrap
 
     width = width or term_width()
     console = console or Console(width=max(width, 20), soft_wrap=True)
@@ -386,7 +386,6 @@ def render_markdown(result: Result) -> str:
         out += journey_markdown(result)
     if result.samples is not None:
         out += samples_markdown(result)
-    from ..analyze.findings import markdown as findings_markdown
     out += findings_markdown(result)
     if result.warnings:
         out.append("")
@@ -429,3 +428,15 @@ def render_journeys_csv(rows) -> str:
 
 def render_json(result: Result) -> str:
     return json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n"
+
+
+def findings_markdown(result: Result) -> list[str]:
+    """The Markdown "Findings" section, as lines."""
+    found = result.findings
+    out = ["", "#### Findings", ""]
+    if not found:
+        return out + ["No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
+    for f in found:
+        out.append(f"- **{f.severity}** · {md(f.stage, code=True)} · `{f.id}`: {md(f.summary)}  \n"
+                   f"  fix: {md(f.advice)}  \n  expected: {md(f.expected)}")
+    return out

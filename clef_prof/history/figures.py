@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 
 SCHEMAS = {"clef-prof/analyze/1": "analyze", "clef-prof/compare/1": "compare", "clef-prof/bench/2": "bench"}
 COUNT_KEYS = ("h2d_copies", "h2d_bytes", "d2h_copies", "kernel_launches", "graph_launches")

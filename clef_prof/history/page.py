@@ -94,7 +94,7 @@ def _point_tip(s: Series, i: int) -> str:
 
 
 def render_page(h: History) -> str:
-    from ..defaults import VERSION
+    from ..base.defaults import VERSION
 
     title = f"clef-prof history: {h.path}"
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -117,7 +117,7 @@ def render_page(h: History) -> str:
 
 
 def write_page(h: History, path: str, inputs=()) -> str:
-    from ..safeio import write_text
+    from ..base.safeio import write_text
 
     write_text(path, render_page(h), inputs)
     return path

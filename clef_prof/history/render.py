@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..analyze.termtable import Column, table, width, wrap
+from ..explore.termtable import Column, table, width, wrap
 from .trends import Change, GateLine, History, Series, fmt
 
 
@@ -90,7 +90,7 @@ def render_terminal(h: History, cols: int | None = None) -> str:
 
 
 def render_markdown(h: History) -> str:
-    from ..analyze.markup import md as cell
+    from ..explore.markup import md as cell
 
     out = [f"### {line}" if i == 0 else line for i, line in enumerate(head_lines(h))]
     out.append("")

@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..errors import ClefError, shown
+from ..base.errors import ClefError, shown
 
 SCHEMA = "clef-prof/history/1"
 SCHEMA_VERSION = 1
@@ -163,7 +163,7 @@ def provenance(commit: str | None = None, branch: str | None = None, host: str |
 
 def _check_file(path: str) -> None:
     """An existing store must be a regular, non-empty SQLite file."""
-    from ..safeio import check_regular
+    from ..base.safeio import check_regular
 
     check_regular(path, "store")
     try:
@@ -236,7 +236,7 @@ def open_read(path) -> sqlite3.Connection:
 def _create(path: str) -> None:
     """Make a new, empty store at `path`: built beside it, then linked into place (another
     process that made it first wins, and this one uses that store)."""
-    from ..defaults import VERSION
+    from ..base.defaults import VERSION
 
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -288,7 +288,7 @@ class Added:
 def add(path, payloads: list[tuple[dict, str]], prov: Provenance) -> list[Added]:
     """Store each (payload, source) with `prov`, all in one transaction: every one or none. A
     payload already stored (the same digest) is not added again."""
-    from ..defaults import VERSION
+    from ..base.defaults import VERSION
     from .figures import describe
 
     rows = []

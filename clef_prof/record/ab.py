@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 

@@ -58,7 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..annotate.api import batch as nvtx_batch
 from ..annotate.api import enqueued, request, stage
-from ..errors import ClefError
+from ..base.errors import ClefError
 from .presets import TORCH_DIR_ENV, TORCH_STACK_ENV
 
 MAX_BATCH = 16
@@ -611,7 +611,7 @@ class DemoServer:
             return f"r{self._rid}"
 
     def version_info(self) -> dict:
-        from ..defaults import VERSION as __version__
+        from ..base.defaults import VERSION as __version__
         info = {"server": "clef-prof demo-server", "version": __version__, "variant": self.variant,
                 "sync": self.pooler.sync, "device": self.pooler.device, "python": sys.version.split()[0], "max_batch": self.max_batch}
         if self.pooler.device == "cuda":

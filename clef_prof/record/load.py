@@ -28,7 +28,7 @@ import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 
-from ..errors import ClefError
+from ..base.errors import ClefError
 
 VOCAB = ("patient", "reports", "mild", "pain", "after", "surgery", "the", "review", "notes", "stable", "vitals",
          "history", "of", "asthma", "no", "fever", "dose", "was", "adjusted", "follow", "up", "in", "two", "weeks",
@@ -85,6 +85,7 @@ def id_stamp(body: bytes, field: str) -> tuple[bytes, bytes]:
 
 BIN_S = 0.1            # the shortest bin a span's noise is measured over (summary)
 MAX_BINS = 10
+LAG_TICK_S = 0.005     # the loop-lag probe's sleep: how late it wakes is how long a ready callback waits
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -221,6 +222,7 @@ class Load:
         self.cancelled = 0
         self.unfinished: list[int] = []          # send times (wall ns) of the requests cancelled at stop
         self._sending: dict[int, int] = {}       # client -> send time of its request in flight
+        self.lags: list[tuple[int, int]] = []    # (wall ns, ns the loop-lag probe woke late)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -292,6 +294,12 @@ class Load:
                     lat[i] += c.latency_ns / 1e6
             out["bins_throughput_rps"] = [x / (width / 1e9) for x in n]
             out["bins_latency_ms_mean"] = [lat[i] / n[i] if n[i] else None for i in range(k)]
+        lags = [lag / 1e6 for t, lag in list(self.lags) if (t0_ns is None or t > t0_ns) and (t1_ns is None or t <= t1_ns)]
+        if lags:
+            # how long a ready callback waited in the client's own loop: each request passes
+            # through it twice (its send and its answer), which its latency holds (the client check)
+            out["loop_lag_ms_mean"] = sum(lags) / len(lags)
+            out["loop_lag_ms_p99"] = percentile(sorted(lags), 99)
         return out
 
     def bounds(self, t0_ns: int, t1_ns: int) -> tuple[int, int]:
@@ -319,14 +327,24 @@ class Load:
         n = max(1, self.s.concurrency)
         async with client_session(n) as session:
             tasks = [asyncio.create_task(self._client(session, i)) for i in range(n)]
+            probe = asyncio.create_task(self._probe_lag())
             self._ready.set()       # start() returns with every client about to send
             await self._stop.wait()
+            probe.cancel()
             _, pending = await asyncio.wait(tasks, timeout=self._grace)
             for t in pending:
                 t.cancel()
             self.unfinished = sorted(self._sending.values())
             self.cancelled = len(self.unfinished)     # not a client pausing after an error it has counted
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _probe_lag(self) -> None:
+        """Sleep LAG_TICK_S over and over; record how late each wake-up is (the loop's own lag)."""
+        tick = int(LAG_TICK_S * 1e9)
+        while True:
+            t = time.perf_counter_ns()
+            await asyncio.sleep(LAG_TICK_S)
+            self.lags.append((time.time_ns(), max(0, time.perf_counter_ns() - t - tick)))
 
     async def _client(self, session, i: int) -> None:
         k = i

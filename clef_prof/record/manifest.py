@@ -16,7 +16,7 @@ and of clef-prof, and:
   "clock": how the span was placed on record's clock, and why there are no bounds when the
   placement failed its check.
 
-clef_prof.analyze.manifest reads it and holds an analyze result against it (warnings only).
+clef_prof.analyze.read.manifest reads it and holds an analyze result against it (warnings only).
 Standard library only.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 
-from ..config import CLOCK_MARK_MESSAGE, MANIFEST as NAME, MANIFEST_SCHEMA as SCHEMA, STATUS_DIED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_OK  # noqa: F401 - record's names
+from ..base.config import CLOCK_MARK_MESSAGE, MANIFEST as NAME, MANIFEST_SCHEMA as SCHEMA, STATUS_DIED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_OK  # noqa: F401 - record's names
 
 
 def git_info(path: str) -> dict | None:
@@ -164,7 +164,7 @@ def _on_export(sqlite_path: str, read):
     file unreadable."""
     import sqlite3
 
-    from ..safeio import readonly_uri
+    from ..base.safeio import readonly_uri
     try:
         db = sqlite3.connect(readonly_uri(sqlite_path), uri=True)
         try:

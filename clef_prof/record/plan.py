@@ -9,12 +9,12 @@ import shlex
 import tempfile
 from dataclasses import dataclass, field
 
-from ..config import DEFAULT_PY_SAMPLING_HZ, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ as ENV_HZ
-from ..errors import ClefError
+from ..base.config import DEFAULT_PY_SAMPLING_HZ, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ as ENV_HZ
+from ..base.errors import ClefError
 from .load import LoadSettings
-from ..nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
+from ..base.nsys import (Nsys, TraceOptions, export_command, launch_command, profile_command, quote, start_command,
                    stop_command, switch_names)
-from ..redact import REMOVED, redact_args, redact_text
+from ..base.redact import REMOVED, redact_args, redact_text
 from .presets import (DEFAULT_NVTX_CAPTURE, PRESETS, VLLM_PROFILER_CONFIG, VLLM_PROFILER_FLAG, Preset, torch_setup,
                       vllm_profiler_config)
 
@@ -258,7 +258,7 @@ def _torch_plan(cfg: RecordConfig, nsys: Nsys | None) -> Plan:
 
 def redact_commands(commands: dict) -> dict:
     """The manifest's command lines with environment values, secret-named flags' values and
-    key-like tokens removed (clef_prof.analyze.scrub's rules)."""
+    key-like tokens removed (clef_prof.capture.scrub's rules)."""
     out = {}
     for key, v in commands.items():
         if key == "env":

@@ -72,7 +72,7 @@ def torch_setup(preset: str, trace_dir: str, server: list[str],
             except ValueError:
                 cfg = None
             if not (isinstance(cfg, dict) and cfg.get("profiler") == "torch"):
-                from ..errors import ClefError
+                from ..base.errors import ClefError
                 raise ClefError(f"record --profiler torch: the server command already sets {VLLM_PROFILER_FLAG} to "
                                 f"{given!r}; drop it (record adds the torch form) or make it "
                                 '\'{"profiler": "torch", "torch_profiler_dir": DIR}\'')

@@ -48,14 +48,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .. import cupti
+from ..base import cupti
 from . import manifest as mf
 from . import procs
-from ..errors import ClefError
+from ..base.errors import ClefError
 from .load import Load
-from ..nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, import_command, importer_path, quote, session_state,
+from ..base.nsys import (ENV_IMPORTER_LIBS, Nsys, NsysMissing, import_command, importer_path, quote, session_state,
                    start_command)
-from ..redact import redact_text
+from ..base.redact import redact_text
 from .control import http, port_in_use
 from .plan import Plan, RecordConfig, gpu_present, plan, redact_commands, server_env
 from .presets import VLLM_HINT, max_iterations
@@ -773,7 +773,7 @@ class Recording:
             outer = self.load.summary(self.outer[0], self.outer[1])
         whole = self.load.summary() if self.load is not None else None
         before = self.before_window()
-        from ..defaults import VERSION as __version__
+        from ..base.defaults import VERSION as __version__
         commands = {
             "clef_prof": cfg.argv,
             "server": pl.server,
@@ -1104,7 +1104,7 @@ def record(cfg: RecordConfig, dry_run: bool = False) -> dict | None:
 
 def recorded_stage_config(spec: str | None) -> dict | None:
     """The stage configuration of the injected spec, as analyze reads it back from the manifest
-    (analyze.manifest.recorded_config): the spec file may move or change after the recording."""
+    (analyze.read.manifest.recorded_config): the spec file may move or change after the recording."""
     if not spec:
         return None
     from ..annotate.spec import load

@@ -15,7 +15,7 @@ import numpy as np
 from clef_prof.explore.html import _CSS, _e, _table
 from clef_prof.explore.svg import _n, _Svg, _tick_label, _ticks
 from clef_prof.whatif.model import Observation, WhatIf
-from clef_prof.whatif.render import NAMES, _g, _iv, _statements, verdict_text
+from clef_prof.whatif.words import NAMES, _g, _iv, _statements, verdict_text
 from clef_prof.whatif.slopes import stage_arrays
 
 W, H = 560, 300

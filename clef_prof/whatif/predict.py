@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clef_prof.compare.welch import MIN_UNITS, t_quantile
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.whatif.model import Observation, WhatIf
 from clef_prof.whatif.slopes import stage_arrays
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..annotate import delay as dl
 from ..bench.run import BenchError, Hooks, cases_from
 from ..bench.run import run as bench_run
-from ..errors import ClefError
+from ..base.errors import ClefError
 from .model import Observation, WhatIf
 from .slopes import analyse
 

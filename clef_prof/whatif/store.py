@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.whatif.model import METRICS, Observation
 
 SCHEMA = "clef-prof/whatif/1"

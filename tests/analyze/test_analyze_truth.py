@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from clef_prof import cupti
-from clef_prof.analyze.result import analyze
+from clef_prof.base import cupti
+from clef_prof.analyze.pipeline import analyze
 
 GPU = {
     # name: requests, batches, h2d copies, h2d bytes, pinned?, head launches, graph launches, d2h copies

@@ -1,10 +1,10 @@
-"""clef_prof.analyze.arrays gives NumPy's values bit for bit (it exists only to skip numpy.ma)."""
+"""clef_prof.analyze.figures.arrays gives NumPy's values bit for bit (it exists only to skip numpy.ma)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from clef_prof.analyze.arrays import distinct_pairs, percentile, unique
+from clef_prof.analyze.figures.arrays import distinct_pairs, percentile, unique
 
 
 def _samples():

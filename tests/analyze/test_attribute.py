@@ -1,14 +1,14 @@
-"""Placing CUDA API calls in stage instances (analyze.attribute): the innermost range of the same
+"""Placing CUDA API calls in stage instances (analyze.figures.attribute): the innermost range of the same
 thread that holds the whole call, checked call by call against a plain loop over the ranges."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from clef_prof.analyze.attribute import Placer, slots
-from clef_prof.analyze.columns import Table
-from clef_prof.analyze.stages import Stages
-from clef_prof.config import StageConfig
+from clef_prof.analyze.figures.attribute import Placer, slots
+from clef_prof.analyze.read.columns import Table
+from clef_prof.analyze.figures.stages import Stages
+from clef_prof.base.config import StageConfig
 
 CFG = StageConfig(stages=("parse", "transfer", "head"))
 I64 = np.int64

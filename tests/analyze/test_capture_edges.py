@@ -16,7 +16,7 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 
 NAME = "gpu25-concurrent"
 STAGES = ("parse", "transfer", "head", "encode")

@@ -1,12 +1,12 @@
 """The small pieces every renderer and the analyze path share: the NumPy column table
-(analyze.columns) and Markdown escaping of untrusted text (analyze.markup)."""
+(analyze.read.columns) and Markdown escaping of untrusted text (explore.markup)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from clef_prof.analyze.columns import Table, factorize
-from clef_prof.analyze.markup import md
+from clef_prof.analyze.read.columns import Table, factorize
+from clef_prof.explore.markup import md
 
 
 def test_table_rows_columns_and_selection():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]

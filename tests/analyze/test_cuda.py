@@ -1,4 +1,4 @@
-"""clef_prof.analyze.cuda's pure parts against independent oracles: `CallIndex` (GPU row ->
+"""clef_prof.analyze.figures.cuda's pure parts against independent oracles: `CallIndex` (GPU row ->
 API call, on (process, correlationId)) against Python dicts on seeded random calls in random
 chunkings, and against a SQL JOIN on real captures; `KindLookup` against a dict; `api_kind` and
 `sync_kind` against what the CUDA API names mean; `kind_lut` and the sync counts of `analyze`
@@ -11,11 +11,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof.analyze import cuda as cu
-from clef_prof.analyze.cuda import CallIndex, KindLookup, api_kind, sync_kind
-from clef_prof.analyze.export import Export
-from clef_prof.analyze.result import analyze
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.figures import cuda as cu
+from clef_prof.analyze.figures.cuda import CallIndex, KindLookup, api_kind, sync_kind
+from clef_prof.analyze.read.export import Export
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.errors import CaptureError
 from conftest import edited_copy, sql
 
 I64 = np.iinfo(np.int64)

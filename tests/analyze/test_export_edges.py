@@ -1,4 +1,4 @@
-"""clef_prof.analyze.export at its edges, each against what the SQLite file format, the nsys
+"""clef_prof.analyze.read.export at its edges, each against what the SQLite file format, the nsys
 export or the docstring says: names cut to NAME_CHARS characters, the reader thread count, a
 header page count SQLite itself does not trust, the driver version and session length read from
 hand-edited copies of a real capture, and the row reader's NULLs and refusals."""
@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze import export as ex
-from clef_prof.analyze.export import Export
-from clef_prof.errors import CaptureError, ClefError
+from clef_prof.analyze.read import export as ex
+from clef_prof.analyze.read.export import Export
+from clef_prof.base.errors import CaptureError, ClefError
 from conftest import edited_copy, sql
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from clef_prof.analyze.filecache import FileCache
+from clef_prof.analyze.read.filecache import FileCache
 
 MIB = 1 << 20
 

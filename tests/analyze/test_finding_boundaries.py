@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import pytest
 
-from clef_prof.analyze import findings as fd
+from clef_prof.analyze.judge import findings as fd
 from clef_prof.analyze.model import CudaCounts, LostRecords
-from clef_prof.analyze.result import analyze
-from clef_prof.config import ThresholdError, parse_threshold, thresholds
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.config import ThresholdError, parse_threshold, thresholds
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze import findings as fd
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.judge import findings as fd
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate.spec import from_dict
-from clef_prof.config import thresholds
+from clef_prof.base.config import thresholds
+from clef_prof.explore.text import findings_markdown
 from conftest import SAMPLES_IN_HEAD, edited_copy, loop_union, sql
 
 # the batch ranges' message, inline (text) or registered (textId)
@@ -332,7 +333,7 @@ def test_markdown_says_no_rule_fired(capture):
     r = analyze(str(capture("cpu23-inline")), spec.config).result
     assert r.batches == sql(capture("cpu23-inline"), BATCHES)[0][0] == 41
     assert r.findings == [] and fd.lines(r) == []
-    assert fd.markdown(r) == ["", "#### Findings", "",
+    assert findings_markdown(r) == ["", "#### Findings", "",
                               "No rule fired (thresholds: `clef-prof analyze -f json`, `findings_thresholds`)."]
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze import findings as fd
+from clef_prof.analyze.judge import findings as fd
 from clef_prof.analyze.model import Finding, LostRecords
-from clef_prof.analyze.result import analyze
-from clef_prof.config import StageConfig
-from clef_prof.errors import SpecError
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.config import StageConfig
+from clef_prof.base.errors import SpecError
 from clef_prof.annotate.spec import from_dict
 from clicheck import run_main
 from conftest import sql

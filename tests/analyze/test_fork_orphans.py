@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from conftest import sql
 
 NAME = "cpu23-fork-orphans"

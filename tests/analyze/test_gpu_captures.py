@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from clef_prof.annotate import spec as spec_mod
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.manifest import check_manifest
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.judge.manifest import check_manifest
 from conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]

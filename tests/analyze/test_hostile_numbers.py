@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.result import analyze
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.errors import CaptureError
 from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -354,7 +354,7 @@ def test_a_batch_size_followed_by_other_text_keeps_its_digits(damaged, text, siz
 def test_a_stage_name_stored_as_a_blob_still_names_its_stage(damaged, monkeypatch, reader):
     """A StringIds value stored as a BLOB equals no text in SQL: `parse` had 0 instances and the
     warning 'stages with no range: parse'. Read as text, it keeps its 53, through every reader."""
-    from clef_prof.analyze import export
+    from clef_prof.analyze.read import export
     if reader == "native" and export._native_module() is None:
         pytest.skip("the C reader is not built")
     monkeypatch.setattr(export, "READER", reader)

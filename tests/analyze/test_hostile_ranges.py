@@ -16,9 +16,9 @@ import pytest
 
 from conftest import edited_copy, sql
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.errors import EXIT_STRICT
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.errors import EXIT_STRICT
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NAME = "COALESCE(e.text, s.value)"        # nsys writes a message inline (text) or as a string id

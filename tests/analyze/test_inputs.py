@@ -1,4 +1,4 @@
-"""What a user names, to the export analyze reads (analyze.inputs), without running nsys: a report's
+"""What a user names, to the export analyze reads (analyze.read.inputs), without running nsys: a report's
 identity against hashes computed here, exports reused by that identity, where a new export would
 go (the command nsys-less machines are told to run names it), and how folders and manifests
 resolve. The exports nsys makes are checked by the nsys-marked tests in tests/cli."""
@@ -10,9 +10,10 @@ import shlex
 
 import pytest
 
-from clef_prof.analyze import inputs
-from clef_prof.analyze.inputs import InputError, export_report, from_manifest, report_identity, resolve
-from clef_prof.errors import shown
+from clef_prof.analyze.read import inputs
+from clef_prof.analyze.read.inputs import InputError, export_report, from_manifest, resolve
+from clef_prof.analyze.read.identity import report_identity
+from clef_prof.base.errors import shown
 
 MIB = 1 << 20
 

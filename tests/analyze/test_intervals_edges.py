@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze.intervals import covered, innermost_containing, nesting_depth, union
+from clef_prof.analyze.figures.intervals import covered, innermost_containing, nesting_depth, union
 from conftest import loop_union
 
 

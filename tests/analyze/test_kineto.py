@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) traces as captures (clef_prof.analyze.kineto).
+"""PyTorch profiler (Kineto) traces as captures (clef_prof.analyze.read.kineto).
 
 Real figures: two traces of the demo server recorded with `clef-prof record --profiler torch` on an
 H200 (torch 2.11, tests/data/kineto-demo-*.pt.trace.json.xz), held against (1) the server's own
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze import kineto
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.read import kineto
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.errors import CaptureError
 from clicheck import run_main
 
 DATA = Path(__file__).resolve().parents[1] / "data"

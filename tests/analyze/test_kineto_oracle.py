@@ -1,4 +1,4 @@
-"""Every row of a Kineto trace's conversion (clef_prof.analyze.kineto.to_export) against a reading
+"""Every row of a Kineto trace's conversion (clef_prof.analyze.read.kineto.to_export) against a reading
 of the trace by hand: json.load (decimals as Decimal, so microseconds become ns exactly) of the
 real traces in tests/data, each event of interest turned into the row the nsys schema has for it
 by the rules written out here (docs/kineto.md: user_annotation -> NVTX range, `enqueued rid=` ->
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze import kineto
+from clef_prof.analyze.read import kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TRACES = ("kineto-bert-pair", "kineto-journey-pr", "kineto-bert-stack")
@@ -422,8 +422,8 @@ def test_every_figure_a_trace_cannot_give_is_said_with_its_reason(tmp_path, monk
     """analyze of a trace with CUDA work (kineto-bert-pair): the capture's and the totals' figures
     that are None include the nsys version and graph executions, which the source facts name in
     not_available, each with a reason; it names no figure that is there."""
-    from clef_prof.analyze.inputs import resolve
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.read.inputs import resolve
+    from clef_prof.analyze.pipeline import analyze
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "bert.pt.trace.json"
     path.write_bytes(lzma.decompress((DATA / "kineto-bert-pair.pt.trace.json.xz").read_bytes()))

@@ -1,5 +1,5 @@
 """A Kineto trace's python_function events (torch.profiler with_stack=True) as the per-stage
-Python view (analyze.samples.durations): self time per stage and stack, in ns, not samples.
+Python view (analyze.figures.samples.durations): self time per stage and stack, in ns, not samples.
 
 The trace is CONSTRUCTED here (no torch on the CPU machines, and no shipped trace was recorded
 with_stack): its events follow the real format, as torch's profiler writes them (`ph` "X", `cat`
@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.samples import KINETO_SOURCE, OUTSIDE_SLOT
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.samples import KINETO_SOURCE, OUTSIDE_SLOT
+from clef_prof.analyze.figures.stages import StageConfig
 from clef_prof.explore.html import render_html
 
 PID = 4242

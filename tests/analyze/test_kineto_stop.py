@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import pytest
 
-from clef_prof.analyze.kineto import to_export
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.read.kineto import to_export
+from clef_prof.analyze.pipeline import analyze
 from conftest import DATA
 
 

@@ -1,11 +1,11 @@
-"""analyze's check of a capture against its record manifest (clef_prof.analyze.manifest.check_manifest):
+"""analyze's check of a capture against its record manifest (clef_prof.analyze.read.manifest.check_manifest):
 the client's bounds on the requests recorded, a dead server, the server's own count, a manifest
 of another export, and windows that vLLM's max_iterations ended early."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from clef_prof.analyze.manifest import check_manifest
+from clef_prof.analyze.judge.manifest import check_manifest
 
 
 def _m(**kw):

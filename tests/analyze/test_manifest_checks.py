@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from clef_prof.analyze.manifest import client_check, sampling_check
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.judge.manifest import client_check, sampling_check
+from clef_prof.analyze.pipeline import analyze
 from clicheck import run_main
 
 
@@ -117,3 +117,25 @@ def test_a_manifest_of_other_types_beside_a_good_export(capture, tmp_path, manif
     assert doc["requests"] == 2224 and doc["batches"] == 149
     said = [w for w in doc["warnings"] if "manifest" in w]
     assert len(said) <= 1 and all("not used" in w or "cannot be read" in w or "marks this capture" in w for w in said)
+
+
+def test_the_clients_measured_loop_lag_widens_the_allowance(journeys):
+    """A client whose own loop lagged (record measures it: `loop_lag_ms_mean`) adds that wait
+    twice, at the send and at the answer: journeys of 4 ms against a client of 8.4 ms are 0.4 ms
+    beyond 2 + 8.4/4 with no lag measured (said so), and agree with a lag of 0.25 ms a wake-up."""
+    r = _with_e2e(journeys, 4.0)
+    check, warn = client_check(r, _client(8.4))
+    assert not check.agrees and check.client_loop_lag_ms is None
+    assert "no measure of the client loop's lag" in warn[0]
+    lagged = _client(8.4)
+    lagged["client"]["capture"]["loop_lag_ms_mean"] = 0.25
+    check, warn = client_check(r, lagged)
+    assert check.agrees and warn == [] and check.client_loop_lag_ms == 0.25
+    assert check.allowance_ms == pytest.approx(2.0 + 8.4 / 4 + 0.5, rel=1e-12)
+    lagged["client"]["capture"]["loop_lag_ms_mean"] = 0.15           # 0.3 ms: still 0.1 ms short
+    check, warn = client_check(r, lagged)
+    assert not check.agrees and "with its loop's measured lag, 0.150 ms a wake-up, twice" in warn[0]
+    for bad in ("0.25", True, -1.0, float("nan")):                  # not a measurement: as if absent
+        lagged["client"]["capture"]["loop_lag_ms_mean"] = bad
+        check, _ = client_check(r, lagged)
+        assert check.client_loop_lag_ms is None and not check.agrees

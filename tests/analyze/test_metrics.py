@@ -1,4 +1,4 @@
-"""clef_prof.analyze.metrics against independent oracles: `CudaTally`'s per-slot and per-(batch,
+"""clef_prof.analyze.figures.metrics against independent oracles: `CudaTally`'s per-slot and per-(batch,
 slot) counts, fed chunk by chunk as analyze feeds them, equal a plain Python loop over the rows
 for any chunking (empty chunks, rows in no batch, byte sums past 2**53); `host_stats` and
 `per_batch_durations` equal NumPy and dict computations; and on a real capture analyze's
@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze import cuda as cu
-from clef_prof.analyze.columns import Table
-from clef_prof.analyze.metrics import BATCH_KEYS, CudaTally, host_stats, per_batch_durations
-from clef_prof.analyze.result import MAX_COPY_BYTES, analyze
+from clef_prof.analyze.figures import cuda as cu
+from clef_prof.analyze.read.columns import Table
+from clef_prof.analyze.figures.metrics import BATCH_KEYS, CudaTally, host_stats, per_batch_durations
+from clef_prof.analyze.figures.cuda_pass import MAX_COPY_BYTES
+from clef_prof.analyze.pipeline import analyze
 
 N_SLOTS, N_BATCHES = 7, 13
 CALL_KEY = {cu.COPY: "memcpy_calls", cu.LAUNCH: "kernel_launches", cu.GRAPH: "graph_launches",
@@ -260,8 +261,8 @@ def test_per_batch_table_adds_up_to_the_stage_figures(capture):
 def test_a_stage_name_that_would_overwrite_a_batch_column_is_refused(name, column):
     """The per-batch table holds `<stage>_ns` beside the batch's own `host_ns`, `gpu_busy_ns` and
     `gpu_own_ns`: a stage named host, gpu_busy or gpu_own would overwrite one of them."""
-    from clef_prof.analyze.metrics import check_stage_names
-    from clef_prof.errors import SpecError
+    from clef_prof.analyze.figures.metrics import check_stage_names
+    from clef_prof.base.errors import SpecError
 
     with pytest.raises(SpecError, match=f"stage name '{name}' clashes with the per-batch column '{column}'"):
         check_stage_names(("parse", name))
@@ -271,7 +272,7 @@ def test_a_stage_name_that_would_overwrite_a_batch_column_is_refused(name, colum
 def test_a_clashing_stage_name_is_refused_by_analyze(capture):
     """gpu25-bertsrv with its `head` stage read under the name `host` (a target by message)."""
     from clef_prof.annotate.spec import from_dict
-    from clef_prof.errors import SpecError
+    from clef_prof.base.errors import SpecError
 
     spec = from_dict({"batch": {}, "stages": {"parse": "m:parse", "host": "m:head"}})
     with pytest.raises(SpecError, match="'host' clashes with the per-batch column 'host_ns'"):
@@ -281,7 +282,7 @@ def test_a_clashing_stage_name_is_refused_by_analyze(capture):
 @pytest.mark.parametrize("a, b, want", [(3, 2, 1.5), (0, 2, 0.0), (3, 0, None), (3, None, None), (None, 2, None),
                                         (0.0, 0.0, None)])
 def test_safe_div(a, b, want):
-    from clef_prof.analyze.metrics import safe_div
+    from clef_prof.analyze.figures.metrics import safe_div
 
     assert safe_div(a, b) == want
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
 from conftest import DATA, sql
 
 STAGE_RANGES = """SELECT min(e.start), max(e."end") FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate import envform
 from conftest import sql
 

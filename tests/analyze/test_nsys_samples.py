@@ -1,4 +1,4 @@
-"""nsys' own Python samples (2023.4 `--python-sampling`, clef_prof.analyze.nsyspy) per stage, on
+"""nsys' own Python samples (2023.4 `--python-sampling`, clef_prof.analyze.read.nsyspy) per stage, on
 real recordings (scripts/make-nsys-python-captures.py): tests/programs/sampled_split.py (`head`
 calls `three(3K)` then `one(K)`) and tests/programs/sampled_threads.py (`head` on the main thread,
 `encode` on w-light; with --idle a third thread that waits). Oracles: the programs' own
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze import nsyspy
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.samples import UNKNOWN_FRAME
+from clef_prof.analyze.read import nsyspy
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.samples import UNKNOWN_FRAME
 import nsys_json_oracle
 from conftest import sql
 
@@ -206,7 +206,7 @@ def test_without_the_json_no_samples_and_a_warning_only_where_record_asked(tmp_p
 def test_report_is_exported_to_json_once_and_cached(tmp_path, monkeypatch, capfd):
     import subprocess
 
-    from clef_prof.analyze.inputs import resolve
+    from clef_prof.analyze.read.inputs import resolve
     from recording import nsys_path
 
     nsys = nsys_path("2023.4")

@@ -1,4 +1,4 @@
-"""Decoding nsys' Python sample payloads (analyze.nsyspy.decode) built here with struct.pack from
+"""Decoding nsys' Python sample payloads (analyze.read.nsyspy.decode) built here with struct.pack from
 the layouts the module's docstring gives (seen on real recordings: tests/analyze/test_nsys_samples.py
 reads those): 2023.4's header (flags, 1, count, padding) and 2025.3's (flags, 0, kind, count), then
 count frames of (function id, file id, line); payloads cut at every edge of the header and frames."""
@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from clef_prof.analyze import nsyspy
+from clef_prof.analyze.read import nsyspy
 
 TABLE = ["<module>", "head", "/srv/app.py", "three", "one", "a &amp; b"]
 

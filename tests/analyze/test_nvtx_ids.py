@@ -1,4 +1,4 @@
-"""Reading request ids and ranges by event type (analyze.nvtx) from a real nsys 2023.4 capture
+"""Reading request ids and ranges by event type (analyze.read.nvtx) from a real nsys 2023.4 capture
 (cpu23-inline) with request ranges and marks added in its `clef` domain, one of each shape a server
 writes, each read back against what the message says by hand."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from clef_prof.analyze.export import Export
-from clef_prof.analyze.nvtx import read_ids, read_marks, read_ranges, MARK_TYPES
+from clef_prof.analyze.read.export import Export
+from clef_prof.analyze.read.nvtx import read_ids, read_marks, read_ranges, MARK_TYPES
 from conftest import edited_copy
 
 PID_TID = 281648402802793            # the thread that created the clef domain (id 2)

@@ -1,4 +1,4 @@
-"""How NVTX rows are read (clef_prof.analyze.nvtx), on SQL-changed copies of the real ranks capture
+"""How NVTX rows are read (clef_prof.analyze.read.nvtx), on SQL-changed copies of the real ranks capture
 (tests/data/cpu23-ranks, see test_ranks_capture.py: 18 batches, 51 requests counted, replicas once):
 each change is one an export can carry (the size in a payload column instead of the message, the
 default domain, many domains, a batch name with glob characters, ranges ended on another thread,
@@ -12,10 +12,10 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze import nvtx
-from clef_prof.analyze.export import Export
-from clef_prof.analyze.result import analyze
-from clef_prof.config import StageConfig
+from clef_prof.analyze.read import nvtx
+from clef_prof.analyze.read.export import Export
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.config import StageConfig
 
 NAME = "cpu23-ranks"
 PAYLOADS = ("int64Value", "uint64Value", "int32Value", "uint32Value")

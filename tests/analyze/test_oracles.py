@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.intervals import covered, innermost_containing, union
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.intervals import covered, innermost_containing, union
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 GPU_SLICES = ["gpu-main-slice", "gpu-pr-slice", "gpu25-pr-slice"]

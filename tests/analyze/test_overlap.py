@@ -6,10 +6,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof import cupti
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.intervals import covered, innermost_containing, nesting_depth, union
-from clef_prof.analyze.slicing import slice_capture
+from clef_prof.base import cupti
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.intervals import covered, innermost_containing, nesting_depth, union
+from clef_prof.capture.slicing import slice_capture
 
 
 @pytest.fixture(scope="module")

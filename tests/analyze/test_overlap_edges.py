@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze.overlap import BatchUnion, span_union
+from clef_prof.analyze.figures.overlap import BatchUnion, span_union
 from conftest import loop_union
 
 
@@ -58,7 +58,7 @@ def test_batch_union_near_2_to_62_ns():
 def stream(chunks, sources=("k",), batches=((1, 0, 100),)):
     """A BusyStream over batch spans (pk, start, end), fed chunks (source, start, end, staged[, pk]),
     each source marked done at the end: (busy ns within each span, busy ns of the staged work)."""
-    from clef_prof.analyze.overlap import BusyStream
+    from clef_prof.analyze.figures.overlap import BusyStream
 
     pk, bs, be = (arr(*c) for c in zip(*batches))
     busy = BusyStream(pk, bs, be, list(sources))
@@ -74,7 +74,7 @@ def stream(chunks, sources=("k",), batches=((1, 0, 100),)):
 def test_out_of_order_rows_are_refused_in_ordered_mode():
     """Each chunk of a table in start order, but the second starts before the first one's last
     start; or two rows of one chunk out of order: `Unordered` (the caller starts over unordered)."""
-    from clef_prof.analyze.overlap import Unordered
+    from clef_prof.analyze.figures.overlap import Unordered
 
     with pytest.raises(Unordered):
         stream([("k", [10, 30], [20, 40], [1, 1]), ("k", [25], [35], [1])])

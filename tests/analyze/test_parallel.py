@@ -9,10 +9,11 @@ from concurrent.futures import Future
 
 import pytest
 
-from clef_prof import errors
-from clef_prof.analyze import export, parallel
+from clef_prof.base import errors
+from clef_prof.analyze.read import export
+from clef_prof.analyze import parallel
 from clef_prof.analyze.parallel import map_captures, worker_count
-from clef_prof.errors import CaptureError, ClefError
+from clef_prof.base.errors import CaptureError, ClefError
 
 
 @pytest.mark.parametrize("cpus,jobs,readers", [(8, 2, 4), (8, 3, 2), (8, 8, 1), (8, 16, 1), (8, 0, 8), (8, 1, 8),
@@ -144,7 +145,7 @@ def test_a_process_pinned_to_one_cpu_plans_for_one():
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
-    code = ("import os; from clef_prof.analyze import export, parallel; "
+    code = ("import os; from clef_prof.analyze.read import export; from clef_prof.analyze import parallel; "
             "print(os.cpu_count(), export.usable_cpus(), export.READERS, parallel._readers_per_job(1))")
     first = min(os.sched_getaffinity(0))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
@@ -187,7 +188,7 @@ def test_the_first_failure_stops_the_analyses_still_running(capture):
             raise CaptureError("bad: lacks table X")
         started.set()
         assert export.TASK.get().stop.wait(10)       # told to stop before its first read
-        from clef_prof.analyze.result import analyze
+        from clef_prof.analyze.pipeline import analyze
         analyze(p)
         finished.append(p)
 
@@ -198,7 +199,7 @@ def test_the_first_failure_stops_the_analyses_still_running(capture):
 
 
 def test_a_stopped_task_stops_an_analysis_and_its_stream(capture):
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.pipeline import analyze
     task = export.Task(1)
     task.cancel()
     token = export.TASK.set(task)

@@ -12,9 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clef_prof.analyze import cuda as cu, export as export_mod, result as analysis
-from clef_prof.analyze.metrics import BATCH_KEYS
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.figures import cuda as cu
+from clef_prof.analyze.read import export as export_mod
+from clef_prof.analyze.figures import cuda_pass as analysis
+from clef_prof.analyze.figures.metrics import BATCH_KEYS
+from clef_prof.analyze.pipeline import analyze
 
 GPU = ("gpu-q1c16-main", "gpu-q1c16-pr", "gpu25-bertsrv", "gpu25-sync-slice")
 
@@ -90,7 +92,7 @@ def test_out_of_order_pass_gives_the_same_per_batch_figures(capture, reversed_ke
     """A kernel table stored in reverse start order makes the GPU pass start over holding every
     interval (`ordered=False`, merged every COMPACT_AT rows): the per-batch table is unchanged."""
     f, modes = reversed_kernels
-    monkeypatch.setattr("clef_prof.analyze.overlap.COMPACT_AT", 5000)   # merge held intervals several times
+    monkeypatch.setattr("clef_prof.analyze.figures.overlap.COMPACT_AT", 5000)   # merge held intervals several times
     a = analyze(str(f))
     assert modes == [True, False]
     ref = analyze(str(capture("gpu-q1c16-main"))).batch_table
@@ -128,7 +130,7 @@ def test_batch_union_by_brute_force(far):
     """BatchUnion against a per-batch union by hand, fed in windows with watermarks; with `far`
     the last interval starts 2**61 ns later (a damaged row), so the packed (batch, time) sort key
     would overflow and the lexsort path runs."""
-    from clef_prof.analyze.overlap import BatchUnion
+    from clef_prof.analyze.figures.overlap import BatchUnion
 
     rng = np.random.default_rng(7)
     n, batches, spread = 4000, 9, 10**9

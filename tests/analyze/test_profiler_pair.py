@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
 from clicheck import run_main
 from conftest import sql
 
@@ -130,7 +130,7 @@ def test_the_server_is_named_by_its_program_not_records_env_wrapper(capture):
     import sqlite3
 
     from clef_prof.explore.frames import Capture
-    from clef_prof.redact import process_name
+    from clef_prof.base.redact import process_name
 
     path = capture("gpu25-pair-pr")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

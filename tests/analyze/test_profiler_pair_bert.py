@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.stages import StageConfig
 from conftest import sql
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from recording import record
 
 pytestmark = pytest.mark.nsys("2023.4")

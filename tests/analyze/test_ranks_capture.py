@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from conftest import sql
 
 NAME = "cpu23-ranks"
@@ -294,7 +294,7 @@ def test_ninety_percent_matched_is_enough(capture, tmp_path, phases):
 @pytest.mark.parametrize("n, ok", [(2**31 - 1, True), (2**31, False)])
 def test_the_largest_batch_size(capture, tmp_path, n, ok):
     """A batch of 2^31 - 1 requests is read; one more is a damaged export, refused in one line."""
-    from clef_prof.errors import CaptureError
+    from clef_prof.base.errors import CaptureError
 
     f = _copy(capture, tmp_path, f"UPDATE NVTX_EVENTS SET text = 'pooler n={n}' WHERE rowid = (SELECT rowid FROM "
                                  "NVTX_EVENTS WHERE text LIKE 'pooler requests=%' ORDER BY start LIMIT 1)")

@@ -9,9 +9,9 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof.analyze import export as export_module
-from clef_prof.analyze.export import Export
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.read import export as export_module
+from clef_prof.analyze.read.export import Export
+from clef_prof.base.errors import CaptureError
 
 
 @pytest.fixture(params=[pytest.param("native", marks=pytest.mark.native), "sqlite", "adbc"], autouse=True)

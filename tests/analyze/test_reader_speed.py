@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from clef_prof.analyze.cuda import CallIndex
-from clef_prof.analyze.result import _pair
+from clef_prof.analyze.figures.cuda import CallIndex
+from clef_prof.analyze.figures.cuda_pass import pair as _pair
 
 
 @pytest.mark.parametrize("spread", [1, 3, 10_000])       # near together (counted) .. far apart (sorted)
@@ -70,7 +70,7 @@ def _covered(iv: list[tuple[int, int]], a: int, b: int) -> int:
 def test_busy_stream_staged_union_shared_until_a_row_is_not_staged(ordered, unstaged_from):
     """BusyStream keeps one union while every row is staged: its figures equal plain loops over
     the same rows, whether or when unstaged rows arrive."""
-    from clef_prof.analyze.overlap import BusyStream
+    from clef_prof.analyze.figures.overlap import BusyStream
 
     rng = np.random.default_rng(7 if unstaged_from is None else unstaged_from)
     n_batches, pks = 40, np.array([5, 9])
@@ -122,9 +122,9 @@ def test_adbc_reads_or_refuses_a_value_past_the_first_record_batch(tmp_path, mon
     NULLs read as the row reader reads them."""
     import sqlite3
 
-    from clef_prof.analyze import export as export_module
-    from clef_prof.analyze.export import Export
-    from clef_prof.errors import CaptureError
+    from clef_prof.analyze.read import export as export_module
+    from clef_prof.analyze.read.export import Export
+    from clef_prof.base.errors import CaptureError
 
     monkeypatch.setattr(export_module, "READER", "adbc")
     monkeypatch.setattr(export_module, "BATCH_ROWS", 500)

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from clef_prof.analyze import export as export_module
-from clef_prof.analyze.export import Export
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.read import export as export_module
+from clef_prof.analyze.read.export import Export
+from clef_prof.base.errors import CaptureError
 
 INFINITE = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r WHERE x < 0"
 
@@ -116,7 +116,7 @@ def test_every_reader_gives_the_same_analysis(capture, monkeypatch):
     """The whole analysis of a real capture, its JSON, through each reader: the C reader against
     ADBC and sqlite3 (each reads every query: integer columns, text columns, rowid windows on
     reader threads and on the caller's)."""
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.pipeline import analyze
 
     path = str(capture("gpu25-concurrent"))
     got = {}

@@ -93,7 +93,7 @@ def test_refusals(tmp_path, capture):
 
 def test_record_writes_the_snapshot_analyze_reads():
     from clef_prof.annotate.spec import load
-    from clef_prof.config import StageConfig
+    from clef_prof.base.config import StageConfig
     from clef_prof.record.session import recorded_stage_config
 
     snap = recorded_stage_config(str(SPEC))
@@ -107,8 +107,8 @@ def test_record_writes_the_snapshot_analyze_reads():
 @pytest.mark.parametrize("damage", [{"stages": []}, {"stages": [1]}, {"batch": ""}, {"findings": {"x": "1"}},
                                     {"findings": {"x": float("nan")}}, {"engine_id_pattern": 3}])
 def test_damaged_snapshot_is_one_error(damage):
-    from clef_prof.config import StageConfig
-    from clef_prof.errors import ClefError
+    from clef_prof.base.config import StageConfig
+    from clef_prof.base.errors import ClefError
 
     snap = {"domain": "clef", "batch": "pooler", "stages": ["head"], "findings": {}, **damage}
     with pytest.raises(ClefError, match="damaged manifest"):

@@ -1,11 +1,11 @@
-"""analyze.result at its edges, on a real GPU capture (gpu25-q1c16-pr, nsys 2025.3) and copies of it
+"""analyze.pipeline at its edges, on a real GPU capture (gpu25-q1c16-pr, nsys 2025.3) and copies of it
 edited with SQL: each figure against SQL over the export. The cases the mutation pass of result.py
 found untested (docs/mutation.md)."""
 from __future__ import annotations
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from conftest import edited_copy, sql
 
 CAP = "gpu25-q1c16-pr"
@@ -61,7 +61,7 @@ def test_zero_length_rows_are_not_reversed(base, tmp_path):
 def test_an_export_without_nvtx_is_told_from_a_foreign_file(base, tmp_path, drop):
     """An nsys export with no NVTX_EVENTS (recorded without -t nvtx) says so, whether it still
     holds its export metadata, its StringIds or both; a SQLite file with neither is no export."""
-    from clef_prof.errors import CaptureError
+    from clef_prof.base.errors import CaptureError
     path, _ = base
     cut = edited_copy(path, tmp_path / "cut.sqlite", "DROP TABLE NVTX_EVENTS", *(f"DROP TABLE {t}" for t in drop))
     with pytest.raises(CaptureError) as exc:
@@ -82,7 +82,7 @@ def test_batch_and_outside_batch_figures_on_third_party_code(capture):
     """bertsrv (gpu25-bert-pair): parse, transfer and head run inside its batches, encode on the
     event-loop thread outside every batch. Each stage's host ms outside batches, the batch's host
     ms per request and its CUDA launches (stages and the batch's own, no stage) by SQL."""
-    from clef_prof.analyze.stages import StageConfig
+    from clef_prof.analyze.figures.stages import StageConfig
     path = capture("gpu25-bert-pair")
     r = analyze(str(path), StageConfig(stages=("parse", "transfer", "head", "encode"))).result
     for name in ("parse", "transfer", "head", "encode"):
@@ -118,7 +118,7 @@ def test_the_batch_counts_only_cuda_work_launched_inside_it(capture, tmp_path):
 def test_copy_sizes_up_to_one_tib_are_read_beyond_it_refused(base, tmp_path, value, refused):
     """One memcpy record of up to 1 TiB is a copy (its bytes counted); beyond it, or negative, the
     export is damaged: one line."""
-    from clef_prof.errors import CaptureError
+    from clef_prof.base.errors import CaptureError
     path, r = base
     row = sql(path, "SELECT rowid, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 ORDER BY rowid LIMIT 1")[0]
     big = edited_copy(path, tmp_path / "big.sqlite", ("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = ? WHERE rowid = ?",

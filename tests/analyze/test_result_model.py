@@ -13,7 +13,7 @@ import pytest
 
 from clef_prof.analyze.model import (SCHEMA, BatchFigures, CudaCounts, CudaPerRequest, Finding, LostRecords, Result,
                                      StageFigures, ThreadFacts)
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 SLICES = ("gpu-main-slice", "gpu25-pr-slice", "cpu23-inline")

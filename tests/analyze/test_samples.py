@@ -1,5 +1,5 @@
 """Python functions per stage from clef-prof's own sampler (clef_prof.annotate.sampler,
-clef_prof.analyze.samples), on a real recording (nsys 2023.4 on the CPU) of
+clef_prof.analyze.figures.samples), on a real recording (nsys 2023.4 on the CPU) of
 tests/programs/sampled_split.py: a `head` stage that calls `three(3K)` then `one(K)`, the same loop
 body. Oracles: the program's own perf_counter_ns split, SQL over the export (marks joined to the
 head ranges of their thread), a by-hand Wilson bound; hostile edits of a copy of the export."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, share_interval, wilson
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.samples import NO_FRAMES, UNKNOWN_FRAME, UNKNOWN_STACK, share_interval, wilson
 from clef_prof.annotate import sampler
 from conftest import SAMPLES_IN_HEAD, sql
 

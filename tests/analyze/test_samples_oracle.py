@@ -1,4 +1,4 @@
-"""Every figure of the samples part of analyze's result (clef_prof.analyze.samples) against a
+"""Every figure of the samples part of analyze's result (clef_prof.analyze.figures.samples) against a
 reading of the export by hand, on real recordings of tests/programs/sampled_split.py under nsys
 2023.4 with clef-prof's sampler at 200 Hz (cpu23-sampled: 96 marks, 3 stacks; cpu23-samples-main-1:
 237 marks, 8 stacks, stacks of depth 2 to 4). The oracle reads the sampler's marks, frame and stack
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze import samples as smp
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.figures import samples as smp
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.stages import StageConfig
 from conftest import edited_copy, sql
 from nsys_json_oracle import decode
 
@@ -612,7 +612,7 @@ def test_an_emptied_python_functions_table_gives_no_python_view(tmp_path, monkey
     export): no Python view and no error; the stages as before."""
     import shutil
 
-    from clef_prof.analyze import kineto
+    from clef_prof.analyze.read import kineto
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps(_py_trace([("m.py(1): a", 150, 100, 1, None)])))

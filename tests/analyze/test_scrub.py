@@ -1,4 +1,4 @@
-"""clef_prof.analyze.scrub on copies of real captures: what nsys itself writes (the exports in
+"""clef_prof.capture.scrub on copies of real captures: what nsys itself writes (the exports in
 tests/data still hold the profiled command's arguments and working folder, the host name, the
 export's paths, the target's system environment, process output streams and kernel-thread names),
 and secrets planted with sqlite3 into a GPU slice in each place nsys puts text (NUL-separated
@@ -18,10 +18,10 @@ from typing import NamedTuple
 
 import pytest
 
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.scrub import check_file_for_secrets, rewrite, scrub_file
-from clef_prof.analyze.slicing import _cut, slice_capture
-from clef_prof.errors import ClefError
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.capture.scrub import check_file_for_secrets, rewrite, scrub_file
+from clef_prof.capture.slicing import _cut, slice_capture
+from clef_prof.base.errors import ClefError
 from clicheck import run_main
 from conftest import sha256
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.scrub import REMOVED, scrub
+from clef_prof.capture.scrub import REMOVED, scrub
 from conftest import edited_copy
 
 
@@ -110,8 +110,8 @@ def test_a_row_whose_rowid_names_a_stream_is_still_read_in_other_tables(capture,
 
 
 def test_scrub_names_the_source_of_a_file_that_is_no_export(tmp_path):
-    from clef_prof.analyze.scrub import scrub_file
-    from clef_prof.errors import CaptureError
+    from clef_prof.capture.scrub import scrub_file
+    from clef_prof.base.errors import CaptureError
     src = tmp_path / "plain.sqlite"
     with sqlite3.connect(src) as c:
         c.execute("CREATE TABLE t (x)")
@@ -121,7 +121,7 @@ def test_scrub_names_the_source_of_a_file_that_is_no_export(tmp_path):
 
 
 def test_check_groups_show_three_example_rows():
-    from clef_prof.analyze.scrub import Finding, grouped
+    from clef_prof.capture.scrub import Finding, grouped
     found = [Finding("NOTES", "note", i, "hf-token", "x") for i in (9, 3, 7, 1, 5)]
     (g,) = grouped(found)
     assert (g.count, g.rowids, g.place) == (5, [1, 3, 5], "NOTES.note")

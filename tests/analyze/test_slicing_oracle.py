@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.scrub import scrub_file
-from clef_prof.analyze.slicing import slice_capture
-from clef_prof.errors import CaptureError
+from clef_prof.capture.scrub import scrub_file
+from clef_prof.capture.slicing import slice_capture
+from clef_prof.base.errors import CaptureError
 
 CAPTURE = "gpu25-q1c16-pr"          # RUNTIME, KERNEL, MEMCPY, SYNCHRONIZATION, GRAPH_TRACE, OSRT with call chains,
 GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",

@@ -12,10 +12,11 @@ import sys
 import pandas as pd
 import pytest
 
-from clef_prof.analyze import result as analysis, export as capture_mod
+from clef_prof.analyze.figures import cuda_pass as analysis
+from clef_prof.analyze.read import export as capture_mod
 from clef_prof.analyze.model import Result
-from clef_prof.analyze.result import analyze
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.base.errors import CaptureError
 from clef_prof.analyze import parallel
 from clef_prof.analyze.parallel import analyze_many
 from clicheck import assert_one_line, run_main

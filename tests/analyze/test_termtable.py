@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from clef_prof.analyze import termtable
-from clef_prof.analyze.termtable import Column, table, width, wrap
+from clef_prof.explore import termtable
+from clef_prof.explore.termtable import Column, table, width, wrap
 
 STAGES = [Column("stage", "left"), Column("ms per request"), Column("H2D copies"), Column("bytes per request")]
 STAGE_ROWS = [["parse", "0.50", "3", "4,848"], ["transfer", "12.25", "10", "1,212"]]

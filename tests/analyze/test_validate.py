@@ -6,9 +6,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from clef_prof import cupti
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.base import cupti
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.stages import StageConfig
 from clicheck import run_main
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"

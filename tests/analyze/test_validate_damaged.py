@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from clef_prof.analyze import validate
-from clef_prof.analyze.export import Export
-from clef_prof.analyze.nvtx import census
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.stages import build
-from clef_prof.config import StageConfig
-from clef_prof.errors import CaptureError
+from clef_prof.analyze.judge import validate
+from clef_prof.analyze.read.export import Export
+from clef_prof.analyze.read.nvtx import census
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.stages import build
+from clef_prof.base.config import StageConfig
+from clef_prof.base.errors import CaptureError
 from conftest import edited_copy, sql
 
 NAME = "gpu25-concurrent"

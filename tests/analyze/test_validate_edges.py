@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from clef_prof.analyze import validate
-from clef_prof.analyze.manifest import check_manifest, edge_tolerance
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.judge import validate
+from clef_prof.analyze.judge.manifest import check_manifest
+from clef_prof.analyze.read.manifest import edge_tolerance
+from clef_prof.analyze.pipeline import analyze
 from conftest import sql
 
 POOLER = "SELECT start, \"end\" FROM NVTX_EVENTS WHERE text LIKE 'pooler n=%' ORDER BY start"
@@ -160,7 +161,7 @@ def test_nsys_messages_are_passed_on(slice_result):
 
 
 def test_manifest_beside_an_export(tmp_path):
-    from clef_prof.analyze.manifest import ManifestError, find_for, read
+    from clef_prof.analyze.read.manifest import ManifestError, find_for, read
 
     exp = tmp_path / "capture.sqlite"
     exp.write_bytes(b"")
@@ -213,7 +214,7 @@ def test_cuda_traced_or_not(capture, tmp_path, how, statements, manifest, asked)
     f = _variant(capture, tmp_path / "v", *statements)
     if manifest is not None:
         (tmp_path / "v" / "manifest.json").write_text(json.dumps({"export": "capture.sqlite", **manifest}))
-    from clef_prof.analyze.export import Export
+    from clef_prof.analyze.read.export import Export
     with Export.open(f) as cap:
         assert validate.trace_requested(cap, "cuda") is asked
         assert validate.trace_requested(cap, "nvtx") is (None if how == "no strings at all" else True)
@@ -246,7 +247,7 @@ def test_nvtx_present_or_not(capture, tmp_path, statements, says):
     ((FLAGS_GONE, "DELETE FROM StringIds WHERE value LIKE '%NVTX%'", STARTED),
      "no NVTX_EVENTS table, and the export does not record whether NVTX was traced (could not tell)")])
 def test_no_nvtx_table(capture, tmp_path, statements, says):
-    from clef_prof.errors import ClefError
+    from clef_prof.base.errors import ClefError
     f = _variant(capture, tmp_path / "v", "DROP TABLE NVTX_EVENTS", *statements)
     with pytest.raises(ClefError) as exc:
         analyze(f)

@@ -6,7 +6,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from recording import nvtx_python, record
 
 pytestmark = pytest.mark.nsys("2023.4")

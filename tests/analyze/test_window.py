@@ -8,8 +8,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from clef_prof.analyze import cuda as cu
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.figures import cuda as cu
+from clef_prof.analyze.pipeline import analyze
 
 FRAMES = ("calls", "transfers", "kernels", "gpu_busy")
 

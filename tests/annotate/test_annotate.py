@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from clef_prof.annotate import api as annotate, nvtx_client
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from recording import nvtx_python, record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -509,7 +509,7 @@ BATCHES = 12
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
     """{(version, mode): (analysis result, program facts)}: one nsys run each, 4 in all."""
-    from clef_prof.analyze.result import analyze
+    from clef_prof.analyze.pipeline import analyze
     tmp = tmp_path_factory.mktemp("inject-nsys")
     out = {}
     for v in NSYS_VERSIONS:
@@ -549,8 +549,8 @@ def test_nsys_records_stages_in_the_worker(captures, version, mode):
 def test_nsys_2023_4_accepts_emitted_json(tmp_path):
     """nsys 2023.4 runs the JSON of --emit-nsys-json (no nvtx package needed): ranges named
     module.qualname, the range name as category; analyze reads them with the printed options."""
-    from clef_prof.analyze.result import analyze
-    from clef_prof.config import StageConfig
+    from clef_prof.analyze.pipeline import analyze
+    from clef_prof.base.config import StageConfig
     js = tmp_path / "pooler.json"
     p = run_cli("inject", "--spec", "pooler.toml", "--emit-nsys-json", js, cwd=PROGRAMS,
                 env=clean_env(PYTHONPATH=str(ROOT)))

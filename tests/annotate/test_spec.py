@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import config
-from clef_prof.errors import SpecError
+from clef_prof.base import config
+from clef_prof.base.errors import SpecError
 from clef_prof.annotate.spec import Binding, Target, from_dict, load
 from clicheck import run_main
 

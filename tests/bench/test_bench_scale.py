@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof import cupti
-from clef_prof.analyze.result import analyze
+from clef_prof.base import cupti
+from clef_prof.analyze.pipeline import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 NSYS = ROOT / ".nsys" / "2023.4" / "nsys"

@@ -238,7 +238,7 @@ def test_renderer_edges():
 
 
 def test_terminal_table_aligns_figures_right():
-    """The table (analyze.termtable's layout: a rule of ─ under the headers marks each column):
+    """The table (explore.termtable's layout: a rule of ─ under the headers marks each column):
     figures flush right in their columns, labels and the verdict flush left, every cell whole."""
     import re
 

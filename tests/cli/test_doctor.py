@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from recording import nsys_path, nvtx_python
 
-from clef_prof import cupti
+from clef_prof.base import cupti
 from clef_prof.cli import doctor
 from clicheck import run_main
 
@@ -161,14 +161,14 @@ def test_says_how_analyze_reads_exports(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0")
     r = doctor.check([str(nsys)], env={})
-    from clef_prof.analyze import _scan
+    from clef_prof.analyze.read import _scan
 
     assert f"\nanalyze   C reader (SQLite {_scan.sqlite_version}): exports read at SQLite's own speed\n" \
         in doctor.render(r) and _scan.sqlite_version.split(".")[0] == sqlite3.sqlite_version.split(".")[0] == "3"
     import clef_prof.analyze
 
-    monkeypatch.setitem(sys.modules, "clef_prof.analyze._scan", None)      # import fails as if never built
-    monkeypatch.delattr(clef_prof.analyze, "_scan")
+    monkeypatch.setitem(sys.modules, "clef_prof.analyze.read._scan", None)      # import fails as if never built
+    monkeypatch.delattr(clef_prof.analyze.read, "_scan")
     without = doctor.check([str(nsys)], env={})
     text = doctor.render(without)
     line = " ".join(text[text.index("\nanalyze"):text.index("\ndriver")].split())      # wrapped at the width

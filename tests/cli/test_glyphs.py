@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.glyphs import ASCII_FOR, HANDLER, ascii_text, fit_streams
+from clef_prof.base.glyphs import ASCII_FOR, HANDLER, ascii_text, fit_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 # relative to ROOT, where the commands run: the report's first lines hold the path, whose width

@@ -234,7 +234,7 @@ def test_an_export_in_wal_mode_gets_no_files_beside_it(copy_of, tmp_path, reader
     """An export switched to WAL mode (its WAL checkpointed and gone): analyzed through each
     reader and reported, nothing is made beside it (no -wal, no -shm), and it is not changed."""
     if reader == "native":
-        pytest.importorskip("clef_prof.analyze._scan")
+        pytest.importorskip("clef_prof.analyze.read._scan")
     src = copy_of()
     con = sqlite3.connect(src)
     assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)

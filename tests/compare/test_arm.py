@@ -168,7 +168,7 @@ def test_missing_exports_and_folders_are_named_not_hashed(tmp_path):
 def test_a_copied_report_and_its_copied_export_are_one_run_said_once(tmp_path, monkeypatch):
     """An arm naming two reports that are byte-identical copies, each with its export beside it
     (identical too): one run, and one note, though both its files match."""
-    from clef_prof.analyze import inputs
+    from clef_prof.analyze.read import inputs
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     reports = []
     for d in ("r1", "r2"):

@@ -19,10 +19,10 @@ from clef_prof.compare.arm import CompareError, collect
 from clef_prof.compare import resample
 from clef_prof.compare.resample import arm_rngs, percentile_interval, resampled_sums
 from clef_prof.cli.app import main
-from clef_prof.analyze.inputs import InputError
-from clef_prof.errors import EXIT_NOT_JUDGED, CaptureError
+from clef_prof.analyze.read.inputs import InputError
+from clef_prof.base.errors import EXIT_NOT_JUDGED, CaptureError
 from clef_prof.compare.gates import evaluate_gates, gate_line, parse_gate, render_markdown
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.figures.stages import StageConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SLICE_MAIN = ROOT / "traces" / "gpu-main-slice.sqlite"

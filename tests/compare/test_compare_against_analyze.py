@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from clef_prof.analyze.slicing import slice_capture
+from clef_prof.capture.slicing import slice_capture
 from clicheck import run_main
 
 WINDOWS = ((150_000_000, 650_000_000), (700_000_000, 1_400_000_000))

@@ -10,7 +10,7 @@ import pytest
 from calibration import capture_data, harness
 from clef_prof.compare.arm import Arms, CaptureRef
 from clef_prof.compare.engine import compare
-from clef_prof.config import StageConfig
+from clef_prof.base.config import StageConfig
 
 SIM = harness()
 STUDIES = 2000

@@ -139,7 +139,7 @@ def test_a_capture_without_cuda_is_named_with_the_reason(capture):
 def test_one_batch_and_an_empty_batch_are_compared(tmp_path):
     """A capture of a single batch is a capture; a batch of n=0 (a server's empty flush) is a batch
     with no request."""
-    from clef_prof.analyze.slicing import slice_capture
+    from clef_prof.capture.slicing import slice_capture
     (start, end), = sql(MAIN, f"SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 AND {BATCH_NAME} "
                               "LIKE 'pooler n=%' ORDER BY start LIMIT 1")
     one = tmp_path / "one.sqlite"

@@ -14,7 +14,7 @@ from clef_prof.compare import welch
 from clef_prof.compare.arm import Arms, CaptureRef
 from clef_prof.compare.engine import compare
 from clef_prof.compare.family import apply_family, family_gates
-from clef_prof.config import StageConfig
+from clef_prof.base.config import StageConfig
 
 STUDIES = 4000          # sd of a 5% rate: 0.34%
 

@@ -15,7 +15,7 @@ import statistics
 import numpy as np
 import pytest
 
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.figures.stages import StageConfig
 from clef_prof.cli.app import main
 from clef_prof.compare import engine as comparison
 from clef_prof.compare import welch

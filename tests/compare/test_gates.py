@@ -12,7 +12,7 @@ import pytest
 from clef_prof.compare.arm import CompareError
 from clef_prof.compare.gates import (_fmt_change, _fmt_value, evaluate_gates, gate_exit, gate_line, gate_status,
                                     parse_gate)
-from clef_prof.errors import EXIT_NOT_JUDGED
+from clef_prof.base.errors import EXIT_NOT_JUDGED
 
 KNOWN = {"per_request.h2d_copies": "per_request.h2d_copies", "h2d": "per_request.h2d_copies",
          "stages.index.host_ms_per_request": "stages.index.host_ms_per_request",

@@ -11,7 +11,7 @@ from clef_prof.analyze.model import (BatchFigures, CaptureFacts, CudaCounts, Cud
                                      Overlap, PerRequest, Result, StageFigures)
 from clef_prof.compare.arm import Arms, CaptureRef
 from clef_prof.compare.engine import CaptureData, compare
-from clef_prof.config import StageConfig
+from clef_prof.base.config import StageConfig
 
 
 def simulated(rng, n, per_request_ms, noise_ms) -> CaptureData:

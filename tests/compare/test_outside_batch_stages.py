@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from clef_prof.analyze.slicing import slice_capture
+from clef_prof.capture.slicing import slice_capture
 from clicheck import run_main
 from conftest import edited_copy, sql
 

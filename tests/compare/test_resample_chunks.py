@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clef_prof.analyze import export
+from clef_prof.analyze.read import export
 from clef_prof.compare import resample
 from clef_prof.compare.resample import arm_rngs, ratio, resampled_sums, resampled_sums_of_arms
 

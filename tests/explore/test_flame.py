@@ -13,8 +13,8 @@ from html.parser import HTMLParser
 import pytest
 
 import clef_prof
-from clef_prof.analyze.result import analyze
-from clef_prof.analyze.stages import StageConfig
+from clef_prof.analyze.pipeline import analyze
+from clef_prof.analyze.figures.stages import StageConfig
 from clef_prof.cli.app import main
 from clef_prof.explore import svg
 from conftest import sql

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import clef_prof
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.explore.frames import Capture, arm_means, clear_cache, parse_rids
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"

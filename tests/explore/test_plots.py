@@ -11,7 +11,7 @@ from matplotlib.collections import LineCollection
 
 import clef_prof
 from clef_prof.explore import plots
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.explore.frames import arm_means
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof.analyze import cuda as cu
-from clef_prof.analyze.result import Analysis, analyze
-from clef_prof.errors import ClefError
+from clef_prof.analyze.figures import cuda as cu
+from clef_prof.analyze.pipeline import Analysis, analyze
+from clef_prof.base.errors import ClefError
 from clef_prof.explore import svg
 from clef_prof.explore.html import render_html
 from clef_prof.explore.style import (GRAPH_COLOR, LANE_BATCH, LANE_D2H, LANE_GRAPHS, LANE_H2D, LANE_KERNELS,

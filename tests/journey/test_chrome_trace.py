@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from clef_prof.analyze import journey as jn
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.figures import journey as jn
+from clef_prof.analyze.pipeline import analyze
 from conftest import ROOT
 from trace_rules import violations
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from clef_prof.analyze.journey import select
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.figures.journey import select
+from clef_prof.analyze.pipeline import analyze
 from conftest import edited_copy, sql
 from journey_oracle import check, compute
 

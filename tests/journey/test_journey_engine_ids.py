@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate import spec as sp
 from conftest import ROOT
 from journey_oracle import check, compute

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from journey_oracle import check, compute
 from conftest import DATA
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.inputs import resolve
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.read.inputs import resolve
+from clef_prof.analyze.pipeline import analyze
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SEGMENTS = ("receive", "queue", "batch", "after_batch", "encode", "send", "unattributed")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import clef_prof
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.explore import svg, text
 from clef_prof.explore.html import render_html
 from conftest import ROOT

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from conftest import ROOT
 from httpcheck import free_port
 from journey_oracle import check, compute

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate import spec as sp
-from clef_prof.errors import SpecError
+from clef_prof.base.errors import SpecError
 from conftest import ROOT
 from journey_oracle import check, compute
 from recording import profile

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import clef_prof
-from clef_prof.analyze.journey import batch_stage_ns
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.figures.journey import batch_stage_ns
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.explore import text
 from conftest import ROOT, edited_copy, sql
 from journey_oracle import check, compute

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.record import demo_server as ds, load as loadgen
 from httpcheck import call, free_port, REQ
 

@@ -13,16 +13,16 @@ import sqlite3
 
 import pytest
 
-from clef_prof.analyze.result import analyze
+from clef_prof.analyze.pipeline import analyze
 from clef_prof.annotate import sampler
 from clef_prof.annotate.clock import DOMAIN as CLOCK_DOMAIN, PERIOD_S
-from clef_prof.config import CLOCK_MARK_MESSAGE, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ, StageConfig
+from clef_prof.base.config import CLOCK_MARK_MESSAGE, ENV_CLOCK_MARKS, ENV_PY_SAMPLING_HZ, StageConfig
 from recording import record
 
 # the parent starts the client and its threads with its first range, then forks two workers;
 # each process runs batches of one request (a parse stage in each) and writes how many it ran.
 # The request ids tell the workers apart: two workers that run back-to-back batches of one
-# request each, without ids, are what analyze takes for replica ranks (analyze.ranks)
+# request each, without ids, are what analyze takes for replica ranks (analyze.figures.ranks)
 CHILD_S = 1.5
 PROGRAM = f"""
     import json, os, sys, time

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.record import load as loadgen
 from clicheck import assert_one_line, run_main
 from httpcheck import free_port
@@ -356,3 +356,19 @@ def test_demo_server_dying_mid_load():
     assert set(s["error_kinds"]) <= {"server disconnected", "connection reset", "connection refused",
                                      "answer cut short"}
     assert s["error_kinds"].get("connection refused", 0) > 0 and s["errors"] <= 4 * (1.5 / 0.05 + 2)
+
+
+def test_the_load_measures_its_own_loop_lag(canned):
+    """The summary of a span holds how late the client loop's probe woke (mean and p99, ms):
+    what the client check allows for the client's own wait. A probe wakes every 5 ms, so a 0.6 s
+    run holds about 100 of them, each late by at least 0."""
+    load = run_load(canned, 0.6, concurrency=4)
+    s = load.summary()
+    assert 40 <= len(load.lags) <= 130
+    lags = sorted(lag / 1e6 for _, lag in load.lags)
+    assert s["loop_lag_ms_mean"] == pytest.approx(sum(lags) / len(lags), rel=1e-12)
+    assert 0 <= s["loop_lag_ms_mean"] <= s["loop_lag_ms_p99"] <= lags[-1]
+    t0 = load.lags[len(load.lags) // 2][0]
+    half = load.summary(t0, None)
+    assert half["loop_lag_ms_mean"] == pytest.approx(
+        sum(lag for t, lag in load.lags if t > t0) / 1e6 / sum(1 for t, _ in load.lags if t > t0), rel=1e-12)

@@ -1,4 +1,4 @@
-"""How `clef-prof record` turns its options into nsys commands (clef_prof.record.plan, clef_prof.nsys),
+"""How `clef-prof record` turns its options into nsys commands (clef_prof.record.plan, clef_prof.base.nsys),
 held against README "Record": the default switches (`-t cuda,nvtx,osrt`, Python sampling at 100 Hz,
 the CUDA graph trace, the capture range of each window, fork tracing, output naming), the options
 that change them, switches passed with --nsys-arg replacing record's own (nsys refuses a switch
@@ -18,8 +18,8 @@ import pytest
 
 from clef_prof.cli import app as cli
 from clef_prof.cli.record import config_from
-from clef_prof.errors import ClefError
-from clef_prof.nsys import Nsys
+from clef_prof.base.errors import ClefError
+from clef_prof.base.nsys import Nsys
 from clef_prof.record.plan import plan, server_env
 from clef_prof.record.presets import DEFAULT_NVTX_CAPTURE
 from clef_prof.record.session import Recording

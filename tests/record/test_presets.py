@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from clef_prof.nsys import Nsys
+from clef_prof.base.nsys import Nsys
 from clef_prof.cli.record import config_from
 from clef_prof.record.plan import plan
 from clef_prof.record.presets import max_iterations

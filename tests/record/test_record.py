@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_prof.analyze.manifest import check_manifest
+from clef_prof.analyze.judge.manifest import check_manifest
 from clef_prof.record import manifest as mf
 from httpcheck import free_port
 
@@ -120,7 +120,7 @@ def analyze(path: Path, mark: str) -> dict:
 
 def manifest_warnings(export: Path, m: dict, spec: Path | None = None) -> list[str]:
     """check_manifest on analyze's typed result of `export` (`analyze` above reads the CLI's JSON)."""
-    from clef_prof.analyze.result import analyze as analyze_export
+    from clef_prof.analyze.pipeline import analyze as analyze_export
     from clef_prof.annotate.spec import stage_config
 
     return check_manifest(analyze_export(str(export), stage_config(str(spec) if spec else None)).result, m)

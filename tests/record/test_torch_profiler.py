@@ -12,7 +12,7 @@ import pytest
 
 from clef_prof.cli import app as cli
 from clef_prof.cli.record import config_from
-from clef_prof.errors import ClefError
+from clef_prof.base.errors import ClefError
 from clef_prof.record.plan import plan
 from clicheck import run_main
 

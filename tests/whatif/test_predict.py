@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from clef_prof.errors import EXIT_INPUT
+from clef_prof.base.errors import EXIT_INPUT
 from clef_prof.whatif.fit import slope
 from clef_prof.whatif.model import Observation
 from clef_prof.whatif.predict import combine, predict, stage_changes

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clef_prof.errors import EXIT_INPUT
+from clef_prof.base.errors import EXIT_INPUT
 from clef_prof.record import procs
 from clef_prof.whatif import store
 from clef_prof.whatif.run import analysis

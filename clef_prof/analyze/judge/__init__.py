@@ -1,0 +1,1 @@
+"""Judging: validation warnings and findings over the typed result."""

@@ -1,0 +1,1 @@
+"""Tools that write captures: scrub (secrets out) and slice (a time window)."""
