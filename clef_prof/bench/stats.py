@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ..compare import welch
-from ..errors import ClefError
+from ..base.errors import ClefError
 from ..compare.gates import gate_status
 
 METRICS = {  # name: (numerator column, denominator column, unit)
