@@ -652,6 +652,7 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "parity": parity,
         "slo": {"slos": slos, "per_request_ms": min(x["max_ms"] for x in slos), "loads": bs.slo_loads(out_cases, slos)}
         if slos else None,
+        "capacity": bs.capacity(out_cases, confidence),
         "gates": verdicts,
         "family": fam,
         "servers": servers,

@@ -363,6 +363,35 @@ def saturation(cases: list[dict]) -> None:
                 c["saturation"][name] = s
 
 
+def capacity(cases: list[dict], confidence: float) -> list[dict]:
+    """Per load group and arm, the capacity the load reached: requests/s at the highest load point
+    flagged saturated (past the knee, achieved stays at capacity), with the t interval of its
+    servers' figures on logs (servers as units; none below MIN_UNITS); None where no load point
+    of the arm saturated (the sweep stayed below its knee)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cases:
+        groups.setdefault(load_axis(c["case"])[0], []).append(c)
+    out = []
+    for g, cs in groups.items():
+        arms = {}
+        for name in cs[0]["arms"]:
+            sat = [c for c in cs if c["saturation"][name]["saturated"]]
+            if not sat:
+                arms[name] = None
+                continue
+            c = max(sat, key=lambda c: load_axis(c["case"])[2])
+            a = c["arms"][name]
+            logs = np.log([v for v in a["server_rps"] if v > 0])
+            ci = None
+            if len(logs) >= welch.MIN_UNITS:
+                half = float(welch.t_quantile(0.5 + confidence / 2, len(logs) - 1)) * logs.std(ddof=1) / math.sqrt(len(logs))
+                ci = [math.exp(logs.mean() - half), math.exp(logs.mean() + half)]
+            arms[name] = {"case": c["label"], "load": load_axis(c["case"])[2], "capacity_rps": a["throughput_rps"],
+                          "ci": ci, "servers": len(logs)}
+        out.append({"group": group_label(g), "loop": g[2], "arms": arms})
+    return out
+
+
 def server_metrics(windows: list[dict]) -> dict | None:
     """The server's own gauges over its windows (GET /metrics): queue depth and running requests,
     the mean of the windows' means and the highest sample; None when none was scraped."""
@@ -468,7 +497,7 @@ def footer_lines(result: dict) -> list[str]:
                              f"{_pct(d['ci'][1])}], " + ("beyond noise: the machine drifted during the run; the "
                                                         "intervals take a linear drift out, not a step" if
                                                         d["beyond_noise"] else "within noise"))
-    lines += slo_lines(result) + saturation_lines(result) + server_metric_lines(result)
+    lines += slo_lines(result) + saturation_lines(result) + capacity_lines(result) + server_metric_lines(result)
     par = result.get("parity")
     if par:
         for n, p in par["arms"].items():
@@ -553,6 +582,25 @@ def saturation_lines(result: dict) -> list[str]:
                             if growth and s["load"] != s["lowest_load"] else ""))
         if parts:
             lines.append(f"{case['label']}: " + "; ".join(parts))
+    return lines
+
+
+def capacity_lines(result: dict) -> list[str]:
+    """Per load group with a saturated point, each arm's capacity with its interval."""
+    lines = []
+    conf = f"{100 * result['method']['confidence']:g}%"
+    for g in result.get("capacity") or []:
+        if not any(g["arms"].values()):
+            continue
+        parts = []
+        for n, a in g["arms"].items():
+            if a is None:
+                parts.append(f"{n} not reached (no load point saturated)")
+            else:
+                ci = f" [{_num(a['ci'][0])}, {_num(a['ci'][1])}]" if a["ci"] else f" ({too_few(a['servers'])})"
+                parts.append(f"{n} {_num(a['capacity_rps'])} req/s{ci} at {a['case']}")
+        lines.append(f"capacity (req/s at the highest saturated load, {conf} CI over servers), {g['group']}: "
+                     + "; ".join(parts))
     return lines
 
 

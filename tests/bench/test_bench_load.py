@@ -328,3 +328,26 @@ def test_progress_on_a_terminal_and_piped(tmp_path):
     assert all(w["metrics_samples"] >= 0 and "metrics_samples" in w for w in windows["tty"])
     assert json.loads(piped.stdout)["method"]["metrics_url"] is None
     assert not [w for w in windows["piped"] if "metrics_samples" in w]
+
+
+def test_capacity_at_the_highest_saturated_load(load):
+    """Per load group and arm: req/s at the highest saturated load point, with the t interval of its
+    servers' figures on logs (3 servers: t(0.975, 2) = 4.3027, the t table's); slow's is below the
+    40 req/s that one request at a time of 25 ms allows."""
+    _, r, _ = load
+    groups = {g["group"]: g for g in r["capacity"]}
+    assert set(groups) == {g["group"] for g in r["slo"]["loads"]}
+    for g in groups.values():
+        loop_cases = [c for c in r["cases"] if bool(c["case"]["rate"]) == (g["loop"] == "open")]
+        for name, a in g["arms"].items():
+            sat = [c for c in loop_cases if c["saturation"][name]["saturated"]]
+            if not sat:
+                assert a is None
+                continue
+            c = max(sat, key=lambda c: c["case"]["rate"] or c["case"]["concurrency"])
+            logs = np.log(c["arms"][name]["server_rps"])
+            half = 4.3027 * np.std(logs, ddof=1) / np.sqrt(3)
+            assert (a["case"], a["capacity_rps"], a["servers"]) == (c["label"], c["arms"][name]["throughput_rps"], 3)
+            assert a["ci"] == pytest.approx([np.exp(logs.mean() - half), np.exp(logs.mean() + half)], rel=1e-4)
+    slow = groups["200 words / 1 q, open loop (at most 16 connections)"]["arms"]["slow"]
+    assert slow["case"] == case_of(r, rate=60)["label"] and slow["capacity_rps"] <= 40
