@@ -175,7 +175,8 @@ class Window:
     offered: int | None = None     # open loop: arrivals scheduled in the window
 
     def summary(self, slo_ms: float | None = None) -> dict:
-        """The window's figures; with `slo_ms`, also goodput: answers within it per second."""
+        """The window's figures; with `slo_ms`, also goodput: successful answers within `slo_ms` of
+        their (scheduled) send per second of the window's elapsed time (`good`: their count)."""
         ok = sorted((d - s) / 1e6 for s, d, e in self.records if e is None)
         kinds: dict[str, int] = {}
         for _, _, e in self.records:
@@ -184,7 +185,7 @@ class Window:
         last = max((d for _, d, _ in self.records), default=self.t_end_ns)
         elapsed = (max(last, self.t_end_ns) - self.t0_ns) / 1e9
         out = {"completions": len(ok), "errors": len(self.records) - len(ok), "error_kinds": kinds,
-               "elapsed_s": round(elapsed, 4), "drain_s": round(max(0, last - self.t_end_ns) / 1e9, 4),
+               "elapsed_s": round(elapsed, 4), "send_s": round((self.t_end_ns - self.t0_ns) / 1e9, 4), "drain_s": round(max(0, last - self.t_end_ns) / 1e9, 4),
                "throughput_rps": len(ok) / elapsed if elapsed > 0 else 0.0,
                "latency_ms_p50": percentile(ok, 50), "latency_ms_p90": percentile(ok, 90),
                "latency_ms_p99": percentile(ok, 99), "latency_ms_mean": sum(ok) / len(ok) if ok else None}

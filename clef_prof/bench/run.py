@@ -247,9 +247,18 @@ def cases_from(args) -> list[bl.Case]:
         rates)]
 
 
-def _say(args, text: str) -> None:
-    if not args.quiet:
+def _say(args, text: str, live: bool = False) -> None:
+    """A progress line on stderr (none with --quiet); `live` lines (each window's) only on a terminal."""
+    if not args.quiet and (not live or sys.stderr.isatty()):
         print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def eta(t_start: float, done: int, total: int, per_server_s: float) -> str:
+    """The time the run has left as server `done + 1` of `total` starts: the mean time of the servers
+    done so far times those left, or before the first the plan (warm-up and windows; start-up unknown)."""
+    if not done:
+        return f"ETA ≈ {_duration(total * per_server_s)} plus start-up"
+    return f"ETA {_duration((time.monotonic() - t_start) / done * (total - done))}"
 
 
 def _model(args, url: str) -> str | None:
@@ -263,7 +272,32 @@ def _model(args, url: str) -> str | None:
                          f"{f'HTTP {status}' if status else text[:80]})") from None
 
 
-async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
+def _scraper(args, url: str, asked: bool, warned: set[str], notes: list[str]):
+    """A started Scraper of the server's /metrics when one scrape now answers with queue depth or
+    running requests; else None, said once (a warning when --metrics-url asked for it; a note
+    when the default URL answers without them; nothing when it does not answer)."""
+    from .scrape import GAUGES, ScrapeError, Scraper, fetch
+
+    try:
+        got = fetch(url)
+    except ScrapeError as exc:
+        if asked and url not in warned:
+            warned.add(url)
+            text = f"--metrics-url {url}: {exc}; server-side metrics not scraped"
+            print(f"clef-prof: warning: {text}", file=sys.stderr, flush=True)
+            notes.append(text)
+        return None
+    if not got:
+        if url not in warned:
+            warned.add(url)
+            notes.append(f"GET {url} has none of {', '.join(n for names in GAUGES.values() for n in names)}: "
+                         "no queue depth or running requests")
+        return None
+    _say(args, f"scraping {url} ({', '.join(sorted(got))})")
+    return Scraper(url).start()
+
+
+async def _session(args, srv: Server, mon, scr, url: str, cases: list[bl.Case], order: list[int], bodies: dict,
                    parity_bodies: list[bytes], check, meta: dict, hooks: Hooks) -> tuple[list[dict], list | None]:
     """Warm-up, parity, then the windows of every case in `order`, on one server."""
     first = cases[order[0]]
@@ -281,7 +315,7 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                f"{first.label()})")
     out = []
     hooks.before_windows(meta)
-    for ci in order:
+    for i, ci in enumerate(order):
         case = cases[ci]
         async with client_session(case.concurrency) as s:
             for w in range(args.windows):
@@ -294,12 +328,12 @@ async def _session(args, srv: Server, mon, url: str, cases: list[bl.Case], order
                 if srv.died.is_set():
                     raise BenchError(f"{srv.label}: the server exited during window {w + 1} of case "
                                      f"{case.label()} ({srv.exit_text()})")
-                rec = {"case": ci, "window": w + 1, **win.summary(getattr(args, "slo_ms", None)),
-                       **mon.window(win.t0_ns, t_last)}
+                rec = {"case": ci, "window": w + 1, **win.summary(good_ms(args)),
+                       **mon.window(win.t0_ns, t_last), **(scr.window(win.t0_ns, t_last) if scr else {})}
                 out.append(rec)
-                _say(args, f"{srv.label}: {case.label()} window {w + 1}/{args.windows}: "
-                           f"{rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
-                           f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors")
+                _say(args, f"{srv.label}: load point {i + 1}/{len(order)}, {case.label()}, window {w + 1}/"
+                           f"{args.windows}: {rec['throughput_rps']:.1f} req/s, p50 {_ms(rec['latency_ms_p50'])}, "
+                           f"p99 {_ms(rec['latency_ms_p99'])}, {rec['errors']} errors", live=True)
     hooks.after_windows(meta, out)
     return out, answers
 
@@ -352,18 +386,22 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
         raise BenchError("--preset raw needs --body FILE, and --body needs --preset raw")
     raw = bl.read_raw_bodies(args.body) if args.body else None
     check = bl.make_check(args.check_response)
-    from ..compare.gates import parse_gate
-    from .stats import METRICS
-    gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    slos = parse_slos(args)
+    gates = parse_gates(args.fail_if, slos)
     check_url(args.url, "--url")
     if args.health_url:
         check_url(args.health_url, "--health-url")
+    metrics_url = getattr(args, "metrics_url", None)
+    if metrics_url and metrics_url != "none":
+        check_url(metrics_url, "--metrics-url")
     check_outputs(args)
     server_cpus, load_cpus = parse_cpus(args.cpus, "--cpus"), parse_cpus(args.load_cpus, "--load-cpus")
     path, health_path = bl.PRESETS[args.preset]
     base_url = args.url.rstrip("/")
     url = base_url + (args.path or path)
     health = args.health_url or base_url + health_path
+    scrape_url = None if metrics_url == "none" else metrics_url or base_url + "/metrics"
+    warned: set[str] = set()
 
     logs = os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="clef-prof-bench-")
     os.makedirs(logs, exist_ok=True)
@@ -372,6 +410,8 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
         notes.append("no NVIDIA GPU here: device memory, clocks, utilisation and temperature not measured")
     runs = schedule(names, args.rounds, args.order)
     _say(args, estimate(len(runs), len(names), len(cases), args))
+    per_server_s = args.warmup + len(cases) * args.windows * args.window_s
+    t_first = time.monotonic()
     if server_cpus and load_cpus and server_cpus & load_cpus:
         notes.append(f"--cpus and --load-cpus share CPUs {_cpu_text(server_cpus & load_cpus)}: the load generator "
                      "competes with the servers there")
@@ -396,8 +436,9 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
             meta = {"seq": k + 1, "arm": arm, "round": rnd, "server": served[arm], "case_order": order,
                     "command": dict(arms)[arm], "log": srv.log_err}
             servers.append(meta)
-            _say(args, f"server {k + 1}/{len(runs)}: round {rnd}, {arm}: {shlex.join(srv.argv)}")
-            mon = None
+            _say(args, f"server {k + 1}/{len(runs)}: round {rnd}, {arm}, {eta(t_first, k, len(runs), per_server_s)}: "
+                       f"{shlex.join(srv.argv)}")
+            mon = scr = None
             try:
                 srv.start()
                 meta["healthy_s"] = round(srv.wait_healthy(), 3)
@@ -411,8 +452,10 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
                 from .monitor import Monitor
                 mon = Monitor(srv.pids).start()
                 notes += [n for n in mon.notes if n not in notes]
-                recs, ans = asyncio.run(_session(args, srv, mon, url, cases, order, bodies, parity_bodies, check,
-                                                 meta, hooks))
+                if scrape_url:
+                    scr = _scraper(args, scrape_url, bool(metrics_url), warned, notes)
+                recs, ans = asyncio.run(_session(args, srv, mon, scr, url, cases, order, bodies, parity_bodies,
+                                                 check, meta, hooks))
                 for r in recs:
                     windows.append({"seq": len(windows) + 1, "arm": arm, "round": rnd, "server": served[arm],
                                     "server_seq": k + 1, **r})
@@ -426,6 +469,10 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
             finally:
                 if mon is not None:
                     mon.stop()
+                if scr is not None:
+                    scr.stop()
+                    if scr.note():
+                        notes.append(f"{label}: {scr.note()}")
                 notes += srv.stop()
             hooks.after_server(meta)
         ok = True
@@ -444,9 +491,42 @@ def run(args, *, arms: list[tuple[str, list[str]]] | None = None, hooks: Hooks |
     parity = _parity(names, answers, parity_bodies, args.parity_tol) if parity_bodies else None
     design = {"rounds": args.rounds, "order": args.order, "windows": args.windows, "window_s": args.window_s,
               "warmup_s": args.warmup, "seed": args.seed, "cpus": _cpu_text(server_cpus),
-              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none")}
+              "load_cpus": _cpu_text(load_cpus), "family": getattr(args, "family", "none"), "slos": slos,
+              "metrics_url": scrape_url}
     return _result(names, dict(arms), cases, servers, windows, parity, gates, args.gate_on, args.confidence, design,
                    notes, time.monotonic() - t_start)
+
+
+def parse_slos(args) -> list[dict]:
+    from .stats import SloError, parse_slo
+    try:
+        return [parse_slo(t) for t in getattr(args, "slo", None) or []]
+    except SloError as exc:
+        raise BenchError(str(exc)) from None
+
+
+def good_ms(args) -> float | None:
+    """The latency a request must answer within to count in goodput: the tightest --slo (every SLO
+    is a latency bound), or whatif's --slo-ms."""
+    slos = parse_slos(args)
+    return min(s["max_ms"] for s in slos) if slos else getattr(args, "slo_ms", None)
+
+
+def parse_gates(texts: list[str], slos: list[dict]) -> list:
+    """--fail-if on bench's figures; `goodput` (goodput_rps) only with --slo."""
+    from ..compare.gates import parse_gate
+    from .stats import FIGURES, METRICS
+
+    known = {m: m for m in (FIGURES if slos else METRICS)}
+    if slos:
+        known["goodput"] = "goodput_rps"
+    out = []
+    for g in texts:
+        if not slos and g.strip().startswith("goodput"):
+            raise BenchError(f"--fail-if {g!r}: goodput needs --slo (e.g. --slo \"p99_ms<=200\"): the requests "
+                             "that meet it are what it counts")
+        out.append(parse_gate(g, known))
+    return out
 
 
 def check_outputs(args) -> None:
@@ -541,6 +621,11 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
              "arms": {n: bs.arm_figures(ws) for n, ws in per_arm.items()},
              "changes": bs.changes(per_arm, base, confidence)}
         out_cases.append(c)
+    slos = design.get("slos") or []
+    for c in out_cases:
+        if slos:
+            c["slo"] = bs.slo_case(c["arms"], slos)
+    bs.saturation(out_cases)
     notes = list(notes) + [n for n in refused if n not in notes]
     if any(w.get("device_memory_peak_mib") is not None for w in windows) and \
             all(w.get("server_device_memory_peak_mib") is None for w in windows):
@@ -565,6 +650,9 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
         "arms": {n: {"command": commands[n], "servers": sum(1 for s in servers if s["arm"] == n)} for n in names},
         "cases": out_cases,
         "parity": parity,
+        "slo": {"slos": slos, "per_request_ms": min(x["max_ms"] for x in slos), "loads": bs.slo_loads(out_cases, slos)}
+        if slos else None,
+        "capacity": bs.capacity(out_cases, confidence),
         "gates": verdicts,
         "family": fam,
         "servers": servers,
@@ -583,9 +671,6 @@ def _result(names, commands, cases, servers, windows, parity, gates, gate_on: st
 def rejudge(args) -> dict:
     """The report of an earlier run recomputed from its saved windows (`--from DIR`), with this
     run's --confidence, --fail-if and --gate-on: no server is started."""
-    from ..compare.gates import parse_gate
-    from .stats import METRICS
-
     path = args.from_dir
     if os.path.isdir(path):
         path = os.path.join(path, "bench.json")
@@ -616,9 +701,16 @@ def rejudge(args) -> dict:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BenchError(f"--from {path}: the report lacks its windows, cases or method (written by another "
                          "version?)") from None
-    gates = [parse_gate(g, {m: m for m in METRICS}) for g in args.fail_if]
+    saved_slos = (saved.get("slo") or {}).get("slos") or []
+    slos = parse_slos(args)
+    if slos and [x["text"] for x in slos] != [x["text"] for x in saved_slos]:
+        raise BenchError(f"--from {path}: --slo {', '.join(x['text'] for x in slos)} differs from the run's ("
+                         f"{', '.join(x['text'] for x in saved_slos) or 'none'}): goodput counts requests as they "
+                         "were measured, and the windows keep counts, not every request's latency")
+    gates = parse_gates(args.fail_if, saved_slos)
     check_stats_options(args)
     design["family"] = getattr(args, "family", "none")
+    design.update(slos=saved_slos, metrics_url=saved["method"].get("metrics_url"))
     return _result(names, commands, cases, servers, windows, saved.get("parity"), gates, args.gate_on,
                    args.confidence, design, saved.get("notes", []), float(saved.get("duration_s", 0.0)))
 

@@ -11,10 +11,12 @@ design finds 80% of the time (`welch.detect_factor`).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from ..compare import welch
+from ..base.errors import ClefError
 from ..compare.gates import gate_status
 
 METRICS = {  # name: (numerator column, denominator column, unit)
@@ -24,6 +26,9 @@ METRICS = {  # name: (numerator column, denominator column, unit)
     "latency_ms_p99": ("latency_ms_p99", None, "ms"),
     "latency_ms_mean": ("latency_ms_mean", None, "ms"),
 }
+# with --slo: the requests that met every SLO per second (a window's `good` over its elapsed time)
+GOODPUT = {"goodput_rps": ("good", "elapsed_s", "req/s")}
+FIGURES = {**METRICS, **GOODPUT}
 SCHEMA = "clef-prof/bench/2"
 
 
@@ -59,7 +64,7 @@ def usable(windows: list[dict]) -> tuple[list[dict], list[str]]:
 
 def _blocks(windows: list[dict], metric: str) -> list[np.ndarray]:
     """One (windows, 2) array per server: numerator and denominator columns."""
-    num, den, _ = METRICS[metric]
+    num, den, _ = FIGURES[metric]
     by_server: dict[int, list] = {}
     for w in windows:
         v = w.get(num)
@@ -94,6 +99,9 @@ def _peak(windows: list[dict], key: str):
 def arm_figures(windows: list[dict]) -> dict:
     """An arm's figures in one case, from its windows."""
     out = {m: _point(_blocks(windows, m)) for m in METRICS}
+    if any(w.get("good") is not None for w in windows):
+        out["goodput_rps"] = _point(_blocks(windows, "goodput_rps"))
+        out["good"] = sum(w.get("good") or 0 for w in windows)
     per_server = _per_server(_blocks(windows, "throughput_rps"))
     rates = [w["throughput_rps"] for w in windows]
     kinds: dict[str, int] = {}
@@ -112,6 +120,7 @@ def arm_figures(windows: list[dict]) -> dict:
         "window_range_rps": [min(rates), max(rates)] if rates else None,
         "server_rps": per_server, "server_spread_pct": welch.spread_pct(per_server),
         "flags": sorted({f for w in windows for f in w.get("flags", [])}),
+        "server_metrics": server_metrics(windows),
         "windows": windows,
     })
     return out
@@ -161,7 +170,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
     names = list(case_windows)
     order = slots(case_windows)
     out = []
-    for metric in METRICS:
+    for metric in FIGURES:
         blocks = {n: _blocks(case_windows[n], metric) for n in names}
         if not all(blocks.values()):
             continue
@@ -173,7 +182,7 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
             change = value - base
             pct = 100.0 * change / base if base else None
             n_base, n_arm = len(blocks[baseline]), len(blocks[n])
-            c = {"metric": metric, "arm": n, "baseline": baseline, "unit": METRICS[metric][2],
+            c = {"metric": metric, "arm": n, "baseline": baseline, "unit": FIGURES[metric][2],
                  "baseline_value": base, "value": value, "change": change, "change_pct": pct,
                  "servers": [n_base, n_arm], "ci": None, "ci_abs": None, "scale": None, "df": None, "se": None, "p": None,
                  "mdc_pct": None, "mdc_abs": None, "beyond_noise": False, "interval": None, "drift": None}
@@ -183,7 +192,8 @@ def changes(case_windows: dict[str, list[dict]], baseline: str, confidence: floa
                 # a server that completed nothing has no figure on the log scale, and the linear
                 # scale's interval then reaches below -100%: no verdict
                 c["verdict"] = (f"not judged: a server of {' and '.join(dead)} has no {metric} "
-                                "(it completed no request)")
+                                + ("(no request of it met the SLOs)" if metric in GOODPUT else
+                                   "(it completed no request)"))
                 out.append(c)
                 continue
             if min(n_base, n_arm) >= 2:
@@ -215,6 +225,183 @@ def gate_view(case_result: dict, confidence: float = 0.95) -> dict:
                                "scale": c.get("scale")}
     return {"baseline": case_result["baseline"], "metrics": list(metrics.values()),
             "method": {"confidence": confidence}}
+
+
+# ---------------------------------------------------------------------------------------------
+# SLOs, load points and saturation
+
+SLO_ALIASES = {"p50_ms": "latency_ms_p50", "p90_ms": "latency_ms_p90", "p99_ms": "latency_ms_p99",
+               "mean_ms": "latency_ms_mean"}
+LATENCY = [m for m in METRICS if METRICS[m][2] == "ms"]
+_SLO = re.compile(r"^\s*([A-Za-z0-9_]+)\s*<=\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:ms)?\s*$")
+ACHIEVED_MIN = 0.9     # open loop: achieved below 90% of the offered rate is saturation
+ELASTICITY_MIN = 0.5   # closed loop: req/s growing by less than C^0.5 as C grows is saturation
+
+
+class SloError(ClefError):
+    pass
+
+
+def parse_slo(text: str) -> dict:
+    """`latency_ms_p99<=200` (or `p99_ms<=200`): {"text", "metric", "max_ms"}."""
+    m = _SLO.match(text)
+    name = m and SLO_ALIASES.get(m[1], m[1])
+    if not m or name not in LATENCY or float(m[2]) <= 0:
+        raise SloError(f"--slo {text!r}: expected METRIC<=MS with METRIC one of {', '.join(LATENCY)} (or "
+                       f"{', '.join(SLO_ALIASES)}) and MS > 0, e.g. \"p99_ms<=200\"")
+    return {"text": f"{name}<={float(m[2]):g}", "metric": name, "max_ms": float(m[2])}
+
+
+def load_axis(case: dict) -> tuple[tuple, str, float]:
+    """(group, loop, load) of a case: the cases that differ only in load form a group; the load is
+    the offered rate (open loop) or the concurrency (closed loop)."""
+    if case.get("rate"):
+        return (case["words"], case["questions"], "open", case["concurrency"]), "open", float(case["rate"])
+    return (case["words"], case["questions"], "closed", None), "closed", float(case["concurrency"])
+
+
+def group_label(group: tuple) -> str:
+    words, q, loop, c = group
+    return f"{words} words / {q} q, " + (f"open loop (at most {c} connections)" if loop == "open" else "closed loop")
+
+
+def slo_case(arms: dict, slos: list[dict]) -> dict:
+    """Per arm of one case: whether its figures meet every SLO, which do not, and how many of its
+    servers' own figures meet them all."""
+    out = {}
+    for name, a in arms.items():
+        failing = [s["text"] for s in slos if a.get(s["metric"]) is None or a[s["metric"]] > s["max_ms"]]
+        per = [_per_server(_blocks(a["windows"], s["metric"])) for s in slos]
+        meeting = sum(all(p[i] <= s["max_ms"] for p, s in zip(per, slos)) for i in range(min(map(len, per))))
+        out[name] = {"meets": not failing, "failing": failing, "servers_meeting": meeting, "servers": a["servers"],
+                     "goodput_rps": a.get("goodput_rps"),
+                     "worst": max((a[s["metric"]] / s["max_ms"] for s in slos if a.get(s["metric"]) is not None),
+                                  default=None)}
+    return out
+
+
+def slo_loads(cases: list[dict], slos: list[dict]) -> list[dict]:
+    """Per group of load points and arm: the highest load whose figures meet every SLO, else the
+    load point closest to them (its worst figure / its SLO)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cases:
+        groups.setdefault(load_axis(c["case"])[0], []).append(c)
+    out = []
+    for g, cs in groups.items():
+        cs = sorted(cs, key=lambda c: load_axis(c["case"])[2])
+        loop = g[2]
+        arms = {}
+        for name in cs[0]["arms"]:
+            met = [c for c in cs if c["slo"][name]["meets"]]
+            best = met[-1] if met else None
+            close = None if met else min((c for c in cs if c["slo"][name]["worst"] is not None),
+                                         key=lambda c: c["slo"][name]["worst"], default=None)
+            arms[name] = {"highest": best["label"] if best else None,
+                          "load": load_axis(best["case"])[2] if best else None,
+                          "goodput_rps": best["arms"][name].get("goodput_rps") if best else None,
+                          "closest": None if close is None else {
+                              "case": close["label"], "failing": close["slo"][name]["failing"],
+                              "worst_over_slo": close["slo"][name]["worst"]}}
+        out.append({"group": group_label(g), "loop": loop, "unit": "req/s offered" if loop == "open" else "clients",
+                    "loads": [load_axis(c["case"])[2] for c in cs], "arms": arms})
+    return out
+
+
+def _log_ratio(a, b) -> float | None:
+    return math.log(a / b) if a and b and a > 0 and b > 0 else None
+
+
+def saturation(cases: list[dict]) -> None:
+    """Each case's `saturation` per arm: offered vs achieved rate (open loop) or the concurrency the
+    server held by Little's law, req/s × mean latency (closed loop), latency's growth from the
+    group's lowest load, the elasticities of req/s and latency to load from the load point below,
+    and the flag with its evidence: achieved < ACHIEVED_MIN × offered (open loop), req/s
+    elasticity < ELASTICITY_MIN (closed loop)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cases:
+        groups.setdefault(load_axis(c["case"])[0], []).append(c)
+    for cs in groups.values():
+        cs.sort(key=lambda c: load_axis(c["case"])[2])
+        for k, c in enumerate(cs):
+            _, loop, load = load_axis(c["case"])
+            c["saturation"] = {}
+            for name, a in c["arms"].items():
+                x, lat = a.get("throughput_rps"), a.get("latency_ms_mean")
+                low = cs[0]["arms"][name]
+                prev = cs[k - 1] if k else None
+                s = {"loop": loop, "load": load, "lowest_load": load_axis(cs[0]["case"])[2], "achieved_rps": x,
+                     "concurrency_held": x * lat / 1000 if x is not None and lat is not None else None,
+                     "latency_growth": {p: (a[m] / low[m] if a.get(m) and low.get(m) else None)
+                                        for p, m in (("p50", "latency_ms_p50"), ("p99", "latency_ms_p99"))},
+                     "throughput_elasticity": None, "latency_elasticity": None}
+                if prev is not None:
+                    dl = math.log(load / load_axis(prev["case"])[2])
+                    p = prev["arms"][name]
+                    ex, ew = _log_ratio(x, p.get("throughput_rps")), _log_ratio(lat, p.get("latency_ms_mean"))
+                    s["throughput_elasticity"] = ex / dl if ex is not None else None
+                    s["latency_elasticity"] = ew / dl if ew is not None else None
+                if loop == "open":
+                    sent = sum(w.get("send_s") or 0 for w in a["windows"])
+                    offered = sum(w.get("offered") or 0 for w in a["windows"]) / sent if sent else load
+                    s["offered_rps"] = offered
+                    s["achieved_ratio"] = x / offered if x is not None and offered else None
+                    s["saturated"] = s["achieved_ratio"] is not None and s["achieved_ratio"] < ACHIEVED_MIN
+                    s["evidence"] = (f"achieved {_num(x)} of {_num(offered)} req/s offered "
+                                     f"({100 * s['achieved_ratio']:.0f}%; saturated below {100 * ACHIEVED_MIN:g}%)"
+                                     if s["achieved_ratio"] is not None else "no request answered")
+                else:
+                    e = s["throughput_elasticity"]
+                    s["saturated"] = e is not None and e < ELASTICITY_MIN
+                    held = s["concurrency_held"]
+                    s["evidence"] = (f"C={load:g}: held {held:.3g} in flight (req/s × mean latency)" if held is not None
+                                     else f"C={load:g}: no request answered")
+                    if e is not None:
+                        s["evidence"] += (f"; req/s grew as C^{e:.2f} from C={load_axis(prev['case'])[2]:g} "
+                                          f"(saturated below C^{ELASTICITY_MIN:g})")
+                    elif prev is None:
+                        s["evidence"] += "; the lowest load point: no growth to judge"
+                c["saturation"][name] = s
+
+
+def capacity(cases: list[dict], confidence: float) -> list[dict]:
+    """Per load group and arm, the capacity the load reached: requests/s at the highest load point
+    flagged saturated (past the knee, achieved stays at capacity), with the t interval of its
+    servers' figures on logs (servers as units; none below MIN_UNITS); None where no load point
+    of the arm saturated (the sweep stayed below its knee)."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cases:
+        groups.setdefault(load_axis(c["case"])[0], []).append(c)
+    out = []
+    for g, cs in groups.items():
+        arms = {}
+        for name in cs[0]["arms"]:
+            sat = [c for c in cs if c["saturation"][name]["saturated"]]
+            if not sat:
+                arms[name] = None
+                continue
+            c = max(sat, key=lambda c: load_axis(c["case"])[2])
+            a = c["arms"][name]
+            logs = np.log([v for v in a["server_rps"] if v > 0])
+            ci = None
+            if len(logs) >= welch.MIN_UNITS:
+                half = float(welch.t_quantile(0.5 + confidence / 2, len(logs) - 1)) * logs.std(ddof=1) / math.sqrt(len(logs))
+                ci = [math.exp(logs.mean() - half), math.exp(logs.mean() + half)]
+            arms[name] = {"case": c["label"], "load": load_axis(c["case"])[2], "capacity_rps": a["throughput_rps"],
+                          "ci": ci, "servers": len(logs)}
+        out.append({"group": group_label(g), "loop": g[2], "arms": arms})
+    return out
+
+
+def server_metrics(windows: list[dict]) -> dict | None:
+    """The server's own gauges over its windows (GET /metrics): queue depth and running requests,
+    the mean of the windows' means and the highest sample; None when none was scraped."""
+    out = {}
+    for key in ("queue_waiting", "requests_running"):
+        means = [w[key + "_mean"] for w in windows if w.get(key + "_mean") is not None]
+        if means:
+            out[key] = {"mean": sum(means) / len(means), "max": max(w[key + "_max"] for w in windows
+                                                                     if w.get(key + "_max") is not None)}
+    return out or None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +497,7 @@ def footer_lines(result: dict) -> list[str]:
                              f"{_pct(d['ci'][1])}], " + ("beyond noise: the machine drifted during the run; the "
                                                         "intervals take a linear drift out, not a step" if
                                                         d["beyond_noise"] else "within noise"))
+    lines += slo_lines(result) + saturation_lines(result) + capacity_lines(result) + server_metric_lines(result)
     par = result.get("parity")
     if par:
         for n, p in par["arms"].items():
@@ -342,6 +530,90 @@ def footer_lines(result: dict) -> list[str]:
         if line:
             lines.append(line)
     lines += [f"note: {n}" for n in result["notes"]]
+    return lines
+
+
+def slo_lines(result: dict) -> list[str]:
+    """Per case each arm's SLO verdict and goodput, the goodput change; per load group the highest
+    load meeting the SLOs (or the closest)."""
+    slo = result.get("slo")
+    if not slo:
+        return []
+    lines = []
+    for case in result["cases"]:
+        arms = "; ".join(f"{n} {'meets' if s['meets'] else 'misses ' + ', '.join(s['failing'])} "
+                         f"({s['servers_meeting']} of {_n(s['servers'], 'server')}), goodput "
+                         f"{_num(s['goodput_rps'])} req/s" for n, s in case["slo"].items())
+        lines.append(f"{case['label']}: SLO {' and '.join(x['text'] for x in slo['slos'])}: {arms}")
+        for c in case["changes"]:
+            if c["metric"] == "goodput_rps":
+                ci = f" [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]" if c["ci"] else ""
+                lines.append(f"{case['label']}: goodput {c['arm']} vs {c['baseline']}: {_pct(c['change_pct'])}{ci}, "
+                             f"{verdict_text(c)}")
+    for g in slo["loads"]:
+        parts = []
+        for n, a in g["arms"].items():
+            if a["highest"] is not None:
+                parts.append(f"{n} {a['load']:g} {g['unit']} ({_num(a['goodput_rps'])} req/s good)")
+            elif a["closest"]:
+                parts.append(f"{n} none; closest {a['closest']['case']} ({', '.join(a['closest']['failing'])} at "
+                             f"{a['closest']['worst_over_slo']:.2f}× its SLO)")
+            else:
+                parts.append(f"{n} none (no answer)")
+        lines.append(f"highest load meeting every SLO, {g['group']}: " + "; ".join(parts))
+    lines.append(f"goodput = requests answered within {slo['per_request_ms']:g} ms (the tightest SLO) per second "
+                 "of each window's elapsed time; a load point meets the SLOs when the arm's figures (mean of the "
+                 "windows' percentiles) are all within them")
+    return lines
+
+
+def saturation_lines(result: dict) -> list[str]:
+    """Per case, each arm saturated or not with the evidence, and latency's growth with load; a
+    closed loop's lowest load point is left out (no growth to judge: JSON only)."""
+    lines = []
+    for case in result["cases"]:
+        parts = []
+        for n, s in (case.get("saturation") or {}).items():
+            if s["loop"] == "closed" and s["throughput_elasticity"] is None:
+                continue
+            growth = ", ".join(f"{p} ×{v:.2f}" for p, v in s["latency_growth"].items() if v is not None)
+            parts.append(f"{n} {'SATURATED' if s['saturated'] else 'not saturated'}: {s['evidence']}"
+                         + (f"; latency {growth} of the lowest load ({s['lowest_load']:g})"
+                            if growth and s["load"] != s["lowest_load"] else ""))
+        if parts:
+            lines.append(f"{case['label']}: " + "; ".join(parts))
+    return lines
+
+
+def capacity_lines(result: dict) -> list[str]:
+    """Per load group with a saturated point, each arm's capacity with its interval."""
+    lines = []
+    conf = f"{100 * result['method']['confidence']:g}%"
+    for g in result.get("capacity") or []:
+        if not any(g["arms"].values()):
+            continue
+        parts = []
+        for n, a in g["arms"].items():
+            if a is None:
+                parts.append(f"{n} not reached (no load point saturated)")
+            else:
+                ci = f" [{_num(a['ci'][0])}, {_num(a['ci'][1])}]" if a["ci"] else f" ({too_few(a['servers'])})"
+                parts.append(f"{n} {_num(a['capacity_rps'])} req/s{ci} at {a['case']}")
+        lines.append(f"capacity (req/s at the highest saturated load, {conf} CI over servers), {g['group']}: "
+                     + "; ".join(parts))
+    return lines
+
+
+def server_metric_lines(result: dict) -> list[str]:
+    """Per case, the servers' own queue depth and running requests (their /metrics), per arm."""
+    lines = []
+    names = {"queue_waiting": "waiting", "requests_running": "running"}
+    for case in result["cases"]:
+        parts = [f"{n} " + ", ".join(f"{names[k]} {v['mean']:.3g} mean, {v['max']:g} max" for k, v in sm.items())
+                 for n, a in case["arms"].items() if (sm := a.get("server_metrics"))]
+        if parts:
+            lines.append(f"{case['label']}: the servers' queue (GET {result['method'].get('metrics_url')}): "
+                         + "; ".join(parts))
     return lines
 
 

@@ -20,6 +20,10 @@ def add_load_options(p) -> None:
     g.add_argument("--url", default="http://127.0.0.1:8000", help="the arms' base URL (default %(default)s)")
     g.add_argument("--path", help="request path (default: the preset's)")
     g.add_argument("--health-url", help="health URL (default URL/health)")
+    g.add_argument("--metrics-url", metavar="URL|none",
+                   help="the servers' Prometheus endpoint, scraped every 0.5 s during the windows for "
+                        "queue depth and running requests (vllm:num_requests_waiting/running, SGLang's, the demo "
+                        "server's); default URL/metrics when it answers with them; none: no scrape")
     g.add_argument("--body", metavar="FILE", help="--preset raw: a JSON body, or JSON Lines (bodies cycled)")
     g.add_argument("--model", help="vllm presets: the model name (default: the first of GET /v1/models)")
     g.add_argument("--check-response", metavar="PATH|MODULE:FUNC",
@@ -87,6 +91,10 @@ def add_parser(sub) -> None:
     q.add_argument("--allow-errors", action="store_true", help="failed requests do not make the exit code 1")
     q.add_argument("--fail-if", action="append", default=[], metavar="EXPR", dest="fail_if",
                    help="gate on a change, as compare does: \"throughput_rps < -2%%\", \"latency_ms_p99 > +10%%\"")
+    q.add_argument("--slo", action="append", default=[], metavar="METRIC<=MS",
+                   help="a latency SLO (repeat for several): \"p99_ms<=200\" or \"latency_ms_p99<=200\" (p50, p90, "
+                        "p99, mean); adds goodput (requests/s answered within the tightest SLO), its change and "
+                        "gate (\"goodput < -2%%\"), and per load group the highest load whose figures meet them all")
     q.add_argument("--gate-on", choices=["ci", "point"], default="ci", help="fire when the whole interval is beyond "
                    "the threshold (ci, default) or the point change is (point: fires on noise, warned)")
     add_family_option(q)
@@ -104,7 +112,8 @@ def add_parser(sub) -> None:
                    help="table (default), markdown, or json: the stable contract")
     o.add_argument("--output", "-o", help="write the report to this file instead of stdout")
     o.add_argument("--out", metavar="DIR", help="keep the server logs and bench.json (every window) here")
-    o.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    o.add_argument("--quiet", "-q", action="store_true", help="no progress lines (on stderr: each server with the run's ETA; on a "
+                   "terminal also each window with its load point)")
     add_store_option(o)
     p.set_defaults(func=cmd_bench)
 

@@ -6,6 +6,10 @@ Endpoints:
 - `POST /v1/systemone` `{"state": text, "questions": {name: {type, instructions, criteria}}}`
   answers `{"answers": {name: {"score", "label"}}, "words": n}`;
 - `GET /health` (200 once warmed up), `GET /version`;
+- `GET /metrics`: the Prometheus text format, written here by hand: the gauges
+  `clef_demo_num_requests_waiting` (requests queued for the batcher) and
+  `clef_demo_num_requests_running` (requests in the batch being run), and the counters
+  `clef_demo_requests_total` and `clef_demo_batches_total` (what `bench` scrapes);
 - `POST /start_profile` / `POST /stop_profile`: cudaProfilerStart / cudaProfilerStop on a GPU,
   200 on the CPU too (so that an nsys-session window can be used), and an NVTX start/end range
   `window` in the domain `clef-prof` in between (for `--capture-range=nvtx`). /stop_profile
@@ -377,6 +381,7 @@ class DemoServer:
         self.lock = threading.Lock()
         self.window: dict | None = None       # open profiling window: start time, counts
         self.totals = {"requests": 0, "batches": 0}
+        self.running = 0                      # requests in the batch being run
         self.torch_trace = (TorchTrace(os.environ[TORCH_DIR_ENV], os.environ.get("CLEF_PROF_TORCH_ALL_THREADS", "1") != "0",
                                        os.environ.get(TORCH_STACK_ENV) == "1")
                             if os.environ.get(TORCH_DIR_ENV) else None)
@@ -395,6 +400,7 @@ class DemoServer:
     # -- pooler ---------------------------------------------------------------------------
     def run_batch(self, items: list[Pending]) -> None:
         t0 = time.monotonic()
+        self.running = len(items)
         with nvtx_batch(n=len(items), request_ids=[p.rid for p in items] if items[0].rid else None):
             with S_PARSE:
                 reqs = []
@@ -417,6 +423,7 @@ class DemoServer:
                 for (p, r), s in zip(good, scores):
                     p.status, p.answer = 200, encode_response(r, s + self.score_offset, len(r["state"].split()))
         t1 = time.monotonic()
+        self.running = 0
         with self.lock:
             self.totals["requests"] += len(items)
             self.totals["batches"] += 1
@@ -531,9 +538,9 @@ class DemoServer:
             def log_message(self, *args):   # no line per request
                 pass
 
-            def _send(self, status: int, body: bytes) -> None:
+            def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -554,6 +561,8 @@ class DemoServer:
                         self._json(503, {"status": "starting"})
                 elif path == "/version":
                     self._json(200, server.version_info())
+                elif path == "/metrics":
+                    self._send(200, server.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
                 else:
                     self._json(404, {"error": f"no route GET {path}"})
 
@@ -583,6 +592,17 @@ class DemoServer:
                 self._send(p.status, p.answer)
 
         return Handler
+
+    def metrics_text(self) -> bytes:
+        """GET /metrics: the Prometheus text exposition format (version 0.0.4)."""
+        with self.lock:
+            totals = dict(self.totals)
+        rows = (("num_requests_waiting", "gauge", "Requests queued for the batcher.", self.q.qsize()),
+                ("num_requests_running", "gauge", "Requests in the batch being run.", self.running),
+                ("requests_total", "counter", "Requests run since warm-up.", totals["requests"]),
+                ("batches_total", "counter", "Batches run since warm-up.", totals["batches"]))
+        return "".join(f"# HELP clef_demo_{n} {h}\n# TYPE clef_demo_{n} {t}\nclef_demo_{n} {v}\n"
+                       for n, t, h, v in rows).encode()
 
     def next_rid(self) -> str:
         """A request id for a request that brings no X-Request-Id: r1, r2, ..."""

@@ -459,18 +459,22 @@ def test_three_arms_name_their_arm(ab, tmp_path, capsys):
                                           for w in c["arms"]["slow"]["windows"]]}
     (tmp_path / "bench.json").write_text(json.dumps(saved))
     gate = ["--fail-if", "throughput_rps < -2%"]
+    assert main(["bench", "--from", str(tmp_path), *gate, "-f", "json"]) == 1
+    judged = json.loads(capsys.readouterr().out)["gates"]
     assert main(["bench", "--from", str(tmp_path), *gate, "-f", "markdown"]) == 1
     out = capsys.readouterr()
     table = [ln for ln in out.out.splitlines() if ln.startswith("| ")]
     assert table[0].startswith("| C | words / questions | arm | req/s main → arm | change |")
     assert [ln.split(" | ")[2] for ln in table[1:]] == ["slow", "slow2"] * len(r["cases"])
-    verdicts = [g for g in r["gates"] if g["gate"] == "throughput_rps < -2%"]
-    assert any(g["fired"] for g in verdicts)
-    for g in verdicts:                  # slow2 holds slow's windows: the same verdict, named for each arm
+    # slow2 holds slow's windows, but its servers come after every other in run order, so its
+    # run-order interval (and a gate near its threshold: the open case's drain, about -2%) may differ
+    # from slow's: each arm's verdict as judged, named for its arm
+    assert {(g["case"], g["arm"]) for g in judged} == {(c["label"], a) for c in r["cases"] for a in ("slow", "slow2")}
+    assert any(g["fired"] for g in judged if g["arm"] == "slow2")
+    for g in judged:
         word = "fired" if g["fired"] else "passed"
-        for arm in ("slow", "slow2"):
-            assert f"- **{word}** ({g['case']}): `throughput_rps < -2%` — {arm} vs main" in out.out
-            assert f"clef-prof: {g['case']}: gate {word}: throughput_rps < -2% - {arm} vs main: " in out.err
+        assert f"- **{word}** ({g['case']}): `throughput_rps < -2%` — {g['arm']} vs main" in out.out
+        assert f"clef-prof: {g['case']}: gate {word}: throughput_rps < -2% - {g['arm']} vs main: " in out.err
     assert main(["bench", "--from", str(tmp_path), "-f", "json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert [row[2] for row in bs.rows(res)] == ["slow", "slow2"] * len(r["cases"])     # the terminal table's rows

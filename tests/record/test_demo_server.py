@@ -124,6 +124,25 @@ def test_endpoints_and_profile_window_counts(server):
     assert "stopped after" in s.p.stderr.read()
 
 
+def test_metrics_endpoint_in_the_prometheus_text_format(server):
+    """GET /metrics parses with prometheus_client's parser: idle, nothing waits or runs; the counters
+    count the requests and batches run since warm-up (4 one at a time, and a bad body: 5 requests)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    s = server("--variant", "main", "--device", "cpu").wait_healthy()
+    for _ in range(4):
+        assert call("POST", s.url + "/v1/systemone", REQ)[0] == 200
+    assert call("POST", s.url + "/v1/systemone", b"{nope")[0] == 400
+    st, body = call("GET", s.url + "/metrics")
+    fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert st == 200 and {n: f.type for n, f in fams.items()} == {
+        "clef_demo_num_requests_waiting": "gauge", "clef_demo_num_requests_running": "gauge",
+        "clef_demo_requests": "counter", "clef_demo_batches": "counter"}
+    values = {n: f.samples[0].value for n, f in fams.items()}
+    assert values == {"clef_demo_num_requests_waiting": 0, "clef_demo_num_requests_running": 0,
+                      "clef_demo_requests": 5, "clef_demo_batches": 5}
+
+
 def test_batches_hold_up_to_16_requests_under_load(server):
     s = server("--variant", "pr").wait_healthy()
     load = loadgen.Load(loadgen.LoadSettings(url=s.url, concurrency=24, words=50)).start()
