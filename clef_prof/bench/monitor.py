@@ -16,18 +16,50 @@ _THROTTLE = {"sw_thermal": 0x20, "hw_slowdown": 0x8, "hw_thermal": 0x40, "hw_pow
 CLOCK_DROP = 0.9      # a window's lowest SM clock below 90% of its highest is a clock drop
 
 
-class Monitor:
+class Poller:
+    """A daemon thread that calls the subclass's `poll()` every `interval_s` from `start()` to
+    `stop()` (first at once where `poll_first`), its samples under `_lock`: bench's monitor and
+    scraper."""
+
+    name = "clef-prof-poll"
+    poll_first = True
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        if self.poll_first:
+            self.poll()
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+
+class Monitor(Poller):
     """`Monitor(pids_fn).start()`, `window(t0_ns, t1_ns)` for the figures of a span, `stop()`.
 
     pids_fn() gives the server's process ids at the time of a sample (its whole tree)."""
 
+    name = "clef-prof-monitor"
+    poll_first = False          # start() samples on the caller's thread
+
     def __init__(self, pids_fn, interval_s: float = 0.5):
-        self.pids_fn, self.interval_s = pids_fn, interval_s
+        super().__init__(interval_s)
+        self.pids_fn = pids_fn
         self.samples: list[dict] = []
         self.notes: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._psutil = self._nvml = None
         self._handles: list = []
         try:
@@ -55,14 +87,10 @@ class Monitor:
 
     def start(self) -> "Monitor":
         self.sample()
-        self._thread = threading.Thread(target=self._run, name="clef-prof-monitor", daemon=True)
-        self._thread.start()
-        return self
+        return super().start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        super().stop()
         if self._nvml is not None:
             try:
                 self._nvml.nvmlShutdown()
@@ -70,9 +98,8 @@ class Monitor:
                 pass
             self._nvml = None
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
+    def poll(self) -> None:
+        self.sample()
 
     def sample(self) -> dict:
         """Take one sample now (also called at window edges, so that a short window has two)."""

@@ -8,10 +8,11 @@ it. An endpoint that does not answer or does not parse is said once; the bench g
 """
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
+
+from .monitor import Poller
 
 GAUGES = {  # figure: the metric names that carry it
     "queue_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "clef_demo_num_requests_waiting"),
@@ -55,42 +56,29 @@ def fetch(url: str, timeout: float = 2.0) -> dict[str, float]:
     return parse(text)
 
 
-class Scraper:
+class Scraper(Poller):
     """`Scraper(url).start()`, `window(t0_ns, t1_ns)` for the figures of a span, `stop()`."""
 
+    name = "clef-prof-scrape"
+
     def __init__(self, url: str, interval_s: float = 0.5):
-        self.url, self.interval_s = url, interval_s
+        super().__init__(interval_s)
+        self.url = url
         self.samples: list[tuple[int, dict[str, float]]] = []
         self.failures = 0
         self.first_error: str | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> "Scraper":
-        self._thread = threading.Thread(target=self._run, name="clef-prof-scrape", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        while True:
-            t = time.monotonic_ns()
-            try:
-                got = fetch(self.url, timeout=max(1.0, self.interval_s * 4))
-            except ScrapeError as exc:
-                with self._lock:
-                    self.failures += 1
-                    self.first_error = self.first_error or str(exc)
-            else:
-                with self._lock:
-                    self.samples.append((t, got))
-            if self._stop.wait(self.interval_s):
-                return
+    def poll(self) -> None:
+        t = time.monotonic_ns()
+        try:
+            got = fetch(self.url, timeout=max(1.0, self.interval_s * 4))
+        except ScrapeError as exc:
+            with self._lock:
+                self.failures += 1
+                self.first_error = self.first_error or str(exc)
+        else:
+            with self._lock:
+                self.samples.append((t, got))
 
     def window(self, t0_ns: int, t1_ns: int) -> dict:
         """Mean and highest of each figure over the samples taken in [t0, t1], and their count."""
