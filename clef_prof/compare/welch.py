@@ -227,19 +227,19 @@ def ordered_interval(base, arm, base_slot, arm_slot, confidence: float) -> tuple
         raise ValueError("a spread needs at least 2 units per arm")
     slot = np.r_[np.asarray(base_slot, dtype=np.float64), np.asarray(arm_slot, dtype=np.float64)]
     x = np.c_[np.ones(nb + na), np.r_[np.zeros(nb), np.ones(na)], slot - slot.mean()]
-    xtx_inv = np.linalg.pinv(x.T @ x)
     if np.linalg.matrix_rank(x) < 3:
         raise ValueError("the run order does not separate the arms from the drift")
+    xtx_inv = np.linalg.inv(x.T @ x)
     y = np.concatenate([base, arm], axis=-1)
     log = (y > 0).all(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.where(log[..., None], np.log(np.where(y > 0, y, 1.0)), y)
     beta = y @ (xtx_inv @ x.T).T
     resid = y - beta @ x.T
-    df = float(nb + na - 3)
-    s2 = (resid ** 2).sum(-1) / df if df > 0 else np.full(y.shape[:-1], np.inf)
+    df = float(nb + na - 3)             # >= 1: two units an arm at least
+    s2 = (resid ** 2).sum(-1) / df
     se, se_d = np.sqrt(s2 * xtx_inv[1, 1]), np.sqrt(s2 * xtx_inv[2, 2])
-    df = np.where(s2 > 0, df, np.inf) if df > 0 else np.full(y.shape[:-1], np.nan)
+    df = np.where(s2 > 0, df, np.inf)
     q = t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
     diff, d = beta[..., 1], beta[..., 2]
     mdc = detect_factor(df, confidence) * se
